@@ -258,6 +258,18 @@ def test_takes_time_limit_and_seed_and_returns_an_honest_proposal(problem, solve
         assert result.objective <= level * (1 + tolerance(result)) + slack(result) + 1e-12, result.message
 
 
+@pytest.mark.parametrize("problem, solver", EVERY_SOLVER)
+def test_a_direct_call_refuses_the_limits_the_front_end_refuses(problem, solver):
+    # get(problem, name).solve(...) had run time_limit_s=-1 as an expired limit, NaN as none and seed -5 as a seed
+    from packplace.errors import ConfigError
+    instance = next(iter(instances(problem).values()))
+    spec = get(problem, solver)
+    for limits, field in (({"time_limit_s": -1.0}, "time_limit_s"), ({"time_limit_s": float("nan")}, "time_limit_s"),
+                          ({"seed": -5}, "seed"), ({"seed": 2**31}, "seed")):
+        with pytest.raises(ConfigError, match=f"^{field}: "):
+            spec.solve(instance, **limits)
+
+
 @pytest.mark.parametrize("problem, solver, name", CASES)
 def test_tiny_instance_answer_is_feasible_and_rescored_by_the_evaluator(problem, solver, name):
     instance = instances(problem)[name]

@@ -58,9 +58,16 @@ class SolverSpec:
     def solve(self, instance: Any, *, time_limit_s: float | None = None, seed: int = 0, **options: Any) -> Any:
         """The backend called with a fresh run of ``time_limit_s`` seconds (None: its default) and ``seed``,
         the problem's evaluator built on first use: the front-ends' call without the scoring (tests,
-        benchmarks). Returns its :class:`~packplace.result.Proposal`."""
-        from packplace.run import Run  # at call time: packplace.run imports this module
+        benchmarks). Returns its :class:`~packplace.result.Proposal`.
 
+        Raises:
+            ConfigError: ``time_limit_s`` or ``seed`` as the front ends refuse them
+                (:func:`~packplace.run.check_limits`): a negative or NaN limit had run as an expired or an
+                unlimited one, a negative seed had seeded the search.
+        """
+        from packplace.run import Run, check_limits  # at call time: packplace.run imports this module
+
+        check_limits(time_limit_s, seed)
         return self.backend(instance, Run(self.problem, instance, time_limit_s=time_limit_s, seed=seed), **options)
 
     def accepts(self, options: dict[str, Any]) -> bool:

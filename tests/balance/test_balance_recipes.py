@@ -29,10 +29,10 @@ def test_recipe_solver_is_picked_up_by_the_contract_suite():
     package = Path(next(iter(packplace.solvers.balance.__path__)))
     module = package / f"{name}.py"
     assert not module.exists(), f"{module} exists already"
-    # every contract test of one balance solver: the signature, the tiny instances (feasible, repeated),
-    # the short limit, and each exact solver against it on each tiny instance
+    # every contract test of one balance solver: the signature, the direct call's limits, the tiny instances
+    # (feasible, repeated), the short limit, and each exact solver against it on each tiny instance
     tiny = len(contract.BALANCE_TINY)
-    expected = 1 + 2 * tiny + 1 + len(contract.BALANCE_EXACT) * tiny
+    expected = 1 + 1 + 2 * tiny + 1 + len(contract.BALANCE_EXACT) * tiny
     try:
         module.write_text(block, encoding="utf-8")
         command = [sys.executable, "-m", "pytest", "tests/test_solver_contract.py", "-k", name, "-q"]

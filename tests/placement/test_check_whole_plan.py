@@ -324,3 +324,18 @@ def test_place_check_passes_its_seed_to_the_solvers(tmp_path, monkeypatch):
     assert main(["place", "--config", str(path), "--check", "--solver", "anneal", "--seed", "7", "--quiet"]) == 0
     assert main(["place", "--config", str(path), "--check", "--seed", "5", "--quiet"]) == 0
     assert seeds == [("anneal", 7), ("greedy", 5)]   # it had run greedy at seed 0 whatever was given
+
+
+def test_place_check_counts_the_table_build_against_its_time_limit(work_clock):
+    # `place --check --time-limit S` is the whole check's limit: a table the limit cuts is no verdict of a plan
+    # (it had built the whole table first, 5 s of a 16,384-GPU cluster's under --time-limit 1)
+    inst = build_instance(load_yaml(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")))
+    start = work_clock.now
+    check = check_instance(inst, time_limit_s=1e-4)
+    assert work_clock.now - start < 1e-3   # stopped at its limit (a few readings past it)
+    assert check.verdict == "no plan found" and check.plan is None
+    assert check.message.startswith("candidate table not built within time_limit_s=0.0001: ")
+    assert "not a proof" in check.message and "table" not in inst._cache
+    # a limit the table fits in: the search gets the time left, and the check still finds greedy's plan
+    check = check_instance(inst, time_limit_s=10.0)
+    assert check.whole_plan and check.solver == "greedy" and check.step_time > 0

@@ -266,3 +266,33 @@ def test_model_from_a_yaml_entry_or_a_config_json(tmp_path):
                       "model_type: qwen2\n")
     assert resolve_model(str(entry)) == resolve_model("qwen3-4b") == resolve_model(HF_CONFIGS / "qwen3-4b.json")
     assert resolve_model(str(fields)) == resolve_model("qwen2.5-0.5b")
+
+
+def test_cli_calibrate_measurements_checks_out_before_the_fit(tmp_path, capsys):
+    from packplace.cli import main
+
+    # an --out that cannot be written had failed only after the fit, its table and leave-one-out rows printed
+    missing = tmp_path / "no_such_folder" / "gpu.json"
+    assert main(["calibrate", "--measurements", str(MEASUREMENTS), "--gpu", "h200", "--out", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert f"--out: directory {str(missing.parent)!r} does not exist" in captured.err
+    assert captured.out == ""   # nothing fitted, nothing printed
+    assert main(["calibrate", "--measurements", str(MEASUREMENTS), "--gpu", "h200", "--out", str(MEASUREMENTS)]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_cli_calibrate_measurements_needs_the_gpu_it_was_measured_on(tmp_path, capsys):
+    from packplace.cli import main
+    from packplace.placement.model.cost import hardware_table
+    from packplace.placement.task_estimate import resolve_hardware
+
+    # without --gpu the table had been named 'gpu', a name with no preset, so estimate and place used the H200's
+    # measured rates as they are on an H100 (no datasheet scaling: 0.2362 s against the derived table's 0.2456 s)
+    out = tmp_path / "t.json"
+    assert main(["calibrate", "--measurements", str(MEASUREMENTS), "--out", str(out)]) == 2
+    assert "calibrate: --measurements needs --gpu NAME" in capsys.readouterr().err and not out.exists()
+    assert main(["calibrate", "--measurements", str(MEASUREMENTS), "--gpu", "h200", "--out", str(out)]) == 0
+    table = C.table_from_dict(json.loads(out.read_text()))
+    _, h100 = resolve_hardware("h100-sxm")
+    scaled = hardware_table(h100, table)   # named for its preset: scaled to the H100's HBM bandwidth
+    assert scaled.stream_bandwidth == pytest.approx(table.stream_bandwidth * 3.35 / 4.8, rel=1e-3)

@@ -58,3 +58,17 @@ def test_a_flag_given_wins_and_other_tasks_take_none(capsys, tmp_path):
     assert main(["estimate", "--model", f"{path}:actor", "--task", "infer", "--seq-len", "2048", "--json"]) == 0
     infer = json.loads(capsys.readouterr().out)
     assert infer["inputs"]["recompute"] == "none" and set(infer["inputs"]["from_config"]) == {"framework"}
+
+
+def test_a_config_setting_estimate_refuses_is_named_as_the_configs(capsys, tmp_path):
+    # `training.actor.sharding: zero3` (the shipped NeMo RL and DeepSpeed-Chat configs' own) had been refused as
+    # "sharding: zero3 gathers ..." with no word that the config, not a flag, had set it
+    path = _config(tmp_path, {"actor": {"sharding": "zero3"}})
+    assert main(["estimate", "--model", f"{path}:actor", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("packplace estimate: error: sharding: zero3 gathers every layer's weights")
+    assert f"(sharding zero3 is {path}'s own setting, taken for the unset --sharding: give --sharding" in err
+    assert main(["estimate", "--model", f"{path}:actor", "--sharding", "zero1", "--quiet"]) == 0   # a flag wins
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--sharding", "zero3", "--quiet"]) == 2   # a flag's own
+    err = capsys.readouterr().err
+    assert "sharding: zero3 gathers" in err and "own setting" not in err

@@ -178,3 +178,25 @@ def test_a_selective_recompute_takes_no_pytorch_fraction():
     assert e.parts["recompute"] > 0
     assert e.parts["trainer_rate"] == pytest.approx(
         (e.parts["forward"] + e.parts["backward"]) * (1 / PYTORCH_TRAIN_FRACTION - 1))
+
+
+def test_a_tensor_parallel_group_over_nodes_is_refused_where_place_never_gives_one(capsys):
+    from packplace.placement.candidates import tensor_parallel_degrees
+    from packplace.placement.problem.hardware import Cluster
+    # place's rule: a trainer's or forward's TP group divides a node's GPUs; the engine's may be whole nodes
+    two_nodes = Cluster(1, 2, 8)
+    assert 16 not in tensor_parallel_degrees(two_nodes, (1, 2, 8), "train")
+    assert 16 in tensor_parallel_degrees(two_nodes, (1, 2, 8), "generate")
+    # estimate had priced tp 16 on 8-GPU nodes for a training pass, its all-reduces over the inter-node link
+    for task in ("train", "infer"):
+        with pytest.raises(ConfigError, match=f"tp: 16 does not divide a node's 8 GPUs: task {task}'s"):
+            estimate("llama3.1-70b", "h100-sxm", task, seq_len=1024, tp=16)
+    for task in ("decode", "generate"):   # 2 whole nodes: the engine's layout, as place's generation vertex
+        assert estimate("llama3.1-70b", "h100-sxm", task, tp=16).time_s > 0
+    # nodes of 3 GPUs: a TP group of 2 is neither inside one (dividing 3) nor whole nodes
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--hw", "gpus_per_node=3", "--tp", "2", "--quiet"]) == 2
+    assert "tp: 2 does not divide a node's 3 GPUs" in capsys.readouterr().err
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--hw", "gpus_per_node=3", "--tp", "2", "--task", "decode",
+                 "--quiet"]) == 2
+    assert "tp: 2 is neither a divisor of a node's 3 GPUs nor a whole number of such nodes" in capsys.readouterr().err
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--hw", "gpus_per_node=4", "--tp", "2", "--quiet"]) == 0

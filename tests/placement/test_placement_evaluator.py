@@ -183,6 +183,25 @@ def test_plan_is_canonical_hashable_and_round_trips_json():
     assert plan_from_json(data) == Plan.build({"reference.infer": b, "actor.train": a})
 
 
+@pytest.mark.parametrize("edit, field, value", [
+    (lambda d: d["vertices"]["reference.infer"]["strategy"].update(dp=2.5), "reference.infer.strategy.dp", "2.5"),
+    (lambda d: d["vertices"]["actor.train"].update(micro_batch="8"), "actor.train.micro_batch", "'8'"),
+    (lambda d: d["vertices"]["actor.train"]["allocation"].update(origin=[0, 0, True]),
+     r"actor.train.allocation.origin\[2\]", "True"),
+    (lambda d: d.update(staleness={"actor": 1.7}), "staleness.actor", "1.7"),
+])
+def test_a_plan_json_of_fractions_strings_or_booleans_is_refused_not_truncated(edit, field, value):
+    from packplace.errors import ConfigError
+    a = vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1))
+    b = vp(2, 1, 1, 4, (0, 0, 0), (1, 1, 2))
+    data = plan_to_json(Plan.build({"reference.infer": b, "actor.train": a}), instance("dpo").cluster)
+    data["vertices"]["reference.infer"]["strategy"]["dp"] = 2.0   # an integral float is the integer
+    assert plan_from_json(data) == Plan.build({"reference.infer": b, "actor.train": a})
+    edit(data)   # int() had read dp 2.5 as 2, "8" as 8, True as 1 and staleness 1.7 as 1, and the plan was scored
+    with pytest.raises(ConfigError, match=f"^plan: {field}: must be an integer, got {value}$"):
+        plan_from_json(data)
+
+
 def test_fast_path_agrees_with_score_and_bound_holds_on_random_plans():
     # a half-GPU engine (verl's rollout default): at vLLM's 0.9 the engine holds nearly every GPU it runs on
     # and no random plan of the top candidates fits beside it (0 of 300), which this test needs; 39 of 300 fit

@@ -376,3 +376,29 @@ def test_validate_and_cross_validate_rows_name_their_figure_alike():
     assert "phase" not in row.as_dict() and "phase" not in cross.as_dict()
     with pytest.warns(DeprecationWarning, match=r"ValidationRow\.phase is deprecated; use ValidationRow\.figure"):
         assert row.phase == "step"   # the attribute's deprecated alias, still the figure
+
+
+def test_calibrate_refuses_the_component_table_flags_without_measurements(tmp_path, capsys):
+    # --gpu and --out belong to --measurements: a knob fit had ignored them, exit 0 and no file written
+    out = tmp_path / "fitted.json"
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--out", str(out)]) == 2
+    assert "calibrate: --out " in capsys.readouterr().err and not out.exists()
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--gpu", "h200"]) == 2
+    assert "calibrate: --gpu 'h200': only --measurements" in capsys.readouterr().err
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED]) == 0
+
+
+def test_calibrate_refuses_a_knob_named_twice_and_an_empty_knobs_list(tmp_path, capsys):
+    instance, plan, _ = load_setup(OPENRLHF)
+    measured = task_times(instance, plan, instance.hardware)
+    # the second column had replaced the first: "knob 'gemm_peak_fraction' does not change any measured task time"
+    with pytest.raises(ConfigError, match="knob 'gemm_peak_fraction' is named twice"):
+        calibrate(instance, plan, measured, ("gemm_peak_fraction", "gemm_peak_fraction"))
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--knobs",
+                 "decode_bw_eff,decode_bw_eff"]) == 2
+    assert "named twice" in capsys.readouterr().err
+    # `knobs: []` in the measured file names no knob: refused, as `--knobs ''` is (it had fitted the 3 defaults)
+    empty = tmp_path / "measured.yaml"
+    empty.write_text("times: {actor.generate: 24.3}\nengine_only: [actor.generate]\nknobs: []\n")
+    assert main(["calibrate", "--config", QWEN, "--measured", str(empty)]) == 2
+    assert "no knob to fit" in capsys.readouterr().err

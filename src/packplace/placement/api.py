@@ -199,13 +199,17 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
     Args:
         instance: A validated instance.
         whole_plan: Also search for a whole plan (step 3); :func:`solve_placement` checks steps 1-2 only.
-        time_limit_s: Seconds for step 3 (greedy and concurrent together), > 0.
+        time_limit_s: Seconds for the check, > 0: with ``whole_plan`` and no ``deadline``, the candidate table's
+            build and step 1's search for the smallest grown cluster count against it (a table not built in
+            time gives ``"no plan found"``, not a proof), and step 3 (greedy and concurrent together) gets the
+            time left, at least its minimum.
         solver: A placement solver's name: step 3 checks that solver's plan alone; ``None``: greedy, then
             concurrent.
         seed: The seed of step 3's solvers (same instance and seed, same verdict).
-        deadline: A :data:`~packplace.run.clock` reading (None: none) that bounds step 1's search for the
-            smallest grown cluster (:func:`solve_placement` passes its own deadline): each grown cluster gets
-            the time left, and a search the deadline cut says so instead of naming a size.
+        deadline: A :data:`~packplace.run.clock` reading that bounds step 1's search for the smallest grown
+            cluster (:func:`solve_placement` passes its own deadline; None: ``time_limit_s`` from the call's
+            start with ``whole_plan``, else none): each grown cluster gets the time left, and a search the
+            deadline cut says so instead of naming a size.
 
     Returns:
         A :class:`~packplace.placement.whole_plan.PlacementCheck`: verdict ``"whole plan"`` (with the plan,
@@ -232,6 +236,15 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
     check_limits(time_limit_s, seed)
     if solver is not None:
         get("placement", solver)   # an unknown name fails before any work
+    started = clock()
+    if whole_plan and deadline is None:   # place --check: the table's build and step 1 count against the limit
+        deadline = started + time_limit_s
+        try:
+            get_table(instance, deadline=deadline)
+        except TableBuildTimeout as cut:
+            return PlacementCheck("no plan found", f"candidate table not built within time_limit_s="
+                                  f"{time_limit_s:g}: {cut}; nothing was checked (not a proof that no plan "
+                                  "exists): a longer limit builds it")
     table = get_table(instance)
     try:
         short = table.shortfalls()
@@ -250,15 +263,17 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
                f"must share a GPU is proven over memory")
     if not whole_plan:
         return PlacementCheck("tasks only", f"{checked}; no whole plan searched for")
-    return _search_whole_plan(instance, checked, time_limit_s, solver, seed)
+    return _search_whole_plan(instance, checked, max(1e-3, time_limit_s - (clock() - started)), solver, seed,
+                              shown=time_limit_s)
 
 
 def _search_whole_plan(instance: PlacementInstance, checked: str, time_limit_s: float,
-                       only: str | None = None, seed: int = 0) -> PlacementCheck:
+                       only: str | None = None, seed: int = 0, shown: float | None = None) -> PlacementCheck:
     """Step 3 of :func:`check_instance`: ``greedy``, then ``concurrent`` with the time left (or the solver
-    ``only`` alone), no fit hints."""
+    ``only`` alone), no fit hints; ``shown`` (default ``time_limit_s``) is the limit its messages name."""
+    shown = time_limit_s if shown is None else shown
     if only is not None:
-        return _check_with(instance, checked, time_limit_s, only, seed)
+        return _check_with(instance, checked, time_limit_s, only, seed, shown)
     deadline = clock() + time_limit_s
     evaluator = get_evaluator(instance)
     greedy_why = None
@@ -275,12 +290,12 @@ def _search_whole_plan(instance: PlacementInstance, checked: str, time_limit_s: 
         if solver == "greedy":
             greedy_why = result.message or "no plan"
     return PlacementCheck("no plan found", f"{checked}; no whole plan verified: neither greedy nor concurrent "
-                          f"found one within {time_limit_s:g} s (not a proof that none exists): {result.message}",
+                          f"found one within {shown:g} s (not a proof that none exists): {result.message}",
                           greedy=greedy_why)
 
 
 def _check_with(instance: PlacementInstance, checked: str, time_limit_s: float, solver: str,
-                seed: int = 0) -> PlacementCheck:
+                seed: int = 0, shown: float | None = None) -> PlacementCheck:
     """Step 3 of :func:`check_instance` with one named solver: its plan within ``time_limit_s`` (``seed``),
     verified by the evaluator."""
     evaluator = get_evaluator(instance)
@@ -291,7 +306,7 @@ def _check_with(instance: PlacementInstance, checked: str, time_limit_s: float, 
                               f"fits, step {result.objective:.4g} s", result.solution, result.objective,
                               result.solver)
     return PlacementCheck("no plan found", f"{checked}; no whole plan verified: the {result.solver} solver found "
-                          f"none within {time_limit_s:g} s (not a proof that none exists): "
+                          f"none within {time_limit_s if shown is None else shown:g} s (not a proof that none exists): "
                           f"{result.message or 'no plan'}")
 
 

@@ -42,7 +42,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -583,7 +584,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
     pack = (None if pack_tokens is None else _pack_pricing(shape, task, framework_version, int(pack_tokens),
             train_mb_tokens, micro_batch, int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend))
-    cluster, hw, components = _hardware_table(gpu, hardware, tp * pp * dp * cp, table)
+    cluster, hw, components = _hardware_table(gpu, hardware, tp * pp * dp * cp, table, (tp, task))
     inputs = {"model": str(model) if isinstance(model, (str, Path)) else "shape", "gpu": gpu, "task": task,
               "micro_batch": micro_batch, "seq_len": seq_len, "batch": batch, "context": context, "micro_batches": mbs,
               "recompute": recompute, "optimizer": optimizer, "tp": tp, "pp": pp, "dp": dp, "ep": ep,
@@ -784,16 +785,56 @@ def _check_degrees(**degrees: Any) -> None:
 
 
 def _hardware_table(gpu: str, hardware: Mapping[str, Any] | None, gpus: int,
-                    table: ComponentTable | str | Path | None) -> tuple[Cluster, Hardware, ComponentTable | None]:
+                    table: ComponentTable | str | Path | None,
+                    tp_task: tuple[int, str] | None = None) -> tuple[Cluster, Hardware, ComponentTable | None]:
     """``(cluster, hardware, component table)`` of :func:`estimate`: :func:`resolve_hardware` of ``gpus`` GPUs and
     the table (:func:`_table`) scaled to the hardware's own datasheet figures
     (:func:`~packplace.placement.model.cost.hardware_table`); without a table the hardware's
-    ``component_table`` is ``none``."""
+    ``component_table`` is ``none``. ``tp_task`` (``(tp, task)``): that tensor-parallel degree checked against the
+    node (:func:`_check_node_tp`)."""
     cluster, hw = resolve_hardware(gpu, hardware, gpus)
+    if tp_task is not None:
+        _check_node_tp(tp_task[0], _node_gpus(gpu, hardware), tp_task[1])
     components = hardware_table(hw, _table(table, hw))
     if components is None:
         hw = replace(hw, component_table="none")
     return cluster, hw, components
+
+
+#: ``estimate``'s tasks that run in the rollout engine, whose tensor-parallel group may span whole nodes
+#: (:data:`~packplace.placement.candidates.CROSS_NODE_TP_KINDS`: the generation vertex).
+ENGINE_TASKS = ("prefill", "decode", "generate")
+
+
+def _node_gpus(gpu: str | None, hardware: Mapping[str, Any] | None) -> int:
+    """GPUs per node of the cluster :func:`resolve_hardware` sizes (already checked there): ``hardware``'s
+    ``gpus_per_node``, else the preset's, else 8; the cluster itself holds only the strategy's GPUs, so a strategy
+    smaller than a node gets one node of its own size."""
+    node = (hardware or {}).get("gpus_per_node")
+    node = PRESETS[gpu].get("gpus_per_node") if node is None and gpu is not None else node
+    return 8 if node is None else int(node)
+
+
+def _check_node_tp(tp: int, gpus_per_node: int, task: str) -> None:
+    """Refuse a ``tp`` that ``place`` never gives the task on nodes of ``gpus_per_node`` GPUs
+    (:func:`~packplace.placement.candidates.tensor_parallel_degrees`): a training or log-prob pass's tensor-parallel
+    group stays inside a node (``tp`` divides its GPUs), an engine's may also span ``k`` whole nodes (``tp = k·G``).
+    ``estimate --tp 16 --task train`` on 8-GPU nodes had priced a layout ``place`` does not run, its all-reduces
+    over the inter-node link.
+
+    Raises:
+        ConfigError: ``tp: 16 ... stays inside a node of 8 GPUs ...``.
+    """
+    if gpus_per_node % tp == 0 or (task in ENGINE_TASKS and tp % gpus_per_node == 0):
+        return
+    if task in ENGINE_TASKS:
+        raise ConfigError(f"tp: {tp} is neither a divisor of a node's {gpus_per_node} GPUs nor a whole number of "
+                          f"such nodes (a rollout engine's tensor-parallel group is part of a node or whole nodes, "
+                          f"as place's generation vertex)")
+    raise ConfigError(f"tp: {tp} does not divide a node's {gpus_per_node} GPUs: task {task}'s tensor-parallel "
+                      f"group stays inside a node, as place's strategies keep it (only the rollout engine's spans "
+                      f"nodes: task {', '.join(ENGINE_TASKS)}); give a divisor of {gpus_per_node} (or --hw "
+                      f"gpus_per_node)")
 
 
 #: The library's arguments of :func:`estimate` that a task may leave unused, their defaults (a value equal to it
@@ -1900,7 +1941,38 @@ def run_estimate(args) -> int:
     args.framework = args.framework or "none"
     _no_enforce_eager(args)
     args.gpu, hardware = estimate_hardware(args.model, args.gpu, _overrides(args.hw))
-    result = estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
+    with _naming_the_config(args.model, taken):
+        result = _estimate_args(args, hardware)
+    if taken:
+        result.inputs["from_config"] = dict(taken)
+        print(f"from {config_role(args.model)[0]} policy / training (a flag given wins): "
+              + ", ".join(f"{name} {value}" for name, value in taken.items()))
+    print(format_estimate(result))
+    args.json_document = result.as_dict()
+    return 0
+
+
+@contextmanager
+def _naming_the_config(model: str, taken: Mapping[str, Any]) -> Iterator[None]:
+    """Re-raise a refusal of a value ``taken`` from ``--model CONFIG.yaml:ROLE``'s policy / training (its message
+    begins with the field's name) saying that the config set it and which flag overrides it: the user gave no
+    such flag (``--model CONFIG.yaml:actor`` of a config with ``training.sharding: zero3`` had read ``sharding:
+    zero3 gathers ...`` as if ``--sharding zero3`` had been given)."""
+    try:
+        yield
+    except ConfigError as exc:
+        text = str(exc)
+        for name, value in taken.items():
+            if text.startswith(f"{name}: "):
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{text} ({name} {value} is {config_role(model)[0]}'s own setting, taken for the "
+                                  f"unset {flag}: give {flag} to price another)") from None
+        raise
+
+
+def _estimate_args(args: Any, hardware: Mapping[str, Any]) -> Estimate:
+    """:func:`estimate` of ``run_estimate``'s resolved flags on ``hardware``."""
+    return estimate(args.model, args.gpu, args.task, micro_batch=args.micro_batch, seq_len=args.seq_len,
                       batch=args.batch, context=args.context, recompute=args.recompute, optimizer=args.optimizer,
                       tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, framework=args.framework,
                       hardware=hardware, table=args.table, enforce_eager=args.enforce_eager,
@@ -1912,13 +1984,6 @@ def run_estimate(args) -> int:
                       moe_router_dtype=getattr(args, "moe_router_dtype", None),
                       micro_batches=args.micro_batches,
                       gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
-    if taken:
-        result.inputs["from_config"] = dict(taken)
-        print(f"from {config_role(args.model)[0]} policy / training (a flag given wins): "
-              + ", ".join(f"{name} {value}" for name, value in taken.items()))
-    print(format_estimate(result))
-    args.json_document = result.as_dict()
-    return 0
 
 
 #: ``policy`` fields of a placement config that ``estimate --model CONFIG.yaml:ROLE`` takes as the defaults of

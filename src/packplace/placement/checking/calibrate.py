@@ -117,16 +117,18 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
         "status": least_squares message}``.
 
     Raises:
-        ConfigError: an unknown knob or task, a non-positive measurement, fewer measurements than knobs,
-            or a knob the measurements cannot identify.
+        ConfigError: an unknown knob or task, a knob named twice, a non-positive measurement, fewer
+            measurements than knobs, or a knob the measurements cannot identify.
     """
     from scipy.optimize import least_squares  # start-up time: scipy loads only when a fit runs
 
     if not knobs:
         raise ConfigError(f"calibrate: no knob to fit; valid: {', '.join(KNOB_BOUNDS)}")
-    for k in knobs:
+    for i, k in enumerate(knobs):
         if k not in KNOB_BOUNDS:
             raise ConfigError(f"calibrate: unknown knob {show(k)}; valid: {', '.join(KNOB_BOUNDS)}")
+        if k in knobs[:i]:   # two columns of one knob: the fit would call the first one unidentifiable
+            raise ConfigError(f"calibrate: knob {show(k)} is named twice; name each knob to fit once")
     names = dict(plan.vertices)
     for task, seconds in measured.items():
         if task not in names:

@@ -187,8 +187,22 @@ def plan_to_json(plan: Plan, cluster: Cluster) -> dict[str, Any]:
     return out
 
 
-def _triple(values: Any) -> tuple[int, int, int]:
-    a, b, c = (int(x) for x in values)
+def _whole(value: Any, field: str) -> int:
+    """``value`` as an int: an int, or a float with an integral value (JSON's ``16.0``); a string, a boolean or a
+    fraction is refused (``int()`` had read ``dp: 16.9`` as 16, staleness ``1.7`` as 1 and ``"2"`` as 2, and the
+    evaluator scored the plan so read).
+
+    Raises:
+        ConfigError: ``plan: <field>: must be an integer, got <value>``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or (
+            isinstance(value, float) and not value.is_integer()):
+        raise ConfigError(f"plan: {field}: must be an integer, got {value!r}")
+    return int(value)
+
+
+def _triple(values: Any, field: str = "block") -> tuple[int, int, int]:
+    a, b, c = (_whole(x, f"{field}[{i}]") for i, x in enumerate(values))
     return a, b, c
 
 
@@ -203,10 +217,16 @@ def plan_from_json(data: Mapping[str, Any]) -> Plan:
         for name, entry in data["vertices"].items():
             s = entry["strategy"]
             alloc = entry["allocation"]
+            dp, pp, tp, ep = (_whole(s[k], f"{name}.strategy.{k}") if k in s or k != "ep" else 1
+                              for k in ("dp", "pp", "tp", "ep"))
             vertices[name] = VertexPlan(
-                Strategy(int(s["dp"]), int(s["pp"]), int(s["tp"]), int(s.get("ep", 1))), int(entry["micro_batch"]),
-                Allocation(_triple(alloc["origin"]), _triple(alloc["extent"])),
+                Strategy(dp, pp, tp, ep), _whole(entry["micro_batch"], f"{name}.micro_batch"),
+                Allocation(_triple(alloc["origin"], f"{name}.allocation.origin"),
+                           _triple(alloc["extent"], f"{name}.allocation.extent")),
             )
-        return Plan.build(vertices, data.get("staleness") or {})
+        stale = {m: _whole(t, f"staleness.{m}") for m, t in (data.get("staleness") or {}).items()}
+        return Plan.build(vertices, stale)
+    except ConfigError:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"plan: malformed plan JSON ({type(exc).__name__}: {exc})") from None

@@ -58,7 +58,7 @@ from packplace.placement.model.framework import DEFAULT_FRAMEWORK
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, group_backend_name
 from packplace.placement.model.memory import DEFAULT_TRAINING
 from packplace.placement.problem.config import build_instance, load_yaml
-from packplace.placement.problem.hardware import Hardware
+from packplace.placement.problem.hardware import PRESETS, Hardware
 from packplace.placement.problem.plan import gpu_ranges, plan_to_json
 from packplace.placement.screen.balance_report import (
     compare_balance,
@@ -467,7 +467,9 @@ def register_calibrate(subparsers) -> None:
                         f"{','.join(DEFAULT_KNOBS)}; valid: {', '.join(KNOB_BOUNDS)})")
     p.add_argument("--measurements", default=None, metavar="JSON",
                    help="a component measurement file: fit a component table instead of the knobs")
-    p.add_argument("--gpu", default=None, help="with --measurements: the GPU type's name (a hardware preset)")
+    p.add_argument("--gpu", default=None, help="with --measurements (required there): the GPU type the file was "
+                   "measured on, a hardware preset (its table is scaled to other GPU types; another name is used "
+                   "as is)")
     p.add_argument("--out", default=None, help="with --measurements: write the component table JSON here")
     p.set_defaults(func=run_calibrate)
 
@@ -479,6 +481,14 @@ def run_calibrate_components(args: argparse.Namespace) -> int:
 
     if args.config or args.measured:
         raise ConfigError("calibrate: --measurements fits a component table; give it without --config/--measured")
+    if not args.gpu:   # the table's name decides how it is scaled to other GPUs (cost.hardware_table)
+        raise ConfigError("calibrate: --measurements needs --gpu NAME, the GPU type the file was measured on: a "
+                          f"hardware preset ({', '.join(sorted(PRESETS))}) is scaled to another GPU's datasheet "
+                          "figures where estimate or place use the table; any other name is used as is on every "
+                          "GPU (without --gpu the table had been named 'gpu', and so priced every GPU at the "
+                          "measured one's rates)")
+    if args.out is not None:   # an output that cannot be written fails before the fit, as place's --out does
+        check_output_file(args.out, "--out", inputs=[args.measurements])
     text = yamlio.read_regular_text(args.measurements, "measurements")
     try:
         document = json.loads(text)
@@ -486,7 +496,7 @@ def run_calibrate_components(args: argparse.Namespace) -> int:
         raise ConfigError(f"measurements {args.measurements!r}: invalid JSON ({exc.msg} at line {exc.lineno})") \
             from None
     where = f"measurements {str(args.measurements)!r}"
-    gpu = args.gpu or "gpu"
+    gpu = args.gpu
     table = fit_table(document, gpu, where=where)
     print(f"component table {gpu} from {args.measurements}:")
     for name in CONSTANTS:
@@ -518,6 +528,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
     (``--measurements``: :func:`run_calibrate_components`)."""
     if args.measurements is not None:
         return run_calibrate_components(args)
+    for option, value in (("--gpu", args.gpu), ("--out", args.out)):
+        if value is not None:   # a knob fit writes nothing and reads the GPU from the config: refused, not ignored
+            raise ConfigError(f"calibrate: {option} {value!r}: only --measurements (a component table fit) takes "
+                              f"it; a knob fit (--config, --measured) prints the fitted hardware block (--json for "
+                              f"a document) and takes the GPU from the config's [hardware]")
     if not args.config or not args.measured:
         raise ConfigError("calibrate: needs --config and --measured (or --measurements for a component table)")
     instance, plan, _ = load_setup(args.config)
@@ -527,7 +542,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.knobs is not None:
         knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
     else:
-        knobs = measured["knobs"] or DEFAULT_KNOBS
+        knobs = DEFAULT_KNOBS if measured["knobs"] is None else measured["knobs"]   # knobs: [] is no knob
     result = calibrate(instance, plan, measured["times"], knobs, measured["engine_only"])
     if measured["source"]:
         print(f"measured: {measured['source']}")
