@@ -148,6 +148,10 @@ def test_the_moe_rows_fit_in_memory_and_keep_their_known_gaps():
 def test_validation_files_use_the_published_configs_settings(setup, published):
     validation = load_yaml(setup)
     config = load_yaml(os.path.join(ROOT, "configs", "placement", "published", published + ".yaml"))
+    # a config that keeps every response at the cap (the memory worst case it places for) leaves the run's
+    # published response lengths to its validation file (the OpenRLHF file's 100-300 tokens, its README's)
+    if "gen_quantiles" not in config["workload"]:
+        validation["workload"].pop("gen_quantiles", None)
     for section in ("hardware", "models", "workload", "training"):
         assert validation[section] == config[section], section
     policy = dict(validation["policy"])
