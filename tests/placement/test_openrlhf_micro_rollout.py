@@ -101,3 +101,17 @@ def test_from_v0_5_0_the_graph_is_priced_as_before():
     assert "generation" in phases["actor.generate"] and "micro_rollout" not in phases["actor.generate"]
     assert phases["reference.infer"]["forward"] > 0.0
     assert phases["actor.train"]["old_log_prob"] > 0.0
+
+
+def test_the_loop_leaves_no_bound_to_claim():
+    # the candidate times do not price the loop (it may be shorter than generation + forwards +
+    # old_log_prob), so the analytic bound is the trivial 0 and cpsat never claims optimality
+    from packplace.placement.api import solve_placement
+
+    looped, _, _ = _setup("0.2.7")
+    graph, _, _ = _setup("0.5.0")
+    assert plan_evaluator(looped, _setup("0.2.7")[1]).lower_bound() == 0.0
+    assert plan_evaluator(graph, _setup("0.5.0")[1]).lower_bound() > 0.0
+    result = solve_placement(looped, "cpsat", time_limit_s=20, seed=0, hint_solvers=["greedy"])
+    assert result.status in ("feasible", "unknown")
+    assert result.bound is None or result.bound == 0.0

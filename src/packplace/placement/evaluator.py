@@ -894,7 +894,15 @@ class PlacementEvaluator:
         for each publication edge ``trainer → consumer`` of a model with largest allowed staleness ``t`` the cycle
         ``consumer → … → trainer → consumer`` spanning ``1 + t`` steps: its longest data path at the
         fastest candidates divided by ``1 + t``. A generation vertex under a continuous-rollout framework
-        counts at its steady-state time where that is shorter (:meth:`_bound_times`)."""
+        counts at its steady-state time where that is shorter (:meth:`_bound_times`).
+
+        Where the framework release runs the experience as a serial loop over micro-rollout batches
+        (:attr:`micro_rollout`) the candidate times do not price that loop (it replaces the generation and
+        forward vertices' times and the actor's ``old_log_prob``, and may be shorter than their sum), so the
+        bound is the trivial 0: valid, never claimed tight."""
+        if self.micro_rollout is not None:
+            self.bound_cut = False
+            return 0.0
         if self._bound is not None:
             self.bound_cut = False
             return self._bound
