@@ -750,9 +750,10 @@ PADDINGS = ("none", "varlen", "dense")
 #:   ``max_input_len`` / ``max_output_len``, read at commit 391e1de4, v0.2.7); training strips that padding and
 #:   re-pads each micro-batch of the replay buffer to its longest sequence (replay_buffer.py
 #:   ``remove_padding_in_sequences`` in ``append``, ``zero_pad_sequences`` in ``make_experience_batch``, both
-#:   present from v0.1.0 to v0.11.0, where packing stays opt-in: ``--packing_samples`` /
-#:   ``--ds.packing_samples``, default False). Its PPO scripts pass ``--flash_attn`` (models/model.py and
-#:   actor.py: ``flash_attention_2``; requirements.txt transformers==4.40.2, flash-attn==2.5.8).
+#:   present from v0.1.0 to v0.11.0, from v0.10 in ppo_utils/experience.py; packing stays opt-in:
+#:   ``--packing_samples`` / ``--ds.packing_samples``, default False). Its PPO scripts pass ``--flash_attn``
+#:   (models/model.py and actor.py: ``flash_attention_2``; requirements.txt transformers==4.40.2,
+#:   flash-attn==2.5.8).
 #: * ``deepspeed-chat``, ``dense``: each generation batch comes back from Hugging Face ``generate`` padded to its
 #:   longest response, and the experience forwards and training run that batch as it is
 #:   (applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py ``generate_experience``: ``attention_mask =
