@@ -417,7 +417,7 @@ class CostModel:
         budget = self.dynamic_bsz[0] if kind == "train" else self.dynamic_bsz[1]
         return self.workload.sequences / (dp * steps), budget, steps
 
-    def attention_length(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, ep: int = 1,
+    def attention_length(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, ep: int = 1, *,
                          micro_batch: int | None = None) -> float:
         """Tokens of context per token at which a pass of ``kind`` (as :meth:`pass_shape`) prices its causal
         attention (``2·L·s·q`` FLOPs per token: :meth:`~packplace.shape.TransformerShape.forward_flops_per_token`):
@@ -917,7 +917,8 @@ class CostModel:
                   pack: str | None = None, context_parallel: bool = False) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
-        Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
+        Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``; a framework that pads
+        each micro-batch to its longest sequence, :meth:`pass_shape` and :meth:`attention_length`), per layer:
         compute ``c·(2N_blocks/L + 2sq)·tokens / (tp·F·eff)`` with ``c`` = 3 for training (forward + 2×
         backward) and 1 for inference, ``eff`` = :meth:`gemm_efficiency` of ``tokens`` rows (every TP
         rank multiplies all micro-batch tokens by its ``1/tp`` weight slice; Megatron-LM);
@@ -989,7 +990,8 @@ class CostModel:
         """
         micro_batches, tokens = self.pass_shape(model, pack or ("train" if train else "logprob"), dp, pp, tp,
                                                 micro_batch, ep)
-        s = self.attention_length(model, pack or ("train" if train else "logprob"), dp, pp, tp, ep, micro_batch)
+        s = self.attention_length(model, pack or ("train" if train else "logprob"), dp, pp, tp, ep,
+                                  micro_batch=micro_batch)
         stage = self._stage_seconds(model, train, dp, pp, tp, tokens, s, extent, ep, lora_rank, layers_only)
         # context parallelism (not NeMo RL's packs, which pass_shape splits already): a CP group of ring ranks runs
         # ring·m micro-batches, each GPU a ring-th of each one's tokens; the pipeline's bubble is one such share
