@@ -814,6 +814,56 @@ def engine_takes_model_context(framework: str, version: str | None) -> bool:
     return parse_version(version) < OPENRLHF_PASSES_MAX_MODEL_LEN
 
 
+#: How a framework's forward and training passes pad their micro-batches (:func:`pass_padding`): ``none`` (every
+#: sequence at its own length: remove-padding, packing), ``varlen`` (each micro-batch padded to its longest
+#: sequence in the linear layers, the attention over each sequence's own tokens: FlashAttention-2 on the unpadded
+#: tokens, transformers ``_upad_input`` then ``flash_attn_varlen_func`` where an attention mask is given) or
+#: ``dense`` (padded in the attention too: eager attention over the padded batch with a mask).
+PADDINGS = ("none", "varlen", "dense")
+
+#: The frameworks whose passes pad each micro-batch to its longest sequence: ``(first release, padding)``
+#: (``()``: every release; a framework without a version table runs its current code):
+#:
+#: * ``openrlhf``, ``varlen``: the experience forwards (reference, reward, critic, the actor's log-probs) run each
+#:   micro-rollout batch as vLLM returned it, left-padded to its longest prompt and right-padded to its longest
+#:   response (openrlhf/trainer/ppo_utils/experience_maker.py ``RemoteExperienceMaker._generate_vllm``,
+#:   ``max_input_len`` / ``max_output_len``, read at commit 391e1de4, v0.2.7); training strips that padding and
+#:   re-pads each micro-batch of the replay buffer to its longest sequence (replay_buffer.py
+#:   ``remove_padding_in_sequences`` in ``append``, ``zero_pad_sequences`` in ``make_experience_batch``, both
+#:   present from v0.1.0 to v0.11.0, from v0.10 in ppo_utils/experience.py; packing stays opt-in:
+#:   ``--packing_samples`` / ``--ds.packing_samples``, default False). Its PPO scripts pass ``--flash_attn``
+#:   (models/model.py and actor.py: ``flash_attention_2``; requirements.txt transformers==4.40.2,
+#:   flash-attn==2.5.8).
+#: * ``deepspeed-chat``, ``dense``: each generation batch comes back from Hugging Face ``generate`` padded to its
+#:   longest response, and the experience forwards and training run that batch as it is
+#:   (applications/DeepSpeed-Chat/dschat/rlhf/ppo_trainer.py ``generate_experience``: ``attention_mask =
+#:   seq.not_equal(pad_token_id)``; ``train_rlhf`` on the experience's ``input_ids``), with the models' eager
+#:   attention (no flash-attention option; the OpenRLHF authors' fork pins transformers==4.34.1); its prompts are
+#:   padded to the fixed ``--max_prompt_seq_len``.
+#:
+#: verl (remove-padding) and NeMo RL (sequence packing) run no padded passes.
+PADDED_PASSES: dict[str, tuple[tuple[int, ...], str]] = {"openrlhf": ((0, 1), "varlen"),
+                                                        "deepspeed-chat": ((), "dense")}
+
+
+def pass_padding(framework: str, version: str | None) -> str:
+    """How ``framework`` at release ``version`` (``None``: its current release) pads the micro-batches of its
+    forward and training passes (:data:`PADDINGS`, :data:`PADDED_PASSES`), which the cost model prices
+    (:meth:`~packplace.placement.model.cost.CostModel.pass_shape`,
+    :meth:`~packplace.placement.model.cost.CostModel.attention_length`).
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`parse_version`).
+    """
+    entry = PADDED_PASSES.get(framework)
+    if entry is None:
+        return "none"
+    first, padding = entry
+    if version is None or not first or parse_version(version) >= first:
+        return padding
+    return "none"
+
+
 def colocated_engine_gpu_memory_utilization(instance) -> float | None:
     """The ``gpu_memory_utilization`` ``instance``'s rollout engine runs with in a plan that colocates every model
     with it (the engine's GPUs those of every trainer: OpenRLHF's ``--colocate_all_models``, the only layout in
