@@ -7,10 +7,11 @@ import copy
 import os
 
 import pytest
+import yaml
 
 from packplace.errors import ConfigError
 from packplace.placement.candidates import cost_model
-from packplace.placement.checking.validate import load_setup
+from packplace.placement.checking.validate import load_setup, load_setup_mapping
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.framework import pass_padding
 from packplace.placement.problem.workload import Workload, expected_longest
@@ -69,10 +70,14 @@ def test_frameworks_that_pad_their_passes():
 
 
 def test_openrlhf_passes_pay_the_longest_response_of_each_micro_batch():
-    # OpenRLHF 7B on 8 x A800: prompts at 1,024, responses spread over 100-300 tokens (gen_quantiles
-    # [[0.001, 100], [1.0, 300]]): a forward of micro-batches of 4 pays 1,024 + ~260 (the longest of 4
-    # uniform draws on [100, 300]: 100 + 200·4/5; the 0.1% below 100 moves it by under 0.05) per sequence
-    instance, plan, _ = load_setup(os.path.join(VALIDATION, "openrlhf_ppo_llama2-7b_8xa800.yaml"))
+    # OpenRLHF 7B on 8 x A800 with prompts at 1,024 and responses spread over 100-300 tokens (gen_quantiles
+    # [[0.001, 100], [1.0, 300]], the README's earlier column read literally; the file keeps the cap): a
+    # forward of micro-batches of 4 pays 1,024 + ~260 (the longest of 4 uniform draws on [100, 300]:
+    # 100 + 200·4/5; the 0.1% below 100 moves it by under 0.05) per sequence
+    with open(os.path.join(VALIDATION, "openrlhf_ppo_llama2-7b_8xa800.yaml")) as fh:
+        cfg = yaml.safe_load(fh)
+    cfg["workload"]["gen_quantiles"] = [[0.001, 100], [1.0, 300]]
+    instance, plan, _ = load_setup_mapping(cfg)
     cost = cost_model(instance)
     assert cost.padding == "varlen"
     ref = instance.models["reference"]
