@@ -230,7 +230,7 @@ class _ContextParallelCost(CostModel):
 
     sequence: float = 0.0
 
-    def attention_length(self, model, kind, dp, pp, tp, ep=1):   # noqa: D102 - see the class docstring
+    def attention_length(self, model, kind, dp, pp, tp, ep=1, *, micro_batch=None):   # noqa: D102 - see the class docstring
         return self.sequence
 
 

@@ -7,7 +7,10 @@ Hint and fallback: the best (evaluator objective) of the ``hint_solvers`` plans 
 Dominance pruning (:mod:`.pruning`) runs after the hint, within the build budget below (past it: the
 hint, ``cp_status`` ``NOT_BUILT``). Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps
 per vertex its ``top_k`` fastest candidates of each block shape plus the hint's; the status is then at most
-``feasible`` and CP-SAT's bound goes to ``info["restricted_bound_s"]`` only. Symmetry breaking: when block
+``feasible`` and CP-SAT's bound goes to ``info["restricted_bound_s"]`` only. The same holds, without the
+``top_k`` cut, where the evaluator prices the experience as a framework release's serial micro-rollout loop
+(:attr:`~packplace.placement.evaluator.PlacementEvaluator.micro_rollout`), which the model's vertex times do
+not encode. Symmetry breaking: when block
 sizes nest, the first vertex's block is fixed at GPU 0 (:func:`first_block_at_origin`). Time limit: preparation may use
 :data:`BUILD_TIME_SHARE` of ``time_limit_s``; the anneal hint stops after :data:`HINT_EVALUATIONS_PER_S`
 evaluations a second of its budget and a model of more than :data:`BUILD_OPTIONS_PER_S` options a second
@@ -349,10 +352,14 @@ class _ExactPlacement:
         choices = staleness_choices(instance)
         self.asynchronous = any(t >= 1 for values in choices.values() for t in values)
         self.most_stale = {model: max(values) for model, values in choices.items()} if self.asynchronous else None
-        self.restricted = top_k is not None or instance.num_gpus > max_gpus
-        self.top_k = instance.k_eval if self.restricted and top_k is None else top_k
+        # the evaluator prices the experience of some releases as a loop the model's vertex times do not encode
+        looped = self.ev.micro_rollout is not None
+        self.restricted = top_k is not None or instance.num_gpus > max_gpus or looped
+        self.top_k = instance.k_eval if top_k is None and instance.num_gpus > max_gpus else top_k
         self.why_restricted = (f"{instance.num_gpus} GPUs > max_gpus={max_gpus}" if instance.num_gpus > max_gpus
-                               else f"top_k={top_k}")
+                               else f"top_k={top_k}" if top_k is not None
+                               else "the evaluator prices the experience as the framework release's serial loop "
+                                    "over micro-rollout batches, which the model does not encode")
         self.monotone = False
         self.candidates: dict[str, list] = {}
 
@@ -403,7 +410,7 @@ class _ExactPlacement:
         for name in candidates:
             vp = self.hint_plan[name]
             hint_cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
-            if self.restricted:
+            if self.top_k is not None:
                 per_shape: dict[tuple[int, int, int], int] = defaultdict(int)
                 keep = []
                 for cand in candidates[name]:  # fastest first
@@ -414,7 +421,7 @@ class _ExactPlacement:
             # a dominated hint candidate stays available (harmless, keeps the hint exact)
             if hint_cand not in candidates[name]:
                 candidates[name].append(hint_cand)
-        if self.restricted:
+        if self.top_k is not None:
             self.notes.append(f"restricted to the {self.top_k} fastest non-dominated candidates per vertex and "
                               f"block shape plus the hint's ({self.why_restricted}): no optimality claim for the "
                               f"full problem")

@@ -47,6 +47,7 @@ from packplace.placement.model.framework import (
     generate_calls,
     hybrid_lora_fuse_seconds,
     inference_owner,
+    pass_padding,
     profile,
     trainer_logit_bytes,
 )
@@ -1151,7 +1152,8 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                      packed_passes(instance, release), getattr(instance, "dynamic_bsz", None),
                      frozenset(["actor", *sharers]) if "actor" in instance.models else frozenset(),
                      bare_loop_models(instance), {m: c for m, c in degrees.items() if c > 1},
-                     frozenset(role for role, _ in forwards), models=instance.models)
+                     frozenset(role for role, _ in forwards), models=instance.models,
+                     padding=pass_padding(instance.framework, getattr(instance, "framework_version", None)))
 
 
 def bare_loop_models(instance) -> frozenset:

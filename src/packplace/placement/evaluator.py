@@ -21,6 +21,8 @@ docs/performance.md.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -38,7 +40,11 @@ from packplace.placement.candidates import (
     train_state_kept,
     vertex_parts,
 )
-from packplace.placement.model.framework import colocated_engine_gpu_memory_utilization
+from packplace.placement.model.framework import (
+    colocated_engine_gpu_memory_utilization,
+    micro_rollout_loop,
+    micro_rollout_seconds,
+)
 from packplace.placement.model.layout_rules import Context, Placed, refusals, strategy_refusal
 from packplace.placement.problem.plan import Plan, VertexPlan
 from packplace.result import register_solution_type
@@ -144,6 +150,22 @@ def colocate_all_vertices(instance, table: CandidateTable) -> tuple[int, tuple[i
     return (engine, trainers) if trainers else None
 
 
+def micro_rollout_vertices(instance) -> tuple[int, int, tuple[int, ...]] | None:
+    """``(generation, actor training, forwards)`` vertex indices of ``instance`` (topological order) where its
+    framework release runs the experience as a serial loop over micro-rollout batches on every actor rank
+    (:func:`~packplace.placement.model.framework.micro_rollout_loop`), else ``None``."""
+    if not micro_rollout_loop(instance.framework, getattr(instance, "framework_version", None)):
+        return None
+    vertices = instance.graph.vertices
+    gen = [i for i, v in enumerate(vertices) if v.kind == "generate"]
+    if len(gen) != 1:
+        return None
+    actor = vertices[gen[0]].model
+    train = [i for i, v in enumerate(vertices) if v.kind == "train" and v.model == actor]
+    forwards = tuple(i for i, v in enumerate(vertices) if v.kind == "infer")
+    return (gen[0], train[0], forwards) if len(train) == 1 and forwards else None
+
+
 def get_table(instance, deadline: float | None = None) -> CandidateTable:
     """The instance's candidate table, built once and cached on the instance; a build that passes
     ``deadline`` (``time.perf_counter()`` seconds) raises
@@ -213,6 +235,10 @@ class PlacementEvaluator:
         #: ``(engine, trainers)`` vertex indices where the engine runs at another gpu_memory_utilization in a plan
         #: that colocates every model with it (:attr:`CandidateTable.colocated`, OpenRLHF v0.5.8-v0.6.0), else None
         self.colocate_all = colocate_all_vertices(instance, self.table)
+        #: ``(generation, actor training, forwards)`` vertex indices where the framework release runs the
+        #: experience as a serial loop over micro-rollout batches (:meth:`micro_rollout_parts`), else None
+        self.micro_rollout = micro_rollout_vertices(instance)
+        self._loop: dict[tuple, dict[int, dict[str, float]]] = {}
         #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
         self.rules = Context.of(instance) if Context.of(instance).ruled or instance.framework == "deepspeed-chat" \
             else None   # DeepSpeed-Chat's one rule: no pipeline or expert parallelism
@@ -260,7 +286,61 @@ class PlacementEvaluator:
             missing = [self.names[i] for i in range(n) if out[i] is None]
             return f"vertices not placed: {', '.join(missing)}" if missing else "a vertex is listed twice"
         if self.colocate_all is not None:
-            return self._colocated_engine(out)
+            out = self._colocated_engine(out)
+        if self.micro_rollout is not None and out.__class__ is list:
+            for i, parts in self.micro_rollout_parts(out).items():
+                cand, lo, hi = out[i]
+                out[i] = (dataclasses.replace(cand, time=sum(parts.values())), lo, hi)
+        return out
+
+    def micro_rollout_parts(self, res: list) -> dict[int, dict[str, float]]:
+        """The parts of the generation, forward and actor-training vertices of ``res`` where the experience runs
+        as OpenRLHF's serial loop over micro-rollout batches (:attr:`micro_rollout`;
+        :func:`~packplace.placement.model.framework.micro_rollout_seconds`): the generation vertex's
+        ``generation`` becomes ``micro_rollout``, the loop's seconds; the forwards, which run inside it, take
+        0; the actor's training loses ``old_log_prob`` (and its ``gather``), its forward in the loop.
+
+        The loop's pieces, each from the model's own pricing: the micro-rollout batch ``mb`` is the forward
+        vertices' micro-batch (every remote forward receives one micro-rollout batch; the largest where they
+        differ); the actor ranks are the training vertex's ``dp``, each running ``⌈(B·K/dp)/mb⌉`` steps; a
+        generation call is :meth:`~packplace.placement.model.cost.CostModel.generate_time` of ``mb`` sequences
+        on one engine of the generation vertex's strategy; a remote forward is the forward vertex's time less
+        its ``overhead`` over the micro-rollout batches each of its ``dp`` servers runs; the actor's forward is
+        the ``old_log_prob`` (and ``gather``) part priced at micro-batch ``mb``, over the steps. Not priced:
+        the per-call Ray latency (the generation vertex keeps its one ``overhead``), ZeRO-3 groups' lockstep
+        across servers."""
+        gen, train, forwards = self.micro_rollout
+        key = tuple(res[i][0].key for i in (gen, train, *forwards))
+        hit = self._loop.get(key)
+        if hit is not None:
+            return hit
+        w = self.instance.workload
+        gcand, tcand = res[gen][0], res[train][0]
+        mb = max(res[j][0].micro_batch for j in forwards)
+        ranks = tcand.strategy.dp
+        steps = -(-(w.sequences // ranks) // mb)
+        engine = copy.copy(self.cost.for_role(self.instance.graph.vertices[gen].model))
+        engine.workload = dataclasses.replace(w, batch_size=mb, samples_per_prompt=1)
+        s = gcand.strategy
+        generate = engine.generate_time(self.model_specs[gen], 1, s.pp, s.tp, mb, gcand.extent, s.ep)
+        own = vertex_parts(self.instance, self.cost, self.names[train], tcand.strategy, mb, tcand.extent)
+        actor = (own.get("old_log_prob", 0.0) + own.get("gather", 0.0)) / steps
+        servers = []
+        for j in forwards:
+            cand = res[j][0]
+            parts = self.vertex_phases(self.names[j], cand)
+            calls = -(-(w.sequences // cand.strategy.dp) // mb)
+            servers.append((cand.strategy.dp, (sum(parts.values()) - parts.get("overhead", 0.0)) / calls))
+        loop = micro_rollout_seconds(ranks, steps, s.dp, generate, actor, tuple(servers))
+        out = {gen: {"micro_rollout": loop, **{k: v for k, v in self.vertex_phases(self.names[gen], gcand).items()
+                                               if k != "generation"}}}
+        out[train] = {k: v for k, v in self.vertex_phases(self.names[train], tcand).items()
+                      if k not in ("old_log_prob", "gather")}
+        for j in forwards:
+            out[j] = {k: 0.0 for k in self.vertex_phases(self.names[j], res[j][0])}
+        if len(self._loop) >= RESOLVE_CACHE_LIMIT:
+            self._loop.clear()
+        self._loop[key] = out
         return out
 
     def _colocated_engine(self, out: list) -> list | str:
@@ -610,12 +690,13 @@ class PlacementEvaluator:
         if not (math.isfinite(objective) and math.isfinite(step)):
             violations.append(f"step time is not finite ({objective} seconds); the plan cannot be scored")
         w = self.instance.workload
+        loop = self.micro_rollout_parts(res) if self.micro_rollout is not None else {}
         score = PlacementScore(
             feasible=not violations, violations=violations,
             step_time=objective if not violations else INF, makespan=max(end),
             start=dict(zip(self.names, start)), end=dict(zip(self.names, end)),
             vertex_time={name: stale.get(i, r[0].time) for i, (name, r) in enumerate(zip(self.names, res))},
-            phases={name: self._score_phases(i, r[0], stale, shifts)
+            phases={name: dict(loop[i]) if i in loop else self._score_phases(i, r[0], stale, shifts)
                     for i, (name, r) in enumerate(zip(self.names, res))},
             realloc={f"{self.names[a]}->{self.names[b]}": r for (a, b), r in zip(self.pubs, reallocs)},
             gpu_memory_peak=peaks, oom=oom, memory_capacity=self.capacity,
@@ -813,7 +894,15 @@ class PlacementEvaluator:
         for each publication edge ``trainer → consumer`` of a model with largest allowed staleness ``t`` the cycle
         ``consumer → … → trainer → consumer`` spanning ``1 + t`` steps: its longest data path at the
         fastest candidates divided by ``1 + t``. A generation vertex under a continuous-rollout framework
-        counts at its steady-state time where that is shorter (:meth:`_bound_times`)."""
+        counts at its steady-state time where that is shorter (:meth:`_bound_times`).
+
+        Where the framework release runs the experience as a serial loop over micro-rollout batches
+        (:attr:`micro_rollout`) the candidate times do not price that loop (it replaces the generation and
+        forward vertices' times and the actor's ``old_log_prob``, and may be shorter than their sum), so the
+        bound is the trivial 0: valid, never claimed tight."""
+        if self.micro_rollout is not None:
+            self.bound_cut = False
+            return 0.0
         if self._bound is not None:
             self.bound_cut = False
             return self._bound

@@ -50,6 +50,7 @@ from packplace.placement.model.engine import (
 from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
     FRAMEWORKS,
+    PADDINGS,
     FrameworkProfile,
     decode_step_overhead,
     dispatch_seconds,
@@ -198,6 +199,10 @@ class CostModel:
             reference and critic, NeMo RL's reference), whose pipeline :meth:`pass_time` runs as the training
             pass's.
         models: The shape of each role (``models.<role>``), which resolves the role-keyed settings above.
+        padding: How the framework pads the micro-batches of its forward and training passes
+            (:func:`~packplace.placement.model.framework.pass_padding`: ``none``, ``varlen`` or ``dense``): a
+            padded pass priced on the plan's micro-batches pays each one's longest sequence (:meth:`pass_shape`,
+            :meth:`attention_length`).
 
     Every setting above is keyed by role, never by shape: two roles of one shape (a reward model of the
     critic's trunk, a reference identical to the actor) keep their own. A vertex's time is priced on the view of
@@ -220,7 +225,7 @@ class CostModel:
                  bare_loop_models: frozenset = frozenset(),
                  context_parallel: Mapping[str, int] | None = None,
                  context_parallel_forwards: frozenset = frozenset(),
-                 models: Mapping[str, ModelSpec] | None = None) -> None:
+                 models: Mapping[str, ModelSpec] | None = None, padding: str = "none") -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -249,6 +254,9 @@ class CostModel:
         self.bare_loop_models = frozenset(bare_loop_models)
         self.context_parallel = dict(context_parallel) if context_parallel else {}
         self.context_parallel_forwards = frozenset(context_parallel_forwards)
+        if padding not in PADDINGS:
+            raise ValueError(f"CostModel padding: must be one of {', '.join(PADDINGS)}, got {padding!r}")
+        self.padding = padding
         #: The role this view prices (:meth:`for_role`); ``None``: the unbound model.
         self.role: str | None = None
         self._base: CostModel | None = None
@@ -374,7 +382,10 @@ class CostModel:
         """``(m, tokens)``: the micro-batches per data-parallel rank and the tokens of each that price a pass of
         ``kind`` (``train``: the training pass and its recomputed forward; ``logprob``: a forward over the
         rollouts). Without packing ``m = B·K/(dp·mb)`` micro-batches of ``mb·s`` tokens (``s`` =
-        :attr:`~packplace.placement.problem.workload.Workload.train_seq_len`). A packed model
+        :attr:`~packplace.placement.problem.workload.Workload.train_seq_len`; a framework that pads each
+        micro-batch to its longest sequence, :attr:`padding` not ``none``, ``s`` = the prompt plus the expected
+        longest of ``mb`` responses, :meth:`~packplace.placement.problem.workload.Workload.padded_seq_len`). A
+        packed model
         (:meth:`packed`) takes its packs (:meth:`~packplace.placement.model.sequence_packing.PackedPasses.shape`):
         Megatron-Core workers when :meth:`pass_kernels` says so, else DTensor; in lockstep on ZeRO-3 / FSDP
         weights (:attr:`sharded_models`); training over ``optimizer_steps`` global batches, a log-prob pass
@@ -391,7 +402,8 @@ class CostModel:
             sequences, budget, chunks = dynamic
             m = dynamic_micro_batches(sequences, w.train_seq_len, budget)
             return m * chunks, sequences * w.train_seq_len / m
-        return w.sequences // (dp * micro_batch), micro_batch * w.train_seq_len
+        length = w.padded_seq_len(micro_batch) if self.padding != "none" else w.train_seq_len
+        return w.sequences // (dp * micro_batch), micro_batch * length
 
     def dynamic_chunk(self, model: ModelSpec, kind: str, dp: int) -> tuple[float, int, int] | None:
         """``(sequences, budget, chunks)`` of a pass of ``kind`` under verl's dynamic batch size: the sequences
@@ -405,20 +417,31 @@ class CostModel:
         budget = self.dynamic_bsz[0] if kind == "train" else self.dynamic_bsz[1]
         return self.workload.sequences / (dp * steps), budget, steps
 
-    def attention_length(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, ep: int = 1) -> float:
+    def attention_length(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, ep: int = 1, *,
+                         micro_batch: int | None = None) -> float:
         """Tokens of context per token at which a pass of ``kind`` (as :meth:`pass_shape`) prices its causal
         attention (``2·L·s·q`` FLOPs per token: :meth:`~packplace.shape.TransformerShape.forward_flops_per_token`):
         :attr:`~packplace.placement.problem.workload.Workload.train_seq_len`, or for a packed model the
         slowest path's ``Σ l²/Σ l`` over the sequences of its packs
         (:meth:`~packplace.placement.model.sequence_packing.PackedPasses.shape`): each packed sequence attends
         to itself only (FlashAttention's ``flash_attn_varlen_func`` over ``cu_seqlens``), so a pack's attention
-        is the sum over its sequences, not its tokens times the mean length."""
+        is the sum over its sequences, not its tokens times the mean length. A padded pass (:attr:`padding`, a
+        ``micro_batch`` given, no dynamic batch size) of ``P`` tokens a sequence
+        (:meth:`~packplace.placement.problem.workload.Workload.padded_seq_len`): ``varlen`` attends over each
+        sequence's own tokens, as the unpadded pass, ``s²/P`` over its ``P`` (``s`` = ``train_seq_len``;
+        FlashAttention-2 on the unpadded tokens of the padded batch, transformers 4.40
+        ``LlamaFlashAttention2._upad_input`` then ``flash_attn_varlen_func``); ``dense`` over the padded batch,
+        ``P`` (eager attention with a mask)."""
         if self.packed(model):
             assert self.packing is not None
             steps = self.options(model).optimizer_steps if kind == "train" else 1
             return self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
                                       self.shards(model), steps)[2]
-        return float(self.workload.train_seq_len)
+        s = float(self.workload.train_seq_len)
+        if self.padding == "none" or not micro_batch or self.dynamic_chunk(model, kind, dp) is not None:
+            return s
+        padded = self.workload.padded_seq_len(micro_batch)
+        return s * s / padded if self.padding == "varlen" else padded
 
     def peak_pass_tokens(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                          ep: int = 1) -> float:
@@ -894,7 +917,8 @@ class CostModel:
                   pack: str | None = None, context_parallel: bool = False) -> float:
         """A training step or an inference (log-prob / score) pass over the step's sequences.
 
-        Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``), per layer:
+        Per micro-batch of ``mb`` sequences (``tokens = mb·s``, ``s = S + mean response``; a framework that pads
+        each micro-batch to its longest sequence, :meth:`pass_shape` and :meth:`attention_length`), per layer:
         compute ``c·(2N_blocks/L + 2sq)·tokens / (tp·F·eff)`` with ``c`` = 3 for training (forward + 2×
         backward) and 1 for inference, ``eff`` = :meth:`gemm_efficiency` of ``tokens`` rows (every TP
         rank multiplies all micro-batch tokens by its ``1/tp`` weight slice; Megatron-LM);
@@ -966,7 +990,8 @@ class CostModel:
         """
         micro_batches, tokens = self.pass_shape(model, pack or ("train" if train else "logprob"), dp, pp, tp,
                                                 micro_batch, ep)
-        s = self.attention_length(model, pack or ("train" if train else "logprob"), dp, pp, tp, ep)
+        s = self.attention_length(model, pack or ("train" if train else "logprob"), dp, pp, tp, ep,
+                                  micro_batch=micro_batch)
         stage = self._stage_seconds(model, train, dp, pp, tp, tokens, s, extent, ep, lora_rank, layers_only)
         # context parallelism (not NeMo RL's packs, which pass_shape splits already): a CP group of ring ranks runs
         # ring·m micro-batches, each GPU a ring-th of each one's tokens; the pipeline's bubble is one such share

@@ -132,7 +132,8 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     rank = options.lora_rank
     seconds = 0.0
     if options.recompute != "none":
-        s = cost.attention_length(model, "train", dp, pp, tp, ep)   # packed: the packs' Σ l² over their tokens
+        # packed: the packs' Σ l² over their tokens; padded: each sequence's own tokens over the padded ones
+        s = cost.attention_length(model, "train", dp, pp, tp, ep, micro_batch=micro_batch)
         ring = cost.context_parallel_degree(model) if not cost.packed(model) else 1
 
         def stage(n: float) -> float:

@@ -6,9 +6,11 @@ new tokens) and the response lengths as a piecewise-linear quantile function thr
 mean response, the longest response of a batch, the fraction of sequences still decoding at each step
 (:attr:`Workload.active_fraction`), the grid a decode sum runs over (:attr:`Workload.decode_grid`: exact
 up to :data:`DECODE_EXACT_STEPS` steps, chunked beyond) and the training sequence length
-``S + mean response``. :class:`RuleReward` is a rule-based reward scored on CPU
-(``models.reward: rule``): ``seconds_per_sample`` per response of its ``verifier`` over ``workers``
-processes, added to generation (or overlapping a stream that scores each response as it finishes).
+``S + mean response``, or, for a pass that pads each micro-batch of ``m`` sequences to its longest, ``S`` plus
+the expected longest of ``m`` responses (:meth:`Workload.padded_seq_len`, :func:`expected_longest`).
+:class:`RuleReward` is a rule-based reward scored on CPU (``models.reward: rule``): ``seconds_per_sample`` per
+response of its ``verifier`` over ``workers`` processes, added to generation (or overlapping a stream that scores
+each response as it finishes).
 Config fields: :data:`packplace.placement.problem.config.WORKLOAD_FIELDS`.
 """
 
@@ -59,6 +61,33 @@ def rule_verifier_for(framework: str | None) -> str:
     """The rule verifier ``framework`` scores math answers with when the config names none
     (:data:`FRAMEWORK_RULE_VERIFIER`, else :data:`DEFAULT_RULE_VERIFIER`)."""
     return FRAMEWORK_RULE_VERIFIER.get(framework or "", DEFAULT_RULE_VERIFIER)
+
+
+def expected_longest(qs, ts, m: int) -> float:
+    """Expected largest of ``m`` independent draws from the distribution whose quantile function is piecewise
+    linear through the points ``(qs[i], ts[i])`` (``qs`` non-decreasing from 0 to 1; a repeated ``q`` is a jump:
+    an atom), exactly: the largest of ``m`` draws is ``Q(U)`` with ``U`` of density ``m·u^(m−1)`` on [0, 1]
+    (the ``m``-th order statistic of uniforms), so ``E = ∫ Q(u)·m·u^(m−1) du``; on a segment where
+    ``Q(u) = a + b·u`` that is ``a·[u^m] + b·m/(m+1)·[u^(m+1)]`` between its ends. ``m = 1``: the mean.
+
+    Raises:
+        ValueError: ``m`` below 1, or points of unequal lengths.
+    """
+    if int(m) != m or m < 1:
+        raise ValueError(f"m (sequences per micro-batch) must be an integer of at least 1, got {m!r}")
+    q = np.asarray(qs, dtype=float)
+    t = np.asarray(ts, dtype=float)
+    if q.shape != t.shape or q.ndim != 1 or len(q) < 2:
+        raise ValueError(f"qs and ts must be 1-D of one length (at least 2), got {q.shape} and {t.shape}")
+    u0, u1, t0, t1 = q[:-1], q[1:], t[:-1], t[1:]
+    width = u1 - u0
+    keep = width > 0.0
+    u0, u1, t0, t1, width = u0[keep], u1[keep], t0[keep], t1[keep], width[keep]
+    slope = (t1 - t0) / width
+    level = t0 - slope * u0
+    m = int(m)
+    total = level * (u1 ** m - u0 ** m) + slope * m / (m + 1.0) * (u1 ** (m + 1) - u0 ** (m + 1))
+    return float(np.sum(total))
 
 
 #: Decode steps kept one by one by :attr:`Workload.decode_grid`; longer generations are chunked.
@@ -156,6 +185,18 @@ class Workload:
         weight = np.diff(edges)
         steps = (edges[:-1] + 1 + edges[1:]) / 2  # chunk covers t = edges[i]+1 .. edges[i+1]
         return steps, weight, self._active_at(steps)
+
+    def expected_max_response(self, m: int) -> float:
+        """Expected longest response (tokens) of ``m`` drawn from the response-length distribution
+        (:func:`expected_longest` of the quantile function); ``m = 1``: :attr:`mean_response`."""
+        qs, ts = self._quantile_points
+        return expected_longest(qs, ts, m)
+
+    def padded_seq_len(self, m: int) -> float:
+        """Tokens per sequence of a pass that pads each micro-batch of ``m`` sequences to its longest: the
+        prompt ``S`` (one length: its left padding adds nothing) plus :meth:`expected_max_response`, never
+        below :attr:`train_seq_len`."""
+        return max(self.train_seq_len, self.context_length + self.expected_max_response(m))
 
     @property
     def train_seq_len(self) -> float:
