@@ -115,3 +115,9 @@ def test_the_loop_leaves_no_bound_to_claim():
     result = solve_placement(looped, "cpsat", time_limit_s=20, seed=0, hint_solvers=["greedy"])
     assert result.status in ("feasible", "unknown")
     assert result.bound is None or result.bound == 0.0
+
+
+@pytest.mark.parametrize(("version", "loop"), [("0.5.0rc1", False), ("0.5.0.dev1", False), ("0.4.6.post1", True)])
+def test_a_pre_release_takes_the_loop_of_the_release_it_leads_to(version, loop):
+    # the framework tables read "0.5.0rc1" as 0.5.0 (framework.table_release), so the loop does too
+    assert micro_rollout_loop("openrlhf", version) is loop

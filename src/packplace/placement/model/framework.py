@@ -809,14 +809,15 @@ def micro_rollout_loop(framework: str, version: str | None) -> bool:
     """Whether the experience of ``framework`` at release ``version`` runs as a serial loop over micro-rollout
     batches on every actor rank (:func:`micro_rollout_seconds`): OpenRLHF before
     :data:`OPENRLHF_WHOLE_ROLLOUT_CALL`. False for every other framework and for OpenRLHF with no ``version``
-    (its current releases generate a rank's whole rollout in one call).
+    (its current releases generate a rank's whole rollout in one call). A pre-release reads as the release it
+    leads to (:func:`table_release`).
 
     Raises:
         ConfigError: a malformed ``version`` (:func:`parse_version`).
     """
     if framework != "openrlhf" or version is None:
         return False
-    return parse_version(version) < OPENRLHF_WHOLE_ROLLOUT_CALL
+    return table_release(version) < OPENRLHF_WHOLE_ROLLOUT_CALL
 
 
 def micro_rollout_seconds(ranks: int, steps: int, engines: int, generate: float, actor: float,
@@ -932,7 +933,7 @@ def pass_padding(framework: str, version: str | None) -> str:
     if entry is None:
         return "none"
     first, padding = entry
-    if version is None or not first or parse_version(version) >= first:
+    if version is None or not first or table_release(version) >= first:
         return padding
     return "none"
 
