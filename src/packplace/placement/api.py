@@ -227,7 +227,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
             (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs; where
-            ``deadline`` cut that search, "... was cut by the time limit at N GPUs" and the upper bound), or
+            ``deadline`` cut that search, "... was cut by the time limit at N GPUs" and the upper bound; where it
+            cut the search for the GPUs each such task needs, "no block of it fits V in memory (...); the search
+            for the GPUs it needs on a grown cluster was cut by the time limit"), or
             "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB"
             (with the memory settings that fit).
     """
