@@ -103,6 +103,25 @@ def set_cp_parameters(parameters: Any, cp_parameters: Any) -> None:
                               f"(CP-SAT's range), got {show(value)}")
 
 
+def check_cp_parameters(cp_model: Any, cp_parameters: Any) -> None:
+    """Every cpsat backend's check of ``cp_parameters`` before any work: each entry set on a scratch solver
+    (:func:`set_cp_parameters`), then an empty model solved with them (``cp_model``: OR-Tools'
+    ``ortools.sat.python.cp_model``, its log off), so that a value CP-SAT refuses only when it validates the
+    parameters at solve time (``max_time_in_seconds: -5``) fails here and not after the backend's work.
+
+    Raises:
+        ConfigError: as :func:`set_cp_parameters`, or "cpsat: cp_parameters: CP-SAT refuses them: <CP-SAT's
+            reason> (got {...})" where the empty model ends MODEL_INVALID.
+    """
+    solver = cp_model.CpSolver()
+    set_cp_parameters(solver.parameters, cp_parameters)
+    solver.parameters.log_search_progress = False
+    status = solver.Solve(cp_model.CpModel())
+    if solver.StatusName(status) == "MODEL_INVALID":
+        raise ConfigError(f"cpsat: cp_parameters: CP-SAT refuses them: {solver.SolutionInfo() or 'MODEL_INVALID'} "
+                          f"(got {show(dict(cp_parameters))})")
+
+
 def cp_status_text(solver: Any, cp_status: Any) -> str:
     """CP-SAT's status name for ``cp_status`` (``solver.StatusName``), and for MODEL_INVALID the reason CP-SAT
     gives (``solver.SolutionInfo()``, its model/parameter validation text, e.g. "MODEL_INVALID (Parameters

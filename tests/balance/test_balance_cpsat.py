@@ -474,7 +474,7 @@ def test_a_cp_parameter_of_the_wrong_type_is_one_line(problem, entry, message):
     assert str(caught.value) == message
 
 
-def test_num_workers_above_cp_sats_range_is_refused_and_a_refused_model_says_why():
+def test_num_workers_above_cp_sats_range_is_refused_and_a_refused_model_says_why(monkeypatch):
     from packplace.context_parallel import make_instance as cp_instance
 
     inst = make_instance([2, 6, 3, 3, 2, 9, 4], seq_len=10, data_parallel_size=3)
@@ -484,6 +484,14 @@ def test_num_workers_above_cp_sats_range_is_refused_and_a_refused_model_says_why
         with pytest.raises(ConfigError) as caught:
             packplace.balance(instance, solver="cpsat", time_limit_s=5, num_workers=10**6)
         assert str(caught.value) == "num_workers: must be an integer in [1, 10000], got 1000000"
+    # a parameter CP-SAT refuses only when it solves: refused before any work (it had ended MODEL_INVALID)
+    for instance in (inst, cp):
+        with pytest.raises(ConfigError) as caught:
+            packplace.balance(instance, solver="cpsat", time_limit_s=5, cp_parameters={"max_time_in_seconds": -1})
+        assert str(caught.value) == ("cpsat: cp_parameters: CP-SAT refuses them: Parameters max_time_in_seconds "
+                                     "must be non-negative (got {'max_time_in_seconds': -1})")
+    # the MODEL_INVALID end, were one to get past the check, still says why
+    monkeypatch.setattr(cpsat_module, "check_cp_parameters", lambda *args: None)
     result = packplace.balance(inst, solver="cpsat", time_limit_s=5, cp_parameters={"max_time_in_seconds": -1})
     assert result.status == "feasible" and result.objective == 10.0
     assert result.message == ("CP-SAT ended MODEL_INVALID (Parameters max_time_in_seconds must be non-negative) "
@@ -504,9 +512,13 @@ def test_cp_parameters_num_workers_obeys_cp_sats_range(problem):
                                      f"(CP-SAT's range), got {workers}")
 
 
-def test_context_parallel_cpsat_says_why_a_model_was_invalid():
+def test_context_parallel_cpsat_says_why_a_model_was_invalid(monkeypatch):
     # a MODEL_INVALID end had read "CP-SAT did not beat the greedy start; returning it" although CP-SAT never ran
+    # (the up-front check now refuses these parameters: set aside here to reach a MODEL_INVALID solve)
+    import packplace.solvers.context_parallel.cpsat.solver as cp_cpsat_module
     from packplace.context_parallel import make_instance as cp_instance
+
+    monkeypatch.setattr(cp_cpsat_module, "check_cp_parameters", lambda *args: None)
 
     cp = cp_instance([5, 5, 4, 4, 3, 3, 3], dp=2, context_parallel={"max": 2})
     assert packplace.balance(cp, solver="greedy").objective == 28.5  # the start CP-SAT is handed

@@ -703,6 +703,41 @@ def test_a_planted_entry_with_fewer_samples_per_rank_than_bins_is_refused_when_r
     assert not (tmp_path / "b.json").exists()
 
 
+def test_a_planted_entry_too_large_or_with_too_few_tokens_per_bin_is_refused_when_read(tmp_path, capsys):
+    # planted_balance refused a fill / seq_len leaving fewer tokens per bin than samples only when built (every
+    # cell in error, exit 1), and n = ranks x samples_per_rank was not held to the caps of the other generators
+    # (4,096 ranks x 2,000,000 samples: 8.2e9 samples asked for)
+    from packplace.cli import main
+
+    def refused(params, match):
+        with pytest.raises(ConfigError, match=match):
+            load_suite({"problem": "balance", "instances": [{"generator": "planted", "params": params}]})
+
+    refused({"ranks": 2, "bins_per_rank": 1, "samples_per_rank": 20, "seq_len": 8},
+            r"^suite: instances\[0\]\.params\.fill: 1\.0 of seq_len 8 leaves 8 tokens per bin, fewer than the 20 "
+            r"samples of a bin \(each takes a token at least\); give a larger seq_len or fill, or fewer "
+            r"samples_per_rank$")
+    # 7 samples over 2 bins: 4 in the fuller one; fill 0.5 of seq_len 7 leaves floor(3.5) = 3 tokens
+    refused({"ranks": 1, "bins_per_rank": 2, "samples_per_rank": 7, "seq_len": 7, "fill": 0.5},
+            r"fill: 0\.5 of seq_len 7 leaves 3 tokens per bin, fewer than the 4 samples of a bin")
+    refused({"ranks": 4096, "bins_per_rank": 1, "samples_per_rank": 2_000_000, "seq_len": 4_000_000},
+            r"^suite: instances\[0\]\.params\.samples_per_rank: 8,192,000,000 samples \(ranks x samples_per_rank\); "
+            r"the limit is 10,000,000$")
+    # under the sample cap, over the memory a suite instance may take (700 bytes a sample: 1 GiB ~ 1.5 M samples)
+    refused({"ranks": 1000, "bins_per_rank": 1, "samples_per_rank": 2000, "seq_len": 4000},
+            r"^suite: instances\[0\]\.params: 2,000,000 samples in 1,000 bins would take about")
+    # at the edge: 4 samples in a bin of 4 tokens (one each) builds
+    edge = {"ranks": 2, "bins_per_rank": 1, "samples_per_rank": 4, "seq_len": 8, "fill": 0.5}
+    suite = load_suite({"problem": "balance", "instances": [{"generator": "planted", "params": edge}]})
+    instance, samples = get_adapter("balance").build(suite.instances[0])
+    assert samples == 8 == len(instance.samples) and sorted(s.tokens for s in instance.samples) == [1] * 8
+    path = tmp_path / "planted.yaml"
+    path.write_text("problem: balance\ninstances:\n  - {generator: planted, params: {ranks: 2, bins_per_rank: 1, "
+                    "samples_per_rank: 20, seq_len: 8}}\n")
+    assert main(["compare", "--problem", "balance", "--solvers", "lpt", "--suite", str(path)]) == 2
+    assert "instances[0].params.fill: 1.0 of seq_len 8 leaves 8 tokens per bin" in capsys.readouterr().err
+
+
 def test_a_suite_with_fewer_samples_than_bins_is_bad_input(tmp_path, capsys):
     # every cell had ended in error (exit 1) with "8 samples cannot fill 16 non-empty bins"; now the suite is
     # refused when read, naming the fields (exit 2), before any solving

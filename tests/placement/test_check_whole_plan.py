@@ -53,7 +53,7 @@ def qwen7b_packed(train_mb_tokens: int, logprob_mb_tokens: int):
 
 def test_packed_qwen7b_that_fits_each_task_alone_is_refused_by_check_and_greedy_alike(monkeypatch):
     from packplace.placement import api
-    monkeypatch.setattr(api, "with_hints", lambda message, instance: message)  # the memory-setting hints aside
+    monkeypatch.setattr(api, "with_hints", lambda message, instance, **_: message)  # the memory-setting hints aside
     inst = qwen7b_packed(82_422, 183_900)
     table = get_table(inst)
     assert all(table.feasible[name] for name in inst.graph.names)      # each task fits alone
@@ -339,3 +339,23 @@ def test_place_check_counts_the_table_build_against_its_time_limit(work_clock):
     # a limit the table fits in: the search gets the time left, and the check still finds greedy's plan
     check = check_instance(inst, time_limit_s=10.0)
     assert check.whole_plan and check.solver == "greedy" and check.step_time > 0
+
+
+def test_place_check_cuts_the_search_for_the_gpus_a_task_needs_at_its_deadline():
+    # `place --check --time-limit 0.3` on a cluster no block of which fits the trainer had searched grown clusters
+    # for the GPUs each task needs with no deadline (2.4 s); a cut search names no size and claims no "never fits"
+    from packplace.run import clock
+
+    config = load_yaml(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml"))
+    config["hardware"].update(nodes_per_rack=1, memory_per_gpu=20e9)
+    config["policy"]["gpu_memory_utilization"] = 0.5
+    inst = build_instance(config)
+    short = get_table(inst).shortfalls(deadline=clock() - 1.0)
+    assert short and all(entry.cut and entry.needed is None for entry in short)
+    assert {entry.vertex for entry in short} >= {"actor.train"}
+    with pytest.raises(InfeasibleError) as exc:
+        check_instance(inst, whole_plan=False, deadline=clock() - 1.0)
+    message = str(exc.value)
+    assert message.startswith("[hardware] cluster has 8 GPUs; no block of it fits ")
+    assert "actor.train" in message and "cut by the time limit" in message
+    assert "needs 224" not in message and "grown up to 64x" not in message

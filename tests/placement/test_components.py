@@ -296,3 +296,23 @@ def test_cli_calibrate_measurements_needs_the_gpu_it_was_measured_on(tmp_path, c
     _, h100 = resolve_hardware("h100-sxm")
     scaled = hardware_table(h100, table)   # named for its preset: scaled to the H100's HBM bandwidth
     assert scaled.stream_bandwidth == pytest.approx(table.stream_bandwidth * 3.35 / 4.8, rel=1e-3)
+
+
+@pytest.mark.parametrize("name, preset", [("H200", "h200"), ("h200-sxm", "h200"), ("H100_SXM", "h100-sxm"),
+                                          ("h100sxm5", "h100-sxm"), ("h1000", "h100"), ("GB200 NVL72", "gb200-nvl72")])
+def test_cli_calibrate_measurements_refuses_a_gpu_name_that_reads_as_a_preset(tmp_path, capsys, name, preset):
+    from packplace.cli import main
+
+    # "--gpu H200" had been taken as a custom GPU, and its table used unscaled on every GPU
+    out = tmp_path / "t.json"
+    assert main(["calibrate", "--measurements", str(MEASUREMENTS), "--gpu", name, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"calibrate: --gpu {name!r} is not a preset name but reads as the preset {preset!r}: give --gpu {preset} " \
+           in err and not out.exists()
+
+
+def test_calibrate_keeps_custom_gpu_names_apart_from_the_presets():
+    from packplace.placement.screen.cli import _check_calibration_gpu
+
+    for name in ("mi300x", "l40", "h800", "b100", "rtx-4090", "h100-pcie", "h200", "h100-sxm", "a100-80gb-sxm"):
+        _check_calibration_gpu(name)   # a custom GPU (or a preset itself): no refusal

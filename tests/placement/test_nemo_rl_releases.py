@@ -321,6 +321,30 @@ def test_release_spellings_the_config_refuses_release_for_refuses_with_the_same_
         _small(version=spelling)
 
 
+@pytest.mark.parametrize("spelling", ["\u0660.\u0662.\u0667", "\uff11.0", "0.5.\u0661", "0.5rc\u0663", "\U0001d7ce.5"])
+def test_release_with_digits_other_than_ascii_is_refused(spelling):
+    # PEP 440's digits are ASCII; "٠.٢.٧" (Arabic-Indic) and "１.0" (full-width) had read as 0.2.7 and 1.0
+    with pytest.raises(ConfigError) as parsed:
+        parse_version(spelling)
+    assert str(parsed.value).startswith(f"[policy] framework_version: {spelling!r} is not a release")
+
+
+def test_release_with_a_huge_number_or_a_long_string_is_refused_in_a_short_line():
+    # a component over 4,300 digits had raised int()'s uncaught ValueError ("Exceeds the limit (4300 digits)"),
+    # and a refused string had been quoted whole in the message
+    for text in ("1" * 5000, "0." + "9" * 4400 + ".1", "0.5.post" + "7" * 4301):
+        with pytest.raises(ConfigError) as parsed:
+            parse_version(text)
+        message = str(parsed.value)
+        assert message.startswith(f"[policy] framework_version: {text[:40]!r}… has a number too long to read")
+        assert len(message) < 200
+    with pytest.raises(ConfigError) as parsed:
+        parse_version("x" * 10_000)
+    assert str(parsed.value).startswith(f"[policy] framework_version: {'x' * 40!r}… is not a release;")
+    assert len(str(parsed.value)) < 300
+    assert parse_version("0." + "9" * 4000)[1] == int("9" * 4000)   # within the limit: read
+
+
 def test_transformer_engine_release_of_each_nemo_rl_release():
     # uv.lock at v0.4.0 / v0.5.0 / v0.6.0 / v0.7.0
     assert {k: r.transformer_engine for k, r in NEMO_RL_RELEASES.items()} == {

@@ -265,6 +265,9 @@ def test_placement_cpsat_refuses_what_cp_sat_refuses_in_one_line(bad, message):
     ({"relative_gap_limit": "tight"}, "cpsat: cp_parameters.relative_gap_limit: must be of type float, got 'tight'"),
     ({"num_workers": 20_000},
      "cpsat: cp_parameters.num_workers: must be an integer in [0, 10000] (CP-SAT's range), got 20000"),
+    # set without complaint, refused by CP-SAT only when it solves: it had run the hints, then ended MODEL_INVALID
+    ({"max_time_in_seconds": -5}, "cpsat: cp_parameters: CP-SAT refuses them: Parameters max_time_in_seconds must "
+                                  "be non-negative (got {'max_time_in_seconds': -5})"),
 ])
 def test_placement_cpsat_checks_cp_parameters_before_any_work(monkeypatch, cp_parameters, message):
     # the entries had been checked only when set on the solver, after the hint backends and the model build had
@@ -283,8 +286,10 @@ def test_placement_cpsat_checks_cp_parameters_before_any_work(monkeypatch, cp_pa
     assert str(info.value) == message and started == []
 
 
-def test_placement_cpsat_says_why_a_model_was_invalid():
-    # CP-SAT's reason for MODEL_INVALID (it never searched) had been left out of the message
+def test_placement_cpsat_says_why_a_model_was_invalid(monkeypatch):
+    # CP-SAT's reason for MODEL_INVALID (it never searched) had been left out of the message; the up-front check
+    # now refuses these parameters, so it is set aside to reach a MODEL_INVALID solve
+    monkeypatch.setattr(sys.modules[cpsat.solve.__module__], "check_cp_parameters", lambda *args: None)
     inst = instance("grpo", nodes_per_rack=2, gpus_per_node=2)
     greedy = packplace.place(inst, "greedy", time_limit_s=5)
     result = packplace.place(inst, "cpsat", time_limit_s=5, hint_solvers=("greedy",),

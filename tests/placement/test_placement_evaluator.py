@@ -6,6 +6,7 @@ import glob
 import os
 import random
 
+import numpy as np
 import pytest
 
 from packplace.placement.evaluator import PlacementEvaluator, evaluate_plan, get_evaluator, get_table
@@ -189,6 +190,10 @@ def test_plan_is_canonical_hashable_and_round_trips_json():
     (lambda d: d["vertices"]["actor.train"]["allocation"].update(origin=[0, 0, True]),
      r"actor.train.allocation.origin\[2\]", "True"),
     (lambda d: d.update(staleness={"actor": 1.7}), "staleness.actor", "1.7"),
+    (lambda d: d["vertices"]["actor.train"].update(micro_batch=np.float64(8.5)), "actor.train.micro_batch",
+     r"np.float64\(8.5\)"),
+    (lambda d: d["vertices"]["actor.train"].update(micro_batch=np.bool_(True)), "actor.train.micro_batch",
+     r"np.True_"),
 ])
 def test_a_plan_json_of_fractions_strings_or_booleans_is_refused_not_truncated(edit, field, value):
     from packplace.errors import ConfigError
@@ -200,6 +205,31 @@ def test_a_plan_json_of_fractions_strings_or_booleans_is_refused_not_truncated(e
     edit(data)   # int() had read dp 2.5 as 2, "8" as 8, True as 1 and staleness 1.7 as 1, and the plan was scored
     with pytest.raises(ConfigError, match=f"^plan: {field}: must be an integer, got {value}$"):
         plan_from_json(data)
+
+
+def test_a_plan_json_of_numpy_integers_is_read_as_integers():
+    # np.int64(64) had been refused ("must be an integer, got np.int64(64)") where np.float64(64.0) was read
+    import json
+
+    from packplace.errors import ConfigError
+    from packplace.placement.problem.plan import _whole
+
+    a = vp(1, 1, 1, 8, (0, 0, 0), (1, 1, 1))
+    b = vp(2, 1, 1, 4, (0, 0, 0), (1, 1, 2))
+    plan = Plan.build({"reference.infer": b, "actor.train": a}, {"actor": 1})
+    data = plan_to_json(plan, instance("dpo").cluster)
+    data["vertices"]["reference.infer"]["strategy"]["dp"] = np.int64(2)
+    data["vertices"]["actor.train"]["micro_batch"] = np.int32(8)
+    data["vertices"]["actor.train"]["allocation"]["origin"] = [np.uint8(0), 0, np.int64(0)]
+    data["staleness"] = {"actor": np.int16(1)}
+    read = plan_from_json(data)
+    assert read == plan and Plan.from_dict(data) == plan
+    assert type(dict(read.vertices)["actor.train"].micro_batch) is int   # a plain int: the plan's JSON stays writable
+    json.dumps(read.to_dict())
+    assert [_whole(x, "x") for x in (np.int64(64), np.float64(64.0), 64, 64.0)] == [64] * 4
+    for bad in (np.float64(64.5), float("inf"), float("nan"), True, np.bool_(False), "64"):
+        with pytest.raises(ConfigError, match="^plan: x: must be an integer, got "):
+            _whole(bad, "x")
 
 
 def test_fast_path_agrees_with_score_and_bound_holds_on_random_plans():

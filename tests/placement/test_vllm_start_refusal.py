@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from packplace.errors import InfeasibleError
+from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.api import check_instance
 from packplace.placement.candidates import CandidateTable, cost_model, engine_refusal_line
 from packplace.placement.estimate_engine import engine_lines
@@ -385,3 +385,41 @@ def test_estimate_checks_the_model_context_length_where_openrlhf_passes_no_max_m
     later = run("0.3.2")
     assert later.engine["max_model_len"] == 512 and later.engine["max_model_len_source"] == "--context"
     assert later.engine["starts"] and later.fits
+
+
+@pytest.mark.parametrize("task, context, what", [("generate", 8192, "final"), ("decode", 4097, "cached")])
+def test_estimate_refuses_a_context_longer_than_the_engines_max_model_len(task, context, what):
+    """OpenRLHF 0.2.7 starts vLLM at the model's 4,096 tokens; estimate had printed that max_model_len and priced
+    --context 8192 without comment, though vLLM stops a sequence at max_model_len tokens (check_stop) and refuses
+    a prompt that reaches it: no request of 8,192 tokens runs on that engine."""
+    from packplace.placement.task_estimate import estimate_hardware
+
+    root = Path(__file__).resolve().parents[2]
+    model = f"{root / OPENRLHF_027}:actor"
+    gpu, hardware = estimate_hardware(model, None, {})
+    kwargs = dict(tp=1, batch=1, framework="openrlhf", hardware=hardware)
+    if task == "generate":
+        kwargs["seq_len"] = 256
+    with pytest.raises(ConfigError) as refused:
+        estimate(model, gpu, task, context=context, framework_version="0.2.7", **kwargs)
+    assert str(refused.value) == (
+        f"context: {context} {what} tokens per sequence (--context) exceed vLLM's max_model_len 4096 (the model's "
+        "max_position_embeddings: OpenRLHF 0.2.7 passes vLLM no max_model_len): vLLM stops a sequence at "
+        "max_model_len tokens and refuses a prompt that reaches it; give --context <= 4096")
+    assert estimate(model, gpu, task, context=4096, framework_version="0.2.7", **kwargs).engine["max_model_len"] == 4096
+    # v0.3.2 passes prompt + response (--context itself): nothing to refuse
+    assert estimate(model, gpu, task, context=context, framework_version="0.3.2",
+                    **kwargs).engine["max_model_len"] == context
+
+
+def test_place_refuses_a_workload_longer_than_the_model_context_openrlhf_leaves_vllm():
+    # OpenRLHF before v0.3.2 starts vLLM at the model's max_position_embeddings; a workload of more tokens per
+    # sequence (the toy's 256) had been priced as if every response ran to its end
+    with pytest.raises(ConfigError) as refused:
+        build_instance(_openrlhf("0.2.7", 255))
+    assert str(refused.value) == (
+        "[workload] context_length + generation_length: 256 tokens per sequence exceed vLLM's max_model_len 255 (the "
+        "actor's max_position_embeddings: this OpenRLHF release passes vLLM no max_model_len): vLLM stops a sequence "
+        "at max_model_len tokens and refuses a prompt that reaches it; give at most 255 tokens in all")
+    assert build_instance(_openrlhf("0.2.7", 256)).engine.model_context   # exactly the length: runs
+    assert not build_instance(_openrlhf("0.3.2", 255)).engine.model_context   # the release passes 256 itself

@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey, key_order
-from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_start_message, cp_status_text, set_cp_parameters
+from packplace.errors import (
+    MAX_CP_WORKERS,
+    ConfigError,
+    check_cp_parameters,
+    cp_start_message,
+    cp_status_text,
+    set_cp_parameters,
+)
 from packplace.lazy import lazy_module
 from packplace.registry import register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
@@ -448,9 +455,10 @@ def _apply_cp_parameters(solver: cp_model.CpSolver, cp_parameters: Mapping[str, 
 
 
 def _check_cp_parameters(cp_parameters: Any) -> None:
-    """``cp_parameters`` checked on a scratch solver before any work, so that a bad entry fails at once."""
+    """``cp_parameters`` checked on a scratch solver before any work (:func:`check_cp_parameters`), so that a bad
+    entry fails at once."""
     if cp_parameters is not None and not isinstance(cp_parameters, Mapping):
         raise ConfigError(f"cpsat: cp_parameters must be a mapping of CP-SAT parameter names to values, "
                           f"got {type(cp_parameters).__name__}")
     if cp_parameters:  # none given: OR-Tools (and pandas) stay unloaded until a model is built
-        _apply_cp_parameters(cp_model.CpSolver(), cp_parameters)
+        check_cp_parameters(cp_model, cp_parameters)   # each entry, and an empty model solved with them

@@ -28,7 +28,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
-from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_start_message, cp_status_text, set_cp_parameters
+from packplace.errors import (
+    MAX_CP_WORKERS,
+    ConfigError,
+    check_cp_parameters,
+    cp_start_message,
+    cp_status_text,
+    set_cp_parameters,
+)
 from packplace.lazy import lazy_module
 from packplace.registry import available, get, register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, UNKNOWN, Proposal, optimality_level
@@ -125,8 +132,8 @@ def solve(
     error = _option_error(num_workers, max_booleans, cp_parameters, start, params)
     if error is not None:
         raise ConfigError(error)
-    if cp_parameters:
-        _apply_cp_parameters(cp_model.CpSolver(), cp_parameters)
+    if cp_parameters:   # each entry on a scratch solver, and an empty model solved with them
+        check_cp_parameters(cp_model, cp_parameters)
     exact = _ExactSolve(instance, run.default(DEFAULT_TIME_LIMIT_S), max_booleans)
     return exact.solve(num_workers, cp_parameters, start)
 

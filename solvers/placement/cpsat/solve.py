@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from packplace.errors import MAX_CP_WORKERS, ConfigError, cp_status_text, set_cp_parameters
+from packplace.errors import MAX_CP_WORKERS, ConfigError, check_cp_parameters, cp_status_text, set_cp_parameters
 from packplace.lazy import lazy_module
 from packplace.placement.model.layout_rules import conform, plan_refusals
 from packplace.placement.problem.config import OPTIMIZER_DEFAULTS
@@ -316,8 +316,8 @@ def _check_options(num_workers: Any, max_gpus: Any, top_k: Any, log_search: Any,
     if cp_parameters is not None and not isinstance(cp_parameters, Mapping):
         raise ConfigError(f"cpsat: cp_parameters must be a mapping of CP-SAT parameter names to values, "
                           f"got {type(cp_parameters).__name__}")
-    if cp_parameters:   # each entry on a scratch solver, as the balance and context-parallel backends check them
-        set_cp_parameters(cp_model.CpSolver().parameters, cp_parameters)
+    if cp_parameters:   # each entry on a scratch solver, and an empty model solved with them, as every cpsat backend
+        check_cp_parameters(cp_model, cp_parameters)
     if isinstance(hint_solvers, str) or not hint_solvers:
         raise ConfigError(f"cpsat: hint_solvers must be a non-empty list of placement backends (the search "
                           f"starts from their best plan), got {hint_solvers!r}")

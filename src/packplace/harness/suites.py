@@ -209,12 +209,15 @@ def _check_generator_sizes(params: Mapping[str, Any], where: str, generator: str
                               f"{count('ranks')} x bins_per_rank {count('bins_per_rank')}; give n >= {bins} or "
                               f"fewer ranks / bins_per_rank")
     if generator == "planted":
-        _check_planted_sizes(params, where, count("bins_per_rank"))
+        _check_planted_sizes(params, where, count("bins_per_rank"), count("ranks"))
 
 
-def _check_planted_sizes(params: Mapping[str, Any], where: str, bins_per_rank: int) -> None:
+def _check_planted_sizes(params: Mapping[str, Any], where: str, bins_per_rank: int, ranks: int = 1) -> None:
     """Refuse a ``planted`` entry's ``samples_per_rank`` that is not an integer >= 1, or below ``bins_per_rank``
-    (every planted bin holds a piece, so no instance of these sizes builds), when the suite is read."""
+    (every planted bin holds a piece, so no instance of these sizes builds), its ``n = ranks x samples_per_rank``
+    above :data:`GENERATOR_LIMITS`' samples or :data:`MAX_INSTANCE_BYTES` (:func:`check_instance_memory`), or a
+    ``fill`` / ``seq_len`` that leaves a bin fewer tokens than the samples it holds (each piece has a token at
+    least), when the suite is read; a ``seq_len`` or ``fill`` of the wrong kind is the generator's to refuse."""
     # numpy and the generators load only when a suite has a planted entry
     from packplace.harness.generators import PLANTED_SAMPLES_PER_RANK
 
@@ -224,6 +227,17 @@ def _check_planted_sizes(params: Mapping[str, Any], where: str, bins_per_rank: i
     if value < bins_per_rank:
         raise ConfigError(f"{where}.samples_per_rank: {value} is below bins_per_rank {bins_per_rank} (every planted "
                           f"bin needs a sample); give samples_per_rank >= {bins_per_rank} or fewer bins_per_rank")
+    samples = ranks * value
+    check_count(samples, GENERATOR_LIMITS["n"], f"{where}.samples_per_rank", "samples (ranks x samples_per_rank)")
+    check_instance_memory(samples, ranks * bins_per_rank, where)
+    seq_len, fill = params.get("seq_len"), params.get("fill", 1.0)
+    if (isinstance(seq_len, int) and not isinstance(seq_len, bool) and seq_len >= 1 and isinstance(fill, (int, float))
+            and not isinstance(fill, bool) and 0 < fill <= 1):
+        bin_tokens, most_per_bin = math.floor(fill * seq_len), -(-value // bins_per_rank)
+        if bin_tokens < most_per_bin:
+            raise ConfigError(f"{where}.fill: {fill} of seq_len {seq_len} leaves {bin_tokens} tokens per bin, fewer "
+                              f"than the {most_per_bin} samples of a bin (each takes a token at least); give a "
+                              f"larger seq_len or fill, or fewer samples_per_rank")
 
 
 def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, start: int) -> list[InstanceSpec]:

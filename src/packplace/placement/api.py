@@ -227,7 +227,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
             (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs; where
-            ``deadline`` cut that search, "... was cut by the time limit at N GPUs" and the upper bound), or
+            ``deadline`` cut that search, "... was cut by the time limit at N GPUs" and the upper bound; where it
+            cut the search for the GPUs each such task needs, "no block of it fits V in memory (...); the search
+            for the GPUs it needs on a grown cluster was cut by the time limit"), or
             "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB"
             (with the memory settings that fit).
     """
@@ -247,18 +249,21 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
                                   "exists): a longer limit builds it")
     table = get_table(instance)
     try:
-        short = table.shortfalls()
+        short = table.shortfalls(deadline)
     except InfeasibleError as exc:  # fits on no cluster: say which memory setting would make it fit
         if str(exc).startswith(ENGINE_POOL_ERROR):  # the engine's own pool: no trainer setting moves it
             raise
-        raise InfeasibleError(with_hints(str(exc), instance)) from None
+        raise InfeasibleError(with_hints(str(exc), instance, deadline=deadline)) from None
+    if any(entry.cut for entry in short):
+        raise InfeasibleError(_shortfall_cut(table, short))
     if short:
         raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short,
                                                                                       deadline)))
     proof = shared_gpu_shortfall(table)
     if proof is not None:
         field = "[hardware] memory_per_gpu" if proof.startswith("no plan fits in memory") else "[policy] framework"
-        raise InfeasibleError(with_hints(f"{field}: {proof}", instance) if not hinting() else f"{field}: {proof}")
+        raise InfeasibleError(with_hints(f"{field}: {proof}", instance, deadline=deadline) if not hinting()
+                              else f"{field}: {proof}")
     checked = (f"each task fits alone on the {instance.cluster.num_gpus}-GPU cluster and no group of tasks that "
                f"must share a GPU is proven over memory")
     if not whole_plan:
@@ -350,6 +355,17 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
         return (f"the smallest cluster of this node and rack shape (doubled) on which the concurrent solver "
                 f"fits a whole plan has {grown.num_gpus} GPUs (step {result.objective:.4g} s: {', '.join(parts)})")
     return f"no whole plan found on clusters up to {grown.num_gpus} GPUs; {table.whole_plan_bound(short)}"
+
+
+def _shortfall_cut(table: CandidateTable, short: list[Shortfall]) -> str:
+    """The error for tasks with no memory-feasible candidate on the cluster (a proof: the table is whole)
+    where the deadline cut :meth:`CandidateTable.shortfalls`'s search for the GPUs they need: names them and
+    their bytes, and says the search was cut rather than naming a size."""
+    first = short[0]
+    names = ", ".join(entry.vertex for entry in short)
+    return (f"[hardware] cluster has {table.instance.cluster.num_gpus} GPUs; no block of it fits {names} in memory "
+            f"({first.vertex}: {first.detail}); the search for the GPUs {'they need' if len(short) > 1 else 'it needs'}"
+            f" on a grown cluster was cut by the time limit (a longer time_limit_s searches on)")
 
 
 def _search_cut(table: CandidateTable, short: list[Shortfall], gpus: int) -> str:

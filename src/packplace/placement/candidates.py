@@ -182,12 +182,15 @@ class Shortfall(NamedTuple):
     """A vertex without a memory-feasible candidate on the cluster (:meth:`CandidateTable.shortfalls`).
 
     Attributes:
-        needed: GPUs of its smallest memory-feasible block on a cluster grown up to 64x (None: never fits).
+        needed: GPUs of its smallest memory-feasible block on a cluster grown up to 64x (None: never fits, or
+            ``cut``).
         vertex, model: The vertex and its model role.
         detail: "Z GB per GPU needed at the largest block (N GPUs), W GB available".
         least: Its candidate with the least memory.
         bytes_at_largest: Least bytes per GPU of its candidates on the largest legal block.
         largest_gpus: GPUs of that block.
+        cut: The deadline of :meth:`CandidateTable.shortfalls` stopped the search for ``needed`` (None then:
+            not known, not "never fits").
     """
 
     needed: int | None
@@ -197,6 +200,7 @@ class Shortfall(NamedTuple):
     least: Candidate
     bytes_at_largest: float
     largest_gpus: int
+    cut: bool = False
 
 
 def divisors(n: int) -> list[int]:
@@ -543,8 +547,11 @@ class CandidateTable:
         """Smallest GPU-seconds ``time · gpus`` of any memory-feasible candidate (inf if none)."""
         return min((c.time * c.gpus for c in self.feasible[vertex]), default=float("inf"))
 
-    def shortfalls(self) -> list[Shortfall]:
-        """The vertices without a memory-feasible candidate, each with the GPUs it would need.
+    def shortfalls(self, deadline: float | None = None) -> list[Shortfall]:
+        """The vertices without a memory-feasible candidate, each with the GPUs it would need: its smallest
+        fitting block on a grown cluster, searched until ``deadline`` (``time.perf_counter()`` seconds; None:
+        no limit); a vertex whose search the deadline stopped has ``needed`` None and ``cut`` True (no claim
+        that it never fits).
 
         Raises:
             ConfigError: a vertex with no legal strategy (the rules that failed on the full cluster) or a
@@ -577,12 +584,15 @@ class CandidateTable:
             least = min(self.all[name], key=lambda c: c.memory_bytes)
             largest = max(c.gpus for c in self.all[name])
             at_largest = min(c.memory_bytes for c in self.all[name] if c.gpus == largest)
-            needed = _smallest_fitting_gpus(vertex, model, inst, self.cost)
+            try:
+                needed, cut = _smallest_fitting_gpus(vertex, model, inst, self.cost, deadline=deadline), False
+            except TableBuildTimeout:
+                needed, cut = None, True
             pooled = self.engine_pool_detail(name)
             detail = pooled or (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest} GPUs), "
                                 f"{self.available(name)}")
-            short.append(Shortfall(needed, name, vertex.model, detail, least, at_largest, largest))
-        never = [x for x in short if x.needed is None]
+            short.append(Shortfall(needed, name, vertex.model, detail, least, at_largest, largest, cut))
+        never = [x for x in short if x.needed is None and not x.cut]
         if never:  # name the most demanding vertex (the most memory at its largest block)
             worst = max(never, key=lambda x: x.bytes_at_largest)
             capped = (f"; no block larger than {worst.largest_gpus} GPUs is legal ({self.why_not_larger(worst.vertex)})"
@@ -1658,12 +1668,16 @@ def _why_none(model: ModelSpec, cluster: Cluster, sequences: int) -> str:
             f"sequences matches a block size of this cluster")
 
 
-def _smallest_fitting_gpus(vertex, model: ModelSpec, instance, cost: CostModel, max_factor: int = 64) -> int | None:
+def _smallest_fitting_gpus(vertex, model: ModelSpec, instance, cost: CostModel, max_factor: int = 64, *,
+                           deadline: float | None = None) -> int | None:
     """GPU count of the smallest memory-feasible block of ``vertex`` on a cluster grown (more nodes per
-    rack, then more racks) up to ``max_factor`` times; ``None`` if it never fits."""
+    rack, then more racks) up to ``max_factor`` times; ``None`` if it never fits. ``deadline``
+    (``time.perf_counter()`` seconds, None: none) raises :class:`TableBuildTimeout` once passed."""
     c = instance.cluster
     factor = 2
     while factor <= max_factor:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise _table_cut(0, vertex.name, 0)
         if c.racks == 1:
             grown = Cluster(1, c.nodes_per_rack * factor, c.gpus_per_node)
         else:
@@ -1671,7 +1685,8 @@ def _smallest_fitting_gpus(vertex, model: ModelSpec, instance, cost: CostModel, 
         big = replace(instance, cluster=grown, _cache={})
         grown_cost = cost_model(instance, grown)
         cands = build_vertex_candidates(vertex.name, vertex.kind, model, big, grown_cost,
-                                        [e for e in block_extents(grown) if e[0] * e[1] * e[2] > c.num_gpus])
+                                        [e for e in block_extents(grown) if e[0] * e[1] * e[2] > c.num_gpus],
+                                        deadline=deadline)
         fitting = [x.gpus for x in cands if x.fits]
         if fitting:
             return min(fitting)

@@ -637,6 +637,7 @@ def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any
                                            "enforce_eager")}
     gmu = engine_gmu(inputs["framework"], inputs["framework_version"], gmu)
     length, source = engine_model_len(inputs, shape)
+    _check_within_model_len(inputs, length, source)
     lengths = {"prompt_len": int(inputs["seq_len"] or inputs["context"]), "max_model_len": length}
     charged = engine_memory(memory, hw=hw, cluster=cluster, gmu=gmu, shape=shape, **lengths, **engine)
     if charged is None:
@@ -645,6 +646,24 @@ def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any
     charged["max_model_len"] = length
     charged["max_model_len_source"] = source
     return charged
+
+
+def _check_within_model_len(inputs: Mapping[str, Any], length: int, source: str) -> None:
+    """Refuse a ``context`` (generate: final tokens per sequence; decode: cached tokens) longer than the engine's
+    ``max_model_len`` ``length`` (from ``source``, :func:`engine_model_len`): vLLM stops a sequence at
+    max_model_len tokens (``check_stop``, FINISHED_LENGTH_CAPPED, in its V0 and V1 engines) and refuses a
+    prompt that reaches it (V1's input check; V0's scheduler ignores it), so no sequence of that length runs.
+
+    Raises:
+        ConfigError: ``context: C tokens per sequence (--context) exceed vLLM's max_model_len L (...)``.
+    """
+    context = int(inputs["context"])
+    if context > length:
+        what = "final tokens per sequence" if inputs["task"] == "generate" else "cached tokens per sequence"
+        why = source.split("; --context")[0]
+        raise ConfigError(f"context: {context} {what} (--context) exceed vLLM's max_model_len {length} ({why}): "
+                          f"vLLM stops a sequence at max_model_len tokens and refuses a prompt that reaches it; give "
+                          f"--context <= {length}")
 
 
 def engine_model_len(inputs: Mapping[str, Any], shape: ModelSpec | None) -> tuple[int, str]:

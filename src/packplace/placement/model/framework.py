@@ -25,11 +25,12 @@ import heapq
 import math
 import operator
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, show
 from packplace.placement.model.engine import DEFAULT_GPU_MEMORY_UTILIZATION
 from packplace.placement.model.memory import lora_params, stage_params
 from packplace.placement.problem.models import ModelSpec
@@ -658,10 +659,17 @@ def profile(name: str) -> FrameworkProfile:
 #: ``0.6.0-rc.1``: a tag or a package version as a user may copy it). The one rule behind every
 #: ``policy.framework_version`` reader (:func:`version_defaults`,
 #: :func:`~packplace.placement.model.nemo_rl_releases.release_for`).
-_VERSION = re.compile(r"v?(?P<release>\d+(?:\.\d+){0,3})"
-                      r"(?:[-_.]?(?P<pre>alpha|beta|preview|pre|rc|a|b|c)[-_.]?(?P<pre_n>\d+)?)?"
-                      r"(?:-(?P<post_bare>\d+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post_n>\d*))?"
-                      r"(?:[-_.]?(?P<dev>dev)[-_.]?(?P<dev_n>\d+)?)?", re.IGNORECASE)
+_VERSION = re.compile(r"v?(?P<release>[0-9]+(?:\.[0-9]+){0,3})"
+                      r"(?:[-_.]?(?P<pre>alpha|beta|preview|pre|rc|a|b|c)[-_.]?(?P<pre_n>[0-9]+)?)?"
+                      r"(?:-(?P<post_bare>[0-9]+)|[-_.]?(?:post|rev|r)[-_.]?(?P<post_n>[0-9]*))?"
+                      r"(?:[-_.]?(?P<dev>dev)[-_.]?(?P<dev_n>[0-9]+)?)?", re.IGNORECASE | re.ASCII)
+#: Characters of a release string a message quotes (longer: cut, with "…").
+SHOWN_VERSION_CHARS = 40
+
+
+def _shown_version(text: str) -> str:
+    """``repr`` of ``text``'s first :data:`SHOWN_VERSION_CHARS` characters, with "…" where it is longer."""
+    return repr(text) if len(text) <= SHOWN_VERSION_CHARS else f"{text[:SHOWN_VERSION_CHARS]!r}…"
 
 
 def parse_version(text: str) -> Release:
@@ -673,15 +681,28 @@ def parse_version(text: str) -> Release:
     framework tables read a pre-release or development release as the release it leads to
     (:func:`table_release`).
 
+    Digits are ASCII ``0-9`` (PEP 440's): ``"١.٢"`` or full-width ``"１.0"`` is no release.
+
     Raises:
         ConfigError: ``[policy] framework_version: 'x' is not a release ...`` for anything else (an epoch
-            ``N!`` or a local label ``+x`` included).
+            ``N!`` or a local label ``+x`` included; the string quoted up to :data:`SHOWN_VERSION_CHARS`
+            characters), or a number too long for Python's int (over 4,300 digits).
     """
     match = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
-        raise ConfigError(f"[policy] framework_version: {text!r} is not a release; expected numbers separated by "
+        shown = _shown_version(text) if isinstance(text, str) else show(text)
+        raise ConfigError(f"[policy] framework_version: {shown} is not a release; expected numbers separated by "
                           "dots such as '0.5.0' (an optional 'v' prefix and PEP 440 pre-, post- and development-"
                           "release suffixes such as 'rc1', '.post1', '.dev3' are accepted)")
+    try:
+        return _release(match)
+    except ValueError:   # int() of more than sys.get_int_max_str_digits() (4,300) digits
+        raise ConfigError(f"[policy] framework_version: {_shown_version(text)} has a number too long to read "
+                          f"(over {sys.get_int_max_str_digits():,} digits); give a release such as '0.5.0'") from None
+
+
+def _release(match: re.Match) -> Release:
+    """The :class:`Release` of a :data:`_VERSION` match (ValueError: a number too long for ``int``)."""
     parts = tuple(int(x) for x in match.group("release").split("."))
     pre = None
     if match.group("pre") is not None:

@@ -783,6 +783,21 @@ def _rollout_engine(policy: Mapping[str, Any], policy_cfg: Mapping[str, Any],
                          model_context=engine_takes_model_context(framework, release))
 
 
+def _check_model_len(engine: RolloutEngine, actor: ModelSpec, workload: Any) -> None:
+    """Refuse a workload whose sequences (``context_length + generation_length``) exceed the rollout engine's
+    ``max_model_len`` where the framework release passes vLLM none and the actor gives its
+    ``max_position_embeddings`` (the length vLLM then takes): vLLM stops a sequence at max_model_len tokens and
+    refuses a prompt that reaches it, so the workload's responses cannot run (``estimate`` refuses the same
+    ``--context``). Where the release passes a length, it is the workload's own (no gap)."""
+    most = actor.max_position_embeddings
+    total = workload.context_length + workload.generation_length
+    if engine.model_context and most is not None and total > most:
+        raise ConfigError(f"[workload] context_length + generation_length: {total} tokens per sequence exceed vLLM's "
+                          f"max_model_len {most} (the actor's max_position_embeddings: this OpenRLHF release passes "
+                          f"vLLM no max_model_len): vLLM stops a sequence at max_model_len tokens and refuses a "
+                          f"prompt that reaches it; give at most {most} tokens in all")
+
+
 def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> PlacementInstance:
     """Validate a config mapping (the parsed YAML) and build the instance.
 
@@ -846,6 +861,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     training, balance = _training(_section(config, "training", required=False), spec.trainable_models)
     _check_training_models(training, models, policy)
     workload = _workload(_section(config, "workload"))
+    _check_model_len(engine, models["actor"], workload)
     if algorithm == "dpo" and workload.samples_per_prompt != 2:   # NeMo RL and OpenRLHF DPO: chosen + rejected
         raise ConfigError(f"[workload] samples_per_prompt: a DPO step trains preference pairs, a chosen and a "
                           f"rejected response per prompt: must be 2, got {workload.samples_per_prompt}")

@@ -7,6 +7,9 @@ equal and hash the same whatever order they were built in.
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -188,17 +191,20 @@ def plan_to_json(plan: Plan, cluster: Cluster) -> dict[str, Any]:
 
 
 def _whole(value: Any, field: str) -> int:
-    """``value`` as an int: an int, or a float with an integral value (JSON's ``16.0``); a string, a boolean or a
-    fraction is refused (``int()`` had read ``dp: 16.9`` as 16, staleness ``1.7`` as 1 and ``"2"`` as 2, and the
+    """``value`` as an int: any integral number but a boolean (an int, a numpy integer: ``operator.index``), or a
+    real number with an integral value (JSON's ``16.0``, ``np.float64(16.0)``); a string, a boolean or a fraction
+    is refused (``int()`` had read ``dp: 16.9`` as 16, staleness ``1.7`` as 1 and ``"2"`` as 2, and the
     evaluator scored the plan so read).
 
     Raises:
         ConfigError: ``plan: <field>: must be an integer, got <value>``.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or (
-            isinstance(value, float) and not value.is_integer()):
-        raise ConfigError(f"plan: {field}: must be an integer, got {value!r}")
-    return int(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return operator.index(value)
+    if (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            and float(value).is_integer()):
+        return int(value)
+    raise ConfigError(f"plan: {field}: must be an integer, got {value!r}")
 
 
 def _triple(values: Any, field: str = "block") -> tuple[int, int, int]:

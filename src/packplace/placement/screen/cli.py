@@ -16,15 +16,17 @@ whose step time exceeds :data:`MAX_PLAUSIBLE_STEP_S`, or a validation figure out
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from packplace import interrupt, outputs, yamlio
-from packplace.errors import ConfigError
+from packplace.errors import ConfigError, show
 from packplace.jsontext import json_text
 from packplace.outputs import write_atomic
 from packplace.placement import api
@@ -474,6 +476,38 @@ def register_calibrate(subparsers) -> None:
     p.set_defaults(func=run_calibrate)
 
 
+#: How close (difflib's ratio, separators and case aside) a ``calibrate --gpu`` name may come to a preset's
+#: before it is taken for a misspelt preset: 0.88 catches ``h1000`` (0.89 to h100) and ``gb200-nvl`` (0.89 to
+#: gb200-nvl72) but leaves other GPUs' names apart (``l40`` is 0.86 to l40s, ``h800`` 0.75 to h200).
+GPU_NAME_CUTOFF = 0.88
+
+
+def _normal_gpu(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _check_calibration_gpu(name: str) -> None:
+    """Refuse a ``calibrate --gpu`` name that is not a preset but reads as one: the same letters and digits in
+    another case or with other separators (``H200``, ``H100_SXM``), a preset with an ``sxm`` form factor added
+    (``h200-sxm``), or within :data:`GPU_NAME_CUTOFF` of one (difflib): the table of such a name had been
+    applied unscaled on every GPU (:func:`~packplace.placement.model.cost.hardware_table` scales a preset's
+    table only). Any other name is a custom GPU and is kept.
+
+    Raises:
+        ConfigError: ``calibrate: --gpu 'H200' is not a preset name but reads as the preset 'h200' ...``.
+    """
+    if name in PRESETS:
+        return
+    presets = {_normal_gpu(preset): preset for preset in sorted(PRESETS)}
+    normal = _normal_gpu(name)
+    close = difflib.get_close_matches(normal, presets, n=1, cutoff=GPU_NAME_CUTOFF)
+    match = presets.get(normal) or (presets[close[0]] if close else presets.get(re.sub(r"sxm[0-9]*$", "", normal)))
+    if match is not None:
+        raise ConfigError(f"calibrate: --gpu {show(name)} is not a preset name but reads as the preset {match!r}: "
+                          f"give --gpu {match} (a preset's table is scaled to other GPUs' datasheet figures; a custom "
+                          f"name is used as is on every GPU), or a name apart from the presets for a custom GPU")
+
+
 def run_calibrate_components(args: argparse.Namespace) -> int:
     """``calibrate --measurements``: fit a component table, print its constants with their source rows and
     every row's leave-one-model-out ratio, write the table to ``--out``."""
@@ -487,6 +521,7 @@ def run_calibrate_components(args: argparse.Namespace) -> int:
                           "figures where estimate or place use the table; any other name is used as is on every "
                           "GPU (without --gpu the table had been named 'gpu', and so priced every GPU at the "
                           "measured one's rates)")
+    _check_calibration_gpu(args.gpu)
     if args.out is not None:   # an output that cannot be written fails before the fit, as place's --out does
         check_output_file(args.out, "--out", inputs=[args.measurements])
     text = yamlio.read_regular_text(args.measurements, "measurements")
