@@ -121,3 +121,20 @@ def test_the_loop_leaves_no_bound_to_claim():
 def test_a_pre_release_takes_the_loop_of_the_release_it_leads_to(version, loop):
     # the framework tables read "0.5.0rc1" as 0.5.0 (framework.table_release), so the loop does too
     assert micro_rollout_loop("openrlhf", version) is loop
+
+
+def test_the_loop_takes_the_smallest_forward_micro_batch():
+    # the emitter writes the smallest planned forward micro-batch as --micro_rollout_batch_size: a forward
+    # planned at a larger micro-batch leaves the loop as it was (its memory, charged at its own, covers it)
+    import dataclasses
+
+    from packplace.placement.problem.plan import Plan
+
+    instance, plan, _ = _setup("0.2.7")
+    base = plan_evaluator(instance, plan).score(plan).phases["actor.generate"]["micro_rollout"]
+    vertices = plan.by_vertex()
+    reward = vertices["reward.infer"]
+    vertices["reward.infer"] = dataclasses.replace(reward, micro_batch=2 * reward.micro_batch)
+    mixed = Plan.build(vertices, dict(plan.staleness))
+    phases = plan_evaluator(instance, mixed).score(mixed).phases
+    assert phases["actor.generate"]["micro_rollout"] == pytest.approx(base)

@@ -301,8 +301,10 @@ class PlacementEvaluator:
         0; the actor's training loses ``old_log_prob`` (and its ``gather``), its forward in the loop.
 
         The loop's pieces, each from the model's own pricing: the micro-rollout batch ``mb`` is the forward
-        vertices' micro-batch (every remote forward receives one micro-rollout batch; the largest where they
-        differ); the actor ranks are the training vertex's ``dp``, each running ``⌈(B·K/dp)/mb⌉`` steps; a
+        vertices' micro-batch (every remote forward receives one micro-rollout batch: the smallest where they
+        differ, the one the OpenRLHF emitter writes as ``--micro_rollout_batch_size``, so each forward's memory,
+        charged at its own micro-batch, covers it; at most the ``B·K/dp`` prompts a rank holds); the actor ranks
+        are the training vertex's ``dp``, each running ``⌈(B·K/dp)/mb⌉`` steps; a
         generation call is :meth:`~packplace.placement.model.cost.CostModel.generate_time` of ``mb`` sequences
         on one engine of the generation vertex's strategy; a remote forward is the forward vertex's time less
         its ``overhead`` over the micro-rollout batches each of its ``dp`` servers runs; the actor's forward is
@@ -316,9 +318,12 @@ class PlacementEvaluator:
             return hit
         w = self.instance.workload
         gcand, tcand = res[gen][0], res[train][0]
-        mb = max(res[j][0].micro_batch for j in forwards)
         ranks = tcand.strategy.dp
-        steps = -(-(w.sequences // ranks) // mb)
+        # one micro-rollout batch for every forward, the one the emitter writes (the smallest planned), and
+        # never more prompts than a rank holds
+        per_rank = max(1, w.sequences // ranks)
+        mb = min(min(res[j][0].micro_batch for j in forwards), per_rank)
+        steps = -(-per_rank // mb)
         engine = copy.copy(self.cost.for_role(self.instance.graph.vertices[gen].model))
         engine.workload = dataclasses.replace(w, batch_size=mb, samples_per_prompt=1)
         s = gcand.strategy
