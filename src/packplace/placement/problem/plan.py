@@ -203,7 +203,7 @@ def _whole(value: Any, field: str) -> int:
         return operator.index(value)
     if (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
             and float(value).is_integer()):
-        return int(value)
+        return int(float(value))
     raise ConfigError(f"plan: {field}: must be an integer, got {value!r}")
 
 
