@@ -321,7 +321,10 @@ class PlacementEvaluator:
         ranks = tcand.strategy.dp
         # one micro-rollout batch for every forward, the one the emitter writes (the smallest planned), and
         # never more prompts than a rank holds
-        per_rank = max(1, w.sequences // ranks)
+        def share(groups: int) -> int:   # prompts each of ``groups`` ranks or servers receives (at least 1)
+            return max(1, w.sequences // groups)
+
+        per_rank = share(ranks)
         mb = min(min(res[j][0].micro_batch for j in forwards), per_rank)
         steps = -(-per_rank // mb)
         engine = copy.copy(self.cost.for_role(self.instance.graph.vertices[gen].model))
@@ -334,7 +337,7 @@ class PlacementEvaluator:
         for j in forwards:
             cand = res[j][0]
             parts = self.vertex_phases(self.names[j], cand)
-            calls = -(-(w.sequences // cand.strategy.dp) // mb)
+            calls = -(-share(cand.strategy.dp) // mb)
             servers.append((cand.strategy.dp, (sum(parts.values()) - parts.get("overhead", 0.0)) / calls))
         loop = micro_rollout_seconds(ranks, steps, s.dp, generate, actor, tuple(servers))
         out = {gen: {"micro_rollout": loop, **{k: v for k, v in self.vertex_phases(self.names[gen], gcand).items()

@@ -1403,9 +1403,8 @@ class CostModel:
         bound, so the start-up check (:meth:`engine_start_refusal`) may miss a refusal there. vLLM multiplies the
         length by a config.json ``rope_scaling`` factor (vllm/config.py ``_get_and_verify_max_len``), which the
         model does not carry: not applied (docs/calibration-and-validation.md)."""
-        if self.engine.model_context and model is not None and model.max_position_embeddings is not None:
-            return int(model.max_position_embeddings)
-        return int(self.workload.context_length + self.workload.generation_length)
+        fixed = self.engine.model_max_len(model)
+        return fixed if fixed is not None else int(self.workload.context_length + self.workload.generation_length)
 
     def engine_start_refusal(self, model: ModelSpec, tp: int, pp: int, ep: int = 1) -> tuple[float, float] | None:
         """``(available, needed)`` KV bytes per GPU where vLLM refuses to start the rollout engine of ``tp·pp`` GPUs

@@ -108,6 +108,14 @@ class RolloutEngine:
     vllm_release: tuple[int, ...] | None = None
     model_context: bool = False
 
+    def model_max_len(self, model: ModelSpec | None) -> int | None:
+        """The ``max_model_len`` vLLM takes from ``model`` (tokens): its ``max_position_embeddings`` where the
+        release passes vLLM none (:attr:`model_context`) and the model gives it; ``None`` where the length is
+        the workload's (the release passes it) or the model does not give one."""
+        if self.model_context and model is not None and model.max_position_embeddings is not None:
+            return int(model.max_position_embeddings)
+        return None
+
 
 def kv_capacity_sequences(model: ModelSpec, memory_per_gpu: float, workload: Workload, tp: int, pp: int,
                           gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, ep: int = 1,

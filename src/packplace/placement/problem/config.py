@@ -789,9 +789,9 @@ def _check_model_len(engine: RolloutEngine, actor: ModelSpec, workload: Any) -> 
     ``max_position_embeddings`` (the length vLLM then takes): vLLM stops a sequence at max_model_len tokens and
     refuses a prompt that reaches it, so the workload's responses cannot run (``estimate`` refuses the same
     ``--context``). Where the release passes a length, it is the workload's own (no gap)."""
-    most = actor.max_position_embeddings
+    most = engine.model_max_len(actor)
     total = workload.context_length + workload.generation_length
-    if engine.model_context and most is not None and total > most:
+    if most is not None and total > most:
         raise ConfigError(f"[workload] context_length + generation_length: {total} tokens per sequence exceed vLLM's "
                           f"max_model_len {most} (the actor's max_position_embeddings: this OpenRLHF release passes "
                           f"vLLM no max_model_len): vLLM stops a sequence at max_model_len tokens and refuses a "
