@@ -11,6 +11,8 @@ Conventions, the same for every field of both problems:
 * ``int``: a Python int, or an integral float (YAML reads ``5e4`` as a float); never a bool.
 * ``float``: an int or float, finite; never a bool. Integers beyond float range are out of range, not an
   ``OverflowError``.
+* A numpy number counts as the Python one (:func:`plain_number`: ``np.int64(8)`` is 8, ``np.float32(0.5)`` is
+  0.5), as a plan read from a mapping takes it; ``np.True_`` is not a number and is refused where one is asked.
 * ``bool``: ``true``/``false`` only (not 0/1, not the string ``"false"``).
 * ``enum``: one of ``choices`` exactly.
 * ``str``: a string that is not empty or only whitespace (free text: a source, a note, a name).
@@ -24,6 +26,8 @@ Messages are one line, ``<label>: must be ..., got <value>`` with the value boun
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +43,19 @@ def _fmt(number: float) -> str:
     if isinstance(number, int) or (isinstance(number, float) and number.is_integer() and abs(number) < 1e6):
         return f"{int(number):,}" if abs(number) >= 10_000 else str(int(number))
     return f"{number:g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+
+
+def plain_number(value: Any) -> Any:
+    """``value`` with a numpy number made the Python one: an integer type (``np.int64``) the int
+    (``operator.index``), a real one (``np.float32``, ``np.float64``) the float; anything else, booleans
+    (``np.True_`` too) included, unchanged, for the caller's own check to refuse."""
+    if isinstance(value, bool) or type(value) in (int, float):
+        return value
+    if isinstance(value, numbers.Integral):
+        return operator.index(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,7 @@ class Field:
     def check(self, value: Any, label: str) -> Any:
         """``value`` normalised (int, float, bool, the enum value or the string), or ConfigError naming
         ``label``."""
+        value = plain_number(value)
         if self.kind == "bool":
             if not isinstance(value, bool):
                 raise ConfigError(f"{label}: must be true or false, got {show(value)}")

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from packplace.contract import plain_number
 from packplace.errors import ConfigError, show
 from packplace.yamlio import read_regular_text
 
@@ -505,6 +506,7 @@ def _coerce(value: Any, key: str, name: str, where: str) -> Any:
         return value
     if value is None and name in ("num_heads", "num_kv_heads", "embedding_dim", "max_position_embeddings"):
         return None
+    value = plain_number(value)
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHAPE_INTEGER:
@@ -664,6 +666,7 @@ def _checked_hf_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
         value = checked.get(key)
         if value is None:
             continue
+        value = plain_number(value)
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHAPE_INTEGER:

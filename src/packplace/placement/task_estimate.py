@@ -40,9 +40,10 @@ Memory: :func:`memory_parts`, the memory model's peak per GPU (:mod:`packplace.p
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from packplace.context_parallel.cost import cost_from_shape
-from packplace.contract import REQUIRED, check_section
+from packplace.contract import REQUIRED, check_section, plain_number
 from packplace.errors import ConfigError, show
 from packplace.placement.estimate_engine import add_engine_argument, engine_gmu, engine_lines, engine_memory
 from packplace.placement.estimate_trainer import (
@@ -408,7 +409,7 @@ def resolve_hardware(gpu: str | None, overrides: Mapping[str, Any] | None = None
         raise ConfigError(f"gpu: unknown preset {gpu!r}; valid: {', '.join(sorted(PRESETS))}")
     if overrides is not None and not isinstance(overrides, Mapping):
         raise ConfigError(f"hardware: must be a mapping of [hardware] fields, got {show(overrides)}")
-    overrides = dict(overrides or {})
+    overrides = {key: plain_number(value) for key, value in (overrides or {}).items()}
     for name, why in SIZED_FIELDS.items():
         if name in overrides:
             raise ConfigError(f"hardware: {name} {show(overrides[name])} is set by estimate itself ({why}); drop it")
@@ -509,6 +510,17 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
     return max(0.0, exposed) * layers / shape.layers
 
 
+def _plain_keywords(function: Callable[..., Estimate]) -> Callable[..., Estimate]:
+    """``function`` with each keyword argument's numpy number made the Python one (:func:`~packplace.contract.
+    plain_number`: ``tp=np.int64(2)`` is ``tp=2``, as a config's ``2`` read by numpy); booleans and floats stay
+    what they are, for ``function``'s own checks."""
+    @functools.wraps(function)
+    def plain(*args: Any, **kwargs: Any) -> Estimate:
+        return function(*args, **{key: plain_number(value) for key, value in kwargs.items()})
+    return plain
+
+
+@_plain_keywords
 def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro_batch: int = 1,
              seq_len: int | None = None, batch: int = 1, context: int | None = None, recompute: str | None = None,
              optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int | None = None, ep: int = 1,

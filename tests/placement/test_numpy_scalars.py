@@ -1,0 +1,102 @@
+"""numpy scalars where the placement config loader and ``estimate()`` take Python numbers: a numpy integer
+is the int (as a plan read from a mapping takes it), a numpy float the float; booleans (``np.True_`` too)
+and fractions stay refused, naming the field and the value."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import packplace
+from packplace.contract import Field, plain_number
+from packplace.errors import ConfigError
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.task_estimate import estimate
+
+DPO = "configs/placement/dpo_llama3.1-8b_1x8xh100.yaml"
+
+
+def numpy_ints(value, kind=np.int64):
+    """``value`` with every int (not bool) made a numpy scalar of ``kind``."""
+    if isinstance(value, dict):
+        return {k: numpy_ints(v, kind) for k, v in value.items()}
+    if isinstance(value, list):
+        return [numpy_ints(v, kind) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return kind(value)
+    return value
+
+
+def test_plain_number():
+    assert [plain_number(v) for v in (np.int64(3), np.uint8(4), np.int32(-2))] == [3, 4, -2]
+    assert all(type(plain_number(v)) is int for v in (np.int64(3), np.uint8(4)))
+    assert plain_number(np.float32(0.5)) == 0.5 and type(plain_number(np.float32(0.5))) is float
+    assert type(plain_number(np.float64(2.0))) is float
+    for kept in (True, np.True_, "3", None, [1]):
+        assert plain_number(kept) is kept
+
+
+def test_field_check_takes_numpy_numbers():
+    assert Field("int", minimum=1).check(np.int64(8), "f") == 8
+    assert Field("int", minimum=1).check(np.float32(8.0), "f") == 8   # an integral float, as YAML's 8.0
+    assert Field("float", minimum=0).check(np.float32(0.5), "f") == 0.5
+    assert Field("enum", choices=(1, 2)).check(np.int64(2), "f") == 2
+    with pytest.raises(ConfigError, match=r"^f: must be an integer in \[1, inf\), got 2\.5$"):
+        Field("int", minimum=1).check(np.float32(2.5), "f")
+    for flag in (np.True_, True):
+        with pytest.raises(ConfigError, match="^f: must be an integer"):
+            Field("int", minimum=1).check(flag, "f")
+    with pytest.raises(ConfigError, match=r"^f: must be true or false, got np\.True_$"):
+        Field("bool").check(np.True_, "f")
+
+
+@pytest.mark.parametrize("kind", [np.int64, np.int32, np.uint32])
+def test_config_with_numpy_integers_is_the_same_instance(kind):
+    config = load_yaml(DPO)
+    plain = packplace.place(build_instance(config, source=DPO), "greedy")
+    numpy = packplace.place(build_instance(numpy_ints(copy.deepcopy(config), kind), source=DPO), "greedy")
+    assert numpy.objective == plain.objective and numpy.solution == plain.solution
+
+
+def test_config_refuses_numpy_bool_and_fraction_naming_the_field():
+    config = load_yaml(DPO)
+    config["hardware"]["nodes_per_rack"] = np.True_
+    with pytest.raises(ConfigError, match=r"nodes_per_rack: must be an integer in \[1, 4096\], got np\.True_"):
+        build_instance(config, source=DPO)
+    config["hardware"]["nodes_per_rack"] = np.float64(1.5)
+    with pytest.raises(ConfigError, match=r"nodes_per_rack: must be an integer in \[1, 4096\], got 1\.5"):
+        build_instance(config, source=DPO)
+    config["hardware"]["nodes_per_rack"] = 1
+    config["models"]["actor"]["layers"] = np.int64(-1)
+    with pytest.raises(ConfigError, match=r"layers: must be an integer in \[0, .*\], got -1"):
+        build_instance(config, source=DPO)
+
+
+@pytest.mark.parametrize(("task", "kwargs"), [
+    ("train", dict(micro_batch=2, seq_len=1024, tp=2, pp=1, dp=2, ep=1, cp=1, micro_batches=2)),
+    ("decode", dict(batch=4, context=1024, tp=2)),
+    ("generate", dict(batch=4, seq_len=256, context=1024)),
+    ("infer", dict(micro_batch=1, seq_len=1024, train_mb_tokens=2048, pack_tokens=4096, framework="nemo-rl",
+                   framework_version="0.6")),
+])
+def test_estimate_takes_numpy_integers(task, kwargs):
+    plain = estimate("llama3.1-8b", "h100-sxm", task, **kwargs)
+    numpy = estimate("llama3.1-8b", "h100-sxm", task, **numpy_ints(kwargs))
+    assert numpy == plain and numpy.time_s > 0
+    assert all(type(plain.inputs[k]) is type(numpy.inputs[k]) for k in kwargs)   # no numpy scalar kept
+
+
+def test_estimate_hardware_overrides_take_numpy_integers():
+    plain = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1024, tp=2, hardware={"gpus_per_node": 4})
+    numpy = estimate("llama3.1-8b", "h100-sxm", "train", seq_len=1024, tp=np.int64(2),
+                     hardware={"gpus_per_node": np.int64(4)})
+    assert numpy == plain
+
+
+def test_estimate_refuses_numpy_bool_and_float():
+    with pytest.raises(ConfigError, match=r"^tp: must be an integer >= 1, got np\.True_$"):
+        estimate("llama3.1-8b", "h100-sxm", "train", tp=np.True_)
+    with pytest.raises(ConfigError, match=r"^tp: must be an integer >= 1, got 2\.0$"):
+        estimate("llama3.1-8b", "h100-sxm", "train", tp=np.float64(2.0))   # as a Python 2.0 is refused
