@@ -313,6 +313,17 @@ def command_document(result: SolveResult, figures: Mapping[str, Any]) -> dict[st
     return document
 
 
+def gap_text(result: SolveResult, decimals: int = 3) -> str:
+    """The gap as the text reports print it: ``-`` without a solution, ``n/a`` where
+    :attr:`SolveResult.shown_gap` is None (a bound of 0 or less proves nothing relative, so
+    ``(objective - 0) / objective = 100%`` would mislead; the JSON document's ``null``), else a percentage
+    with ``decimals`` decimals."""
+    if result.solution is None:
+        return "-"
+    gap = result.shown_gap
+    return "n/a" if gap is None else f"{100 * gap:.{decimals}f}%"
+
+
 def defined_gap(objective: float, bound: float) -> float | None:
     """:func:`relative_gap` where it means something, else None: a non-finite objective, or a bound of 0 or
     less under a positive objective (no relative proof)."""

@@ -751,3 +751,17 @@ def test_a_suite_with_fewer_samples_than_bins_is_bad_input(tmp_path, capsys):
         assert main([*extra, "--suite", str(suite)]) == 2
         err = capsys.readouterr().err
         assert "instances[0].params.n: 8 samples cannot fill the 16 non-empty bins of ranks 4 x bins_per_rank 4" in err
+
+
+def test_zero_bound_gap_reads_na_in_the_compare_text():
+    from packplace.harness.report import format_text
+    # objective balance: lpt's bound is the trivial 0, so the gap is undefined (not 100%)
+    inst = make_instance([3, 4, 5, 7], seq_len=10, data_parallel_size=2, objective="balance", name="zero")
+    report = compare("balance", [inst], solvers="lpt", jobs=1, progress=False)
+    cell = report.rows[0].cells["lpt"]
+    assert cell.solved and report.rows[0].best_bound == 0 and math.isnan(cell.gap_to_bound)
+    text = format_text(report)
+    assert f"{cell.objective:g} (n/a)" in text and "100.00%" not in text
+    assert "n/a where no bound above 0 is proven (null in JSON)" in text
+    document = json.loads(report.to_json())
+    assert [c["gap_to_bound"] for r in document["instances"] for c in r["cells"].values()] == [None]

@@ -269,3 +269,22 @@ def test_a_moe_trainer_says_the_knobs_priced_it_as_estimate_does():
     line = cli.trainer_line(inst, "actor.train", entry)
     assert line.endswith("priced with the efficiency knobs (no component table for a mixture of experts, LoRA or "
                          "this GPU)") and "Megatron-Core" not in line
+
+
+def test_zero_bound_gap_is_na_in_the_text_as_null_in_the_json():
+    import dataclasses
+
+    import packplace
+    inst = load_config(DPO)
+    result = packplace.place(inst, "greedy")
+    assert result.bound > 0
+    line = cli.format_table(inst, result).splitlines()[-1 if not result.message else -2]
+    assert f"gap: {100 * (result.objective - result.bound) / result.objective:.1f}%" in line
+    # a bound of 0 (OpenRLHF's micro-rollout loop before v0.5.0 claims none) proves nothing: the text had read
+    # "gap: 100.0%" where the JSON's gap is null
+    trivial = dataclasses.replace(result, bound=0.0, message="")
+    line = cli.format_table(inst, trivial).splitlines()[-1]
+    assert "bound: 0.0000 s   gap: n/a (no positive bound proven)   solver: greedy" in line and "100.0%" not in line
+    assert cli.result_json(inst, trivial)["gap"] is None
+    unsolved = dataclasses.replace(result, solution=None, objective=float("inf"), status="unknown", message="")
+    assert "   gap: -   " in cli.format_table(inst, unsolved).splitlines()[-1]

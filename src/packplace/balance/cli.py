@@ -25,7 +25,7 @@ from packplace.errors import ConfigError
 from packplace.jsontext import json_text
 from packplace.outputs import write_atomic
 from packplace.plots import check_format, plot_rank_loads
-from packplace.result import REPORT_KEY, SolveResult, command_document
+from packplace.result import REPORT_KEY, SolveResult, command_document, gap_text
 from packplace.run import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file, render_table
@@ -103,15 +103,6 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
         "rank_loads": result.info.get("rank_loads"),
         "rank_tokens": result.info.get("rank_tokens"),
     })
-
-
-def gap_text(result: SolveResult) -> str:
-    """The summary's gap cell: ``-`` without a solution, ``n/a`` when the bound is 0 (a zero bound proves
-    nothing relative, so ``(objective - 0) / objective = 100%`` would mislead), else a percentage."""
-    if result.solution is None:
-        return "-"
-    gap = result.shown_gap  # the JSON document's value (null there where this says n/a)
-    return "n/a" if gap is None else f"{100 * gap:.3f}%"
 
 
 #: Least share of ``--time-limit`` the solve is given, however long the load took.

@@ -199,7 +199,8 @@ def _header(report) -> str:
 
 LEGEND = ("cells: objective (gap to the instance's best bound); * proven optimal; "
           "L stopped at the time limit or a work budget (CP-SAT's max_deterministic_time, a node cap); "
-          "gaps are (objective - bound) / objective; ties within rtol {rtol:g}")
+          "gaps are (objective - bound) / objective, n/a where no bound above 0 is proven (null in JSON); "
+          "ties within rtol {rtol:g}")
 
 
 def format_text(report) -> str:

@@ -70,7 +70,7 @@ from packplace.placement.screen.balance_report import (
 )
 from packplace.placement.screen.gantt import check_format, draw_gantt
 from packplace.placement.task_estimate import register_estimate
-from packplace.result import REPORT_KEY, command_document
+from packplace.result import REPORT_KEY, command_document, gap_text
 from packplace.run import check_limits
 from packplace.solvers import available
 from packplace.table import check_output_file
@@ -185,8 +185,10 @@ def format_table(instance, result) -> str:
                          f"synchronous step time of these blocks {score.synchronous_step_time:.4f} s)")
         else:
             lines.append("staleness: 0 (synchronous)")
+    gap = gap_text(result, 1)   # n/a where the JSON's gap is null: a bound of 0 proves nothing, not a 100% gap
+    gap += " (no positive bound proven)" if gap == "n/a" else ""
     lines.append(f"step time: {result.objective:.4f} s   status: {result.status}   bound: {result.bound:.4f} s   "
-                 f"gap: {result.gap:.1%}   solver: {result.solver}   wall: {result.wall_s:.2f} s")
+                 f"gap: {gap}   solver: {result.solver}   wall: {result.wall_s:.2f} s")
     if result.message:
         lines.append(f"note: {result.message}")
     return "\n".join(lines)
