@@ -765,3 +765,24 @@ def test_zero_bound_gap_reads_na_in_the_compare_text():
     assert "n/a where no bound above 0 is proven (null in JSON)" in text
     document = json.loads(report.to_json())
     assert [c["gap_to_bound"] for r in document["instances"] for c in r["cells"].values()] == [None]
+
+
+def test_suite_refuses_solver_names_that_are_not_registered(tmp_path):
+    config = ROOT / "configs" / "placement" / "dpo_llama3.1-8b_1x8xh100.yaml"
+    refused = "'gurobi' is not a registered placement solver; registered: anneal, concurrent, cpsat, greedy$"
+    cases = {  # each had been left out of the comparison without a word
+        "solvers: [greedy, gurobi]\n": f"suite.yaml: solvers: {refused}",
+        "solver_params: {gurobi: {threads: 1}}\n": f"suite.yaml: solver_params: {refused}",
+        "": rf"instances\[0\].solvers: {refused}",
+    }
+    for head, message in cases.items():
+        entry = f"  - config: {config}\n" + ("    solvers: [greedy, gurobi]\n" if not head else "")
+        path = tmp_path / "suite.yaml"
+        path.write_text(f"problem: placement\n{head}instances:\n{entry}")
+        with pytest.raises(ConfigError, match=message):
+            load_suite(path)
+    path.write_text("problem: balance\nsolvers: [kk, lpt]\nsolver_params: {kk: {}}\ninstances:\n"
+                    "  - generator: uniform\n    params: {n: 8, ranks: 2, seq_len: 1000, low: 1, high: 100}\n"
+                    "    solvers: [kk]\n")
+    suite = load_suite(path)   # aliases are registered names
+    assert suite.solvers == ("kk", "lpt") and suite.instances[0].solvers == ("kk",)

@@ -24,6 +24,7 @@ from packplace.balance import config as balance_config
 from packplace.contract import check_count, key_shown
 from packplace.errors import ConfigError, show
 from packplace.outputs import record_input
+from packplace.registry import aliases, available
 from packplace.yamlio import load_yaml
 
 PROBLEMS = ("balance", "placement", "context_parallel")
@@ -114,6 +115,21 @@ def _names(value: Any, where: str) -> tuple[str, ...] | None:
     if not isinstance(value, Sequence) or not value or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{where}: must be 'all' or a non-empty list of solver names, got {value!r}")
     return tuple(value)
+
+
+def _registered(names: Any, problem: str, where: str) -> None:
+    """Refuse a solver name (or alias) in ``names`` that no backend of ``problem`` is registered under: a suite's
+    ``solvers``, an entry's ``solvers`` or a ``solver_params`` key had been left out of the comparison without a
+    word.
+
+    Raises:
+        ConfigError: ``<where>: 'nope' is not a registered <problem> solver; registered: ...``.
+    """
+    known, alias_of = available(problem), aliases(problem)
+    for name in names or ():
+        if alias_of.get(name, name) not in known:
+            raise ConfigError(f"{where}: {key_shown(name, quote=True)} is not a registered {problem} solver; "
+                              f"registered: {', '.join(known)}")
 
 
 def _expand_seeds(value: Any, where: str) -> list[int]:
@@ -254,6 +270,7 @@ def _entry_specs(entry: Any, i: int, problem: str, base_dir: Path, src: str, sta
     if problem == "context_parallel" and kind != "generator":
         raise ConfigError(f"{where}.{kind}: context_parallel suites take generator entries only")
     solvers = _names(entry.get("solvers"), f"{where}.solvers")
+    _registered(solvers, problem, f"{where}.solvers")
     params = entry.get("params", {})
     if not isinstance(params, Mapping):
         raise ConfigError(f"{where}.params: must be a mapping, got {show(params)}")
@@ -362,6 +379,9 @@ def parse_suite(
     solver_params = data.get("solver_params", {}) or {}
     if not isinstance(solver_params, Mapping) or not all(isinstance(v, Mapping) for v in solver_params.values()):
         raise ConfigError(f"{source}: solver_params: must map solver names to option mappings, got {solver_params!r}")
+    _registered(solver_params, problem, f"{source}: solver_params")
+    solvers = _names(data.get("solvers"), f"{source}: solvers")
+    _registered(solvers, problem, f"{source}: solvers")
     size_keys = [k for k in ("max_exact_size", *SIZE_LIMIT_KEYS.values()) if k in data]
     alias = SIZE_LIMIT_KEYS[problem]
     if any(k not in ("max_exact_size", alias) for k in size_keys) or len(size_keys) > 1:
@@ -383,7 +403,7 @@ def parse_suite(
     check_name(str(label), f"{source}: name")
     return Suite(
         name=str(label), problem=problem, instances=tuple(specs), description=str(data.get("description", "")),
-        time_limit_s=time_limit, seed=seed, solvers=_names(data.get("solvers"), f"{source}: solvers"),
+        time_limit_s=time_limit, seed=seed, solvers=solvers,
         solver_params={k: dict(v) for k, v in solver_params.items()}, max_exact_size=max_exact,
         path=path,
     )
@@ -444,7 +464,8 @@ def load_suite(source: str | Path | Mapping | Suite | Sequence, problem: str | N
         description: one line
         time_limit_s: 10                   # default per-solver limit (seconds); compare's argument overrides it
         seed: 0                            # default solver seed; compare's argument overrides it
-        solvers: [lpt, repair, cpsat]      # default solver list (absent or "all": every registered one)
+        solvers: [lpt, repair, cpsat]      # default solver list (absent or "all": every registered one);
+                                           # a name no backend is registered under is refused
         solver_params:                     # backend options, per solver name
           cpsat: {num_workers: 1}
         max_exact_size: 40                 # exact solvers are "skipped" on larger instances
