@@ -217,3 +217,15 @@ def test_balance_wall_s_is_the_whole_call(monkeypatch):
     monkeypatch.setattr(balance_api, "ensure_reference_bins_checked", slow_check)
     result = packplace.balance(make_instance([3, 2, 1], seq_len=10, data_parallel_size=2), solver="lpt")
     assert result.ok and result.wall_s >= 0.05
+
+
+def test_result_json_claiming_a_solution_without_one_is_refused():
+    for status in ("feasible", "optimal"):
+        text = json.dumps({"problem": "balance", "status": status, "objective": 15, "bound": 15, "solution": None})
+        with pytest.raises(ConfigError, match=f"^result: status '{status}' claims a solution, but solution is null "
+                                              r"\(a result without one is 'unknown', 'infeasible' or 'error'\)$"):
+            SolveResult.from_json(text)   # had read back as a result whose .ok is True and .solution None
+    for status in ("unknown", "infeasible", "error"):
+        back = SolveResult.from_json(json.dumps({"problem": "placement", "status": status, "objective": None,
+                                                 "bound": None, "solution": None}))
+        assert back.status == status and back.solution is None and not back.ok

@@ -228,7 +228,8 @@ class SolveResult:
 
         Raises:
             ConfigError: only: a missing field, a field of the wrong type, an unknown problem or status, a
-                malformed solution, or a document nested too deeply.
+                status ``optimal`` or ``feasible`` without a solution, a malformed solution, or a document nested
+                too deeply.
         """
         try:
             return cls._from_dict(data)
@@ -248,7 +249,8 @@ class SolveResult:
         the JSON values they were written as (tuples as lists).
 
         Raises:
-            ConfigError: a missing field, an unknown problem or status, or a malformed solution.
+            ConfigError: a missing field, an unknown problem or status, a status ``optimal`` or ``feasible``
+                without a solution, or a malformed solution.
         """
         try:
             problem = str(data["problem"])
@@ -260,6 +262,9 @@ class SolveResult:
             raise ConfigError(f"result: malformed result JSON (missing {exc})") from None
         if status not in STATUSES:
             raise ConfigError(f"result: status must be one of {', '.join(STATUSES)}, got {status!r}")
+        if raw_solution is None and status in (OPTIMAL, FEASIBLE):
+            raise ConfigError(f"result: status {status!r} claims a solution, but solution is null (a result without "
+                              f"one is {UNKNOWN!r}, {INFEASIBLE!r} or {ERROR!r})")
         solution: Any = None
         if raw_solution is not None:
             solution = _solution_reader(problem)(raw_solution)
