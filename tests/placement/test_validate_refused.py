@@ -1,5 +1,5 @@
 """``packplace validate <dir>`` with one refused file: its own row with its error, the others scored,
-exit 1; ``--cross-validate`` reports each fold on stderr."""
+exit 1 (every file refused too: a row each); ``--cross-validate`` reports each fold on stderr."""
 
 from __future__ import annotations
 
@@ -55,16 +55,43 @@ def test_a_refused_file_has_its_own_row_and_the_others_are_scored(folder, capsys
     assert bad["setup"] == "bad" and bad["predicted"] is None and not document["ok"]
 
 
-def test_every_file_refused_is_bad_input(folder):
+def test_one_refused_file_is_bad_input_and_several_are_a_row_each(folder):
     bad = str(folder / "bad.yaml")
     other = folder / "also_bad.yaml"          # another run (a note of its own), refused for the same field
     other.write_text((folder / "bad.yaml").read_text(encoding="utf-8").replace(
         "validation:", "validation:\n  note: another run", 1), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"published\.step"):
-        validate([bad, str(other)])
+        validate([bad])
+    rows = validate([bad, str(other)])          # had raised the first file's error alone
+    assert [r.setup for r in rows] == ["bad", "also_bad"] and all(ERROR in r.error for r in rows)
     with pytest.raises(ConfigError, match=r"a second setup named 'bad'"):   # one file twice: refused up front
         validate([bad, bad])
     assert main(["validate", bad, "--quiet"]) == 2
+
+
+PLAIN = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "placement")
+
+
+def test_a_folder_of_plain_configs_is_a_refused_row_each(tmp_path, capsys):
+    plain = sorted(name for name in os.listdir(PLAIN) if name.endswith(".yaml"))
+    for name in plain:
+        shutil.copy(os.path.join(PLAIN, name), tmp_path / name)
+    why = "needs a validation section with 'published' and 'plan'"
+    # it had stopped at the first file (exit 2, one line); each is now a row, as a refused file among others
+    assert main(["validate", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    for name in plain:
+        line = next(x for x in out.splitlines() if x.startswith(name.removesuffix(".yaml") + " "))
+        assert f"REFUSED: [validation] {tmp_path / name}: {why}" in line
+    assert f"0 of 0 figures within x1.3 of the published value with the plan within memory; {len(plain)} files " \
+           "refused" in out
+    assert main(["validate", "--cross-validate", "--quiet", "--json", str(tmp_path)]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert sorted(document["refused"]) == [name.removesuffix(".yaml") for name in plain]
+    assert document["rows"] == [] and document["summary"]["in_sample"]["runs"] == 0
+    shutil.copy(os.path.join(VALIDATION, GOOD[0]), tmp_path / GOOD[0])   # and beside a validation file: scored
+    rows = validate(sorted(str(p) for p in tmp_path.glob("*.yaml")))
+    assert [r.setup for r in rows if not r.error] == [GOOD[0].removesuffix(".yaml")] and rows[-1].predicted > 0
 
 
 def test_cross_validate_reports_each_fold_and_the_refused_file(folder, capsys):

@@ -116,8 +116,8 @@ def load_setups(paths: list[str], refused: dict[str, str] | None = None) -> list
     load is recorded there (``{name: one-line error}``) and left out instead of raised.
 
     Raises:
-        ConfigError: a bad file (without ``refused``), every file refused, or two files with one name or one
-            content (:func:`~packplace.placement.checking.validate.check_distinct_files`).
+        ConfigError: a bad file (without ``refused``), the one file of ``paths`` refused, or two files with one
+            name or one content (:func:`~packplace.placement.checking.validate.check_distinct_files`).
     """
     check_distinct_files(paths)
     out: list[Setup] = []
@@ -137,7 +137,7 @@ def load_setups(paths: list[str], refused: dict[str, str] | None = None) -> list
         reason = not_fitted(section, path) or ("" if skipped else floor_reason(instance, plan, section))
         out.append(Setup(name, instance, plan, section, publication(section), framework(instance, section),
                          section["_gpu"], published, skipped, pairs_of(section), reason))
-    if first is not None and not out:
+    if first is not None and len(paths) == 1:   # one file, refused: bad input (several: each in ``refused``)
         raise first
     return out
 

@@ -636,14 +636,14 @@ def _predict(instance, plan: Plan, section: dict[str, Any]
 def validate(paths: list[str] | str | bytes | os.PathLike[str]) -> list[ValidationRow]:
     """One row per published figure of every file in ``paths`` (a list of paths, or one path); a file refused
     at load or scoring (a
-    :class:`~packplace.errors.ConfigError` naming it and the field) is one row with ``error`` set, and the
-    other files are still scored.
+    :class:`~packplace.errors.ConfigError` naming it and the field: a plain placement config without a
+    ``validation`` section too) is one row with ``error`` set, and the other files are still scored, even
+    where every file is refused (a folder of plain configs: a row each, not the first file's error alone).
 
     Raises:
         ConfigError: one run given twice, before any file is scored (:func:`check_distinct_files`: two files
-            of one setup name, or one content under two names, naming both paths); every file was refused
-            (the first file's error: a single bad file is bad input; an
-            :class:`~packplace.errors.InfeasibleError` likewise).
+            of one setup name, or one content under two names, naming both paths); the one file of ``paths``
+            refused (a single bad file is bad input; an :class:`~packplace.errors.InfeasibleError` likewise).
     """
     if isinstance(paths, (str, bytes, os.PathLike)):   # one file, not its characters
         paths = [os.fsdecode(paths)]
@@ -670,7 +670,7 @@ def validate(paths: list[str] | str | bytes | os.PathLike[str]) -> list[Validati
             rows.append(ValidationRow(setup, phase, predicted[phase], float(published), fits,
                                       str(section.get("source", "")), row_parts, skipped, floors[phase],
                                       fitted_note(section.get("_fitted", {}))))
-    if errors and len(errors) == len(paths):
+    if errors and len(paths) == 1:   # one file, refused: bad input; of several, each refused file is a row
         raise errors[0]
     return rows
 

@@ -393,7 +393,8 @@ def register_validate(subparsers) -> None:
                     "way. "
                     "--cross-validate: leave one publication out, fit the knobs on the others, predict it "
                     "(out-of-sample ratios and their summary; exit 0; progress per fold on stderr). A refused file "
-                    "(bad field) is reported on its own row and the others are scored (exit 1).")
+                    "(bad field, or a plain config without a validation section) is reported on its own row and "
+                    "the others are scored (exit 1); the one file given, refused: exit 2.")
     p.add_argument("target", nargs="+", help="validation YAMLs or directories of them (benchmarks/validation/)")
     p.add_argument("--cross-validate", action="store_true", dest="cross_validate",
                    help="leave-one-source-out cross-validation of the knobs of --knobs")
@@ -407,7 +408,8 @@ def run_validate(args: argparse.Namespace) -> int:
     """Print the report (with ``--json`` the document ``{"rows": [...], "pairs": [...], "ok": bool}``, one
     :meth:`~packplace.placement.checking.validate.ValidationRow.as_dict` per row); exit 1 when a scored figure is
     outside the range or its plan is over memory, or when a file is refused (its row says why; the other
-    files are scored); exit 2 (a :class:`~packplace.errors.ConfigError`) when every file is refused. With
+    files are scored, every file refused included); exit 2 (a :class:`~packplace.errors.ConfigError`) when
+    the one file given is refused. With
     ``--cross-validate``: the cross-validation report (progress per fold on stderr) and
     ``{"rows", "pairs", "folds", "summary", "knobs", "refused"}``
     (:func:`~packplace.placement.checking.crossval.cross_validate`), exit 0, or 1 when a file was refused
