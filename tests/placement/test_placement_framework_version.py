@@ -20,6 +20,7 @@ from packplace.placement.model.framework import (
     FRAMEWORKS,
     VLLM_DECODE_STEP_OVERHEAD,
     VLLM_HOST_SECONDS_PER_SEQUENCE,
+    Release,
     colocate_all_gpu_memory_utilization,
     default_gpu_memory_utilization,
     engine_takes_model_context,
@@ -313,3 +314,25 @@ def test_policy_framework_spelled_another_way_names_the_canonical_framework(writ
     with pytest.raises(ConfigError) as info:
         build_instance(cfg)
     assert str(info.value) == line
+
+
+def test_a_release_built_from_a_string_is_the_parsed_release_and_compares_with_trailing_zeros():
+    # Release("0.5") had held the characters ('0', '.', '5'): against (0, 5, 0) its order raised TypeError
+    assert Release("0.5") == parse_version("0.5") == Release((0, 5, 0)) == (0, 5)
+    assert Release("0.5") <= (0, 5, 0) <= Release("0.5") and Release("0.5") < (0, 5, 1) and Release("0.5") > (0, 4, 9)
+    assert Release("v0.5.2.post1") == Release((0, 5, 2), post=1) and Release("0.6.0rc1").pre == ("rc", 1)
+    assert hash(Release("0.5")) == hash((0, 5)) and Release((np.int64(0), np.int32(5))) == (0, 5)
+    assert Release("0.5") != (0, 5, 0)   # equal objects hash alike: a plain tuple equals a release as it is held
+    with pytest.raises(ValueError, match=r"^Release: 'abc' is not a release; expected numbers"):
+        Release("abc")
+    with pytest.raises(ValueError, match=r"^Release: a release string '0\.5' carries its own suffixes"):
+        Release("0.5", post=1)
+    for parts in [("0", "5"), (), (0, -1), (0, True), 0.5, None]:
+        with pytest.raises(ValueError, match=r"^Release: parts must be a non-empty tuple of integers >= 0 .*, got "):
+            Release(parts)
+    with pytest.raises(ValueError, match=r"^Release: post must be an integer >= 0 or None, got -1$"):
+        Release((0, 5), post=-1)
+    with pytest.raises(ValueError, match=r"^Release: dev must be an integer >= 0 or None, got True$"):
+        Release((0, 5), dev=True)
+    with pytest.raises(ValueError, match=r"^Release: pre must be \(phase, number\), the phase one of a, b, rc"):
+        Release((0, 5), pre=("x", 1))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+import numbers
 import operator
 import re
 import sys
@@ -192,6 +193,11 @@ NEMO_RL_GPU_MEMORY_UTILIZATION = 0.6
 OPENRLHF_GPU_MEMORY_UTILIZATION = 0.95
 
 
+def _is_count(value: object) -> bool:
+    """An integer >= 0 that is not a boolean (a numpy integer too)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and operator.index(value) >= 0
+
+
 def _strip(parts: tuple[int, ...]) -> tuple[int, ...]:
     """``parts`` without trailing zeros (at least one part): ``(0, 6, 0)`` -> ``(0, 6)``."""
     out = list(parts)
@@ -219,19 +225,40 @@ class Release(tuple):
     ``since`` tuples stay plain: ``Release 0.5.2.post1 > (0, 5, 2)``, ``0.6.0rc1 < (0, 6)``, both ``!=`` the
     tuple; a release is *equal* to a plain tuple only when final (no suffix) and only as tuples are, to the parts
     held (``(0, 6) == parse_version("0.6.0")``, ``(0, 6, 0)`` is not), so that equal objects hash alike (a final
-    release hashes as its plain tuple) and set and dict lookups hold. The framework tables read a pre-release or
-    development release as the release it leads to (:meth:`leads_to`, :func:`table_release`).
+    release hashes as its plain tuple) and set and dict lookups hold (no hash could equal both ``hash((0, 6))``
+    and ``hash((0, 6, 0))``); compare with a tuple that has trailing zeros as releases, ``Release((0, 6, 0)) ==
+    parse_version("0.6")``, or by order. The framework tables read a pre-release or development release as the
+    release it leads to (:meth:`leads_to`, :func:`table_release`).
+
+    Built from its numbers (``Release((0, 5, 2), post=1)``: integers >= 0, numpy's too) or from a release string,
+    read as :func:`parse_version` reads it (``Release("0.5.2.post1")``; it had become the tuple of the string's
+    characters, which no release or tuple of numbers could be compared with). Anything else is a ``ValueError``
+    naming the argument and its value.
     """
 
     pre: tuple[str, int] | None
     post: int | None
     dev: int | None
 
-    def __new__(cls, parts: tuple[int, ...], post: int | None = None, pre: tuple[str, int] | None = None,
+    def __new__(cls, parts: tuple[int, ...] | str, post: int | None = None, pre: tuple[str, int] | None = None,
                 dev: int | None = None) -> Release:
-        if pre is not None and pre[0] not in PRE_RELEASE_PHASES:
-            raise ValueError(f"Release: pre must name one of {', '.join(PRE_RELEASE_PHASES)}, got {pre!r}")
-        self = super().__new__(cls, _strip(tuple(parts)))
+        if isinstance(parts, str):   # Release("0.5") is parse_version("0.5"), not the characters '0', '.', '5'
+            if (post, pre, dev) != (None, None, None):
+                raise ValueError(f"Release: a release string {show(parts)} carries its own suffixes; give post, pre "
+                                 f"and dev with a tuple of numbers, got post={post!r}, pre={pre!r}, dev={dev!r}")
+            return parse_version(parts, label="Release")
+        held = tuple(parts) if isinstance(parts, (tuple, list)) else ()
+        if not held or not all(_is_count(x) for x in held):
+            raise ValueError(f"Release: parts must be a non-empty tuple of integers >= 0 (or a release string such "
+                             f"as '0.5.0'), got {show(parts)}")
+        for name, value in (("post", post), ("dev", dev)):
+            if value is not None and not _is_count(value):
+                raise ValueError(f"Release: {name} must be an integer >= 0 or None, got {show(value)}")
+        if pre is not None and (not isinstance(pre, tuple) or len(pre) != 2 or pre[0] not in PRE_RELEASE_PHASES
+                                or not _is_count(pre[1])):
+            raise ValueError(f"Release: pre must be (phase, number), the phase one of {', '.join(PRE_RELEASE_PHASES)}"
+                             f", got {pre!r}")
+        self = super().__new__(cls, _strip(tuple(operator.index(x) for x in held)))
         self.pre, self.post, self.dev = (None if pre is None else (pre[0], pre[1])), post, dev
         return self
 
@@ -672,7 +699,7 @@ def _shown_version(text: str) -> str:
     return repr(text) if len(text) <= SHOWN_VERSION_CHARS else f"{text[:SHOWN_VERSION_CHARS]!r}…"
 
 
-def parse_version(text: str) -> Release:
+def parse_version(text: str, *, label: str = "[policy] framework_version") -> Release:
     """The release a release string names (:class:`Release`), read as PEP 440 normalises it: its numeric parts,
     trailing zeros dropped so ``"0.6"`` and ``"0.6.0"`` compare equal (``"0.5.0"`` -> ``(0, 5)``), and its
     suffixes: ``"v0.6.3.post2"``, ``"0.6.3-post2"``, ``"0.6.3_post2"`` and ``"0.6.3-2"`` -> ``(0, 6, 3)`` post 2,
@@ -684,20 +711,21 @@ def parse_version(text: str) -> Release:
     Digits are ASCII ``0-9`` (PEP 440's): ``"١.٢"`` or full-width ``"１.0"`` is no release.
 
     Raises:
-        ConfigError: ``[policy] framework_version: 'x' is not a release ...`` for anything else (an epoch
+        ConfigError: ``<label>: 'x' is not a release ...`` for anything else (an epoch
             ``N!`` or a local label ``+x`` included; the string quoted up to :data:`SHOWN_VERSION_CHARS`
-            characters), or a number too long for Python's int (over 4,300 digits).
+            characters), or a number too long for Python's int (over 4,300 digits); ``label`` names what was
+            read (a config's ``[policy] framework_version`` unless given).
     """
     match = _VERSION.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         shown = _shown_version(text) if isinstance(text, str) else show(text)
-        raise ConfigError(f"[policy] framework_version: {shown} is not a release; expected numbers separated by "
+        raise ConfigError(f"{label}: {shown} is not a release; expected numbers separated by "
                           "dots such as '0.5.0' (an optional 'v' prefix and PEP 440 pre-, post- and development-"
                           "release suffixes such as 'rc1', '.post1', '.dev3' are accepted)")
     try:
         return _release(match)
     except ValueError:   # int() of more than sys.get_int_max_str_digits() (4,300) digits
-        raise ConfigError(f"[policy] framework_version: {_shown_version(text)} has a number too long to read "
+        raise ConfigError(f"{label}: {_shown_version(text)} has a number too long to read "
                           f"(over {sys.get_int_max_str_digits():,} digits); give a release such as '0.5.0'") from None
 
 
