@@ -50,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--time-limit", type=float, default=None, metavar="S",
-        help="time limit in seconds (default: the solver's own; cpsat 10 s, the heuristics run to completion)",
+        help="time limit in seconds for the whole call, checks and score included (default: the solver's own; "
+             "cpsat 10 s, the heuristics run to completion); the solver gets at least 1 ms and its answer is "
+             "still scored, so a limit shorter than that runs over",
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--out", default=None, metavar="FILE", help="write the result as JSON")

@@ -100,7 +100,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help=f"one of {', '.join(available('placement'))}; default concurrent; with --check the "
                         f"whole plan checked is this solver's alone (default: greedy, then concurrent)")
     p.add_argument("--time-limit", type=float, default=None, dest="time_limit", metavar="S",
-                   help="time limit in seconds (default: the solver's own; anneal 30 s, cpsat 60 s)")
+                   help="time limit in seconds for the whole call, the candidate table and bound included "
+                        "(default: the solver's own; anneal 30 s, cpsat 60 s); where they use it up, the solver "
+                        "still builds its first plan, past the limit if need be (with --check each solver gets at "
+                        "least 1 ms)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default=None, help="write the plan with explicit GPU ids as JSON")
     p.add_argument("--gantt", default=None, help="write a Gantt chart (PNG/SVG/PDF; needs matplotlib)")
