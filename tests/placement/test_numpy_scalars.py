@@ -100,3 +100,15 @@ def test_estimate_refuses_numpy_bool_and_float():
         estimate("llama3.1-8b", "h100-sxm", "train", tp=np.True_)
     with pytest.raises(ConfigError, match=r"^tp: must be an integer >= 1, got 2\.0$"):
         estimate("llama3.1-8b", "h100-sxm", "train", tp=np.float64(2.0))   # as a Python 2.0 is refused
+
+
+def test_validation_setup_mapping_takes_numpy_integers_and_names_what_yaml_cannot_hold():
+    from packplace.placement.checking.validate import setup_detail
+    path = "benchmarks/validation/deepspeed_chat_ppo_opt-13b_8xa100.yaml"
+    config = load_yaml(path)
+    plain = setup_detail(config)
+    # the mapping is written as YAML for the file reader: numpy's numbers had raised yaml's RepresenterError
+    assert setup_detail(numpy_ints(copy.deepcopy(config)))["step_time_s"] == plain["step_time_s"] > 0
+    config["workload"]["batch_size"] = {1, 2}
+    with pytest.raises(ConfigError, match=r"^validation setup\.workload\.batch_size: .* is no YAML value"):
+        setup_detail(config)

@@ -36,6 +36,7 @@ The contracts (:data:`VALIDATION_FIELDS`, :data:`PUBLISHED_FIELD`, :data:`PLAN_T
 
 from __future__ import annotations
 
+import datetime
 import glob
 import json
 import os
@@ -46,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from packplace.contract import Field, check_section, key_shown
+from packplace.contract import Field, check_section, key_shown, plain_number
 from packplace.errors import ConfigError, PackplaceError, show
 from packplace.placement.candidates import CandidateTable, global_batch, sequences_together
 from packplace.placement.evaluator import PlacementEvaluator
@@ -383,12 +384,35 @@ def load_setup_mapping(cfg: dict[str, Any]) -> tuple[Any, Plan, dict[str, Any]]:
         ConfigError: ``cfg`` is not a loadable validation setup (as :func:`load_setup`).
     """
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(cfg, fh)
         path = fh.name
+        try:   # numpy numbers are the Python ones (as a config mapping takes them); yaml cannot write numpy's
+            yaml.safe_dump(_plain_values(cfg, "validation setup"), fh)
+        except ConfigError:
+            fh.close()
+            os.unlink(path)
+            raise
     try:
         return load_setup(path)
     finally:
         os.unlink(path)
+
+
+def _plain_values(value: Any, where: str) -> Any:
+    """``value`` with the numpy numbers of its mappings and lists made the Python ones (:func:`plain_number`),
+    tuples made lists: what a YAML file holds.
+
+    Raises:
+        ConfigError: ``<where>.<key>: <value> is no YAML value ...`` (an object yaml cannot write).
+    """
+    if isinstance(value, dict):
+        return {key: _plain_values(item, f"{where}.{key_shown(key)}") for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_values(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    value = plain_number(value)
+    if value is not None and not isinstance(value, (bool, int, float, str, datetime.date)):
+        raise ConfigError(f"{where}: {show(value)} is no YAML value (a number, string, boolean, date, list or "
+                          "mapping)")
+    return value
 
 
 def setup_detail(cfg: dict[str, Any]) -> dict[str, Any]:
