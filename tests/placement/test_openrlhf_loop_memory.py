@@ -89,3 +89,16 @@ def test_a_loop_forward_over_the_gpu_makes_the_plan_out_of_memory():
     lo, hi = dict(plan.vertices)["actor.train"].allocation.gpu_range(instance.cluster)
     assert max(score.gpu_memory_peak[lo:hi]) > score.memory_capacity
     assert ev.step_time(plan) == float("inf")
+
+
+def test_the_plan_tables_own_memory_is_the_one_the_evaluator_charges():
+    # `place`'s "own GB" column and JSON report: the actor's training at the loop's forward, as charged
+    from packplace.placement.evaluator import get_evaluator
+    from packplace.placement.screen.cli import vertex_own_memory
+
+    instance, plan = _setup("0.2.7", 64)
+    own = vertex_own_memory(instance, plan)
+    ev = get_evaluator(instance)
+    trainer = ev._resolve(plan)[ev.index["actor.train"]][0]
+    assert own["actor.train"] == pytest.approx(trainer.memory_bytes)
+    assert own["actor.train"] > _train_candidate(ev, plan).memory_bytes
