@@ -1537,10 +1537,13 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                       old_log_prob: bool, sharded: bool, offloaded: bool, options: TrainingOptions,
                       weight_swap: bool, live_len: float, continuous: bool,
                       context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
-                      shard_options: TrainingOptions = DEFAULT_TRAINING) -> tuple[float, float]:
+                      shard_options: TrainingOptions = DEFAULT_TRAINING,
+                      logprob_batch: int | None = None) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of one candidate (:func:`build_vertex_candidates`, with the
     vertex's settings resolved; ``context_parallel``: a trainer's :func:`context_parallel_split`;
-    ``shard_options``: :func:`inference_shard_options`, the shard group of a ``sharded`` forward's weights)."""
+    ``shard_options``: :func:`inference_shard_options`, the shard group of a ``sharded`` forward's weights;
+    ``logprob_batch``: the sequences of a trainer's old-log-prob forward where they are not its micro-batch
+    ``mb``, :func:`loop_trainer_memory`)."""
     w = instance.workload
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     held, rounds, prefill = mb, w.sequences // (dp * mb), None
@@ -1552,7 +1555,7 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
         # activations and logits at the largest micro-batch the pass holds, not the mean one
         pass_tokens = cost.peak_pass_tokens(model, "train" if kind == "train" else "logprob", dp, pp, tp, mb, ep)
         if kind == "train" and old_log_prob:
-            logprob_tokens = cost.peak_pass_tokens(model, "logprob", dp, pp, tp, mb, ep)
+            logprob_tokens = cost.peak_pass_tokens(model, "logprob", dp, pp, tp, logprob_batch or mb, ep)
     megatron = kind == "train" and cost.pass_kernels(pp, tp, ep) == "megatron"   # Megatron-Core's kernels
     version = getattr(instance, "framework_version", None)
     res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
@@ -1579,6 +1582,36 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
         # (layout_rules): no reference weights stay on the GPU beside the policy's
         res = 0.0
     return res, tra
+
+
+def loop_trainer_memory(instance, cost: CostModel, name: str, cand: Candidate, batch: int) -> tuple[float, float]:
+    """``(transient bytes, fits)`` per GPU of actor training candidate ``cand`` of vertex ``name`` where the
+    framework release runs its old-log-prob forward inside the experience loop over micro-rollout batches
+    (:func:`~packplace.placement.model.framework.micro_rollout_loop`) at ``batch`` sequences, not at its training
+    micro-batch: OpenRLHF 0.2.7 (commit 391e1de4) ``experience_maker.py`` ``RemoteExperienceMaker.make_experience``
+    runs ``self.actor(sequences, num_actions, attention_mask)`` once over the whole micro-rollout batch the
+    rank generated (``ppo_actor.py`` builds the prompt loader with ``args.micro_rollout_batch_size``), padded to
+    its longest sequence, while the rank's training state stays on its GPUs. The transient is the larger of the
+    candidate's own (the training pass, and the forward at its micro-batch) and the one with that forward at
+    ``batch`` (:func:`_candidate_memory`, ``logprob_batch``); the resident bytes do not change. ``cost`` is the
+    instance's cost model (:meth:`~packplace.placement.model.cost.CostModel.for_role` is applied here)."""
+    vertex = instance.graph.vertex(name)
+    model = instance.models[vertex.model]
+    cost = cost.for_role(vertex.model)
+    if not needs_old_log_prob(instance, name) or batch <= cand.micro_batch:
+        # no such forward, or one at most the micro-batch the candidate already charges it at
+        return cand.transient_bytes, cand.fits
+    _, tra = _candidate_memory(instance, cost, model, vertex.kind, cand.strategy, cand.micro_batch, True,
+                               inference_sharded(instance, name), inference_offloaded(instance, name),
+                               instance.training.get(name.split(".")[0], DEFAULT_TRAINING),
+                               swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
+                               mean_live_tokens(instance.workload), instance.engine.batching == "continuous",
+                               context_parallel_split(instance, name, cand.strategy.dp),
+                               inference_shard_options(instance, name), logprob_batch=batch)
+    tra = max(tra, cand.transient_bytes)
+    fits = cand.fits and candidate_fits(cand.resident_bytes, tra, None, memory_budget(instance, vertex.kind),
+                                        float(instance.hardware.memory_per_gpu))
+    return tra, fits
 
 
 def trains_in_a_bare_loop(instance, options: TrainingOptions,

@@ -34,6 +34,7 @@ from packplace.placement.candidates import (
     explain,
     gb,
     global_batch,
+    loop_trainer_memory,
     memory_budget,
     sequences_together,
     shared_weights_trainer,
@@ -239,6 +240,7 @@ class PlacementEvaluator:
         #: experience as a serial loop over micro-rollout batches (:meth:`micro_rollout_parts`), else None
         self.micro_rollout = micro_rollout_vertices(instance)
         self._loop: dict[tuple, dict[int, dict[str, float]]] = {}
+        self._loop_memory: dict[tuple, tuple[float, bool]] = {}
         #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
         self.rules = Context.of(instance) if Context.of(instance).ruled or instance.framework == "deepspeed-chat" \
             else None   # DeepSpeed-Chat's one rule: no pipeline or expert parallelism
@@ -291,7 +293,36 @@ class PlacementEvaluator:
             for i, parts in self.micro_rollout_parts(out).items():
                 cand, lo, hi = out[i]
                 out[i] = (dataclasses.replace(cand, time=sum(parts.values())), lo, hi)
+            out[self.micro_rollout[1]] = self._loop_trainer(out)
         return out
+
+    def micro_rollout_batch(self, res: list) -> int:
+        """The micro-rollout batch of the loop (:attr:`micro_rollout`) in ``res``: the smallest planned forward
+        micro-batch (what the OpenRLHF emitter writes as ``--micro_rollout_batch_size``), at most the
+        ``B·K/dp`` prompts an actor rank holds (``dp`` the actor training vertex's; at least 1)."""
+        _, train, forwards = self.micro_rollout
+        per_rank = max(1, self.instance.workload.sequences // res[train][0].strategy.dp)
+        return min(min(res[j][0].micro_batch for j in forwards), per_rank)
+
+    def _loop_trainer(self, res: list) -> tuple:
+        """``res``'s actor training entry with its memory at the loop's old-log-prob forward: each actor rank
+        runs that forward over a whole micro-rollout batch (:meth:`micro_rollout_batch`) beside its training
+        state, which may exceed the training micro-batch the candidate charges it at
+        (:func:`~packplace.placement.candidates.loop_trainer_memory`). The reference, critic and reward servers
+        each run one call of that batch at a time, at most their own micro-batch, which their memory covers."""
+        cand, lo, hi = res[self.micro_rollout[1]]
+        batch = self.micro_rollout_batch(res)
+        if batch <= cand.micro_batch:
+            return cand, lo, hi
+        key = (cand.key, batch)
+        hit = self._loop_memory.get(key)
+        if hit is None:
+            if len(self._loop_memory) >= RESOLVE_CACHE_LIMIT:
+                self._loop_memory.clear()
+            hit = self._loop_memory[key] = loop_trainer_memory(self.instance, self.cost, self.names[
+                self.micro_rollout[1]], cand, batch)
+        transient, fits = hit
+        return dataclasses.replace(cand, transient_bytes=transient, fits=fits), lo, hi
 
     def micro_rollout_parts(self, res: list) -> dict[int, dict[str, float]]:
         """The parts of the generation, forward and actor-training vertices of ``res`` where the experience runs
@@ -325,7 +356,7 @@ class PlacementEvaluator:
             return max(1, w.sequences // groups)
 
         per_rank = share(ranks)
-        mb = min(min(res[j][0].micro_batch for j in forwards), per_rank)
+        mb = self.micro_rollout_batch(res)
         steps = -(-per_rank // mb)
         engine = copy.copy(self.cost.for_role(self.instance.graph.vertices[gen].model))
         engine.workload = dataclasses.replace(w, batch_size=mb, samples_per_prompt=1)

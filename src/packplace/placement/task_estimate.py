@@ -77,6 +77,7 @@ from packplace.placement.model.framework import (
     dispatch_seconds,
     engine_takes_model_context,
     host_seconds_per_sequence,
+    micro_rollout_loop,
     table_release,
     trainer_logit_bytes,
     version_defaults,
@@ -615,7 +616,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
                           cp_exact=pack is not None, framework_version=framework_version, megatron=megatron,
                           micro_batches=mbs)
-    inputs.update({"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {})
+    inputs.update(_priced_marks(task, parts, framework, framework_version))
     engine = _pooled_engine(memory, inputs, gpu_memory_utilization, hw, cluster, shape)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
@@ -1870,11 +1871,37 @@ def format_estimate(result: Estimate) -> str:
         lines.append(_cp_line(result.inputs))
     if result.inputs.get("task") == "train" and result.inputs.get("pp", 1) > 1:
         lines.append(_pipeline_line(result.inputs))
+    if result.inputs.get("micro_rollout_loop"):
+        lines.append(_micro_rollout_line(result.inputs))
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({_fit_verdict(result)})")
     if result.engine:   # place's charge: the pool and what lies outside it
         return "\n".join(lines + engine_lines(result.engine))
     lines += [f"  {name:<14} {result.memory[name] / GB:.2f} GB" for name in MEMORY_PARTS]
     return "\n".join(lines)
+
+
+def _priced_marks(task: str, parts: Mapping[str, float], framework: str, framework_version: str | None
+                  ) -> dict[str, Any]:
+    """The inputs' marks of how the estimate was priced: ``trainer_rate_fraction`` where a PyTorch-native
+    trainer's eager kernels priced a part (``trainer_rate``), and ``micro_rollout_loop`` (True) for a
+    ``generate`` estimate at a release whose experience is each actor rank's serial loop of such calls
+    (:func:`~packplace.placement.model.framework.micro_rollout_loop`), which :func:`_micro_rollout_line` reads."""
+    marks: dict[str, Any] = {"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {}
+    if task == "generate" and micro_rollout_loop(framework, framework_version):
+        marks["micro_rollout_loop"] = True
+    return marks
+
+
+def _micro_rollout_line(inputs: Mapping[str, Any]) -> str:
+    """The note of a ``generate`` estimate at an OpenRLHF release that makes each actor rank's experience as a
+    serial loop over micro-rollout batches (:func:`~packplace.placement.model.framework.micro_rollout_loop`):
+    the estimate is one call of ``batch`` sequences; ``place`` prices the experience as each rank's loop of
+    such calls (:func:`~packplace.placement.model.framework.micro_rollout_seconds`)."""
+    return (f"  (OpenRLHF {inputs['framework_version']}, before v0.5.0, calls vLLM once per micro-rollout batch: "
+            f"this is one call of {inputs['batch']} sequences;\n"
+            "   place prices the experience as each actor rank's serial loop over its micro-rollout batches: per\n"
+            "   batch such a call, then the reference, critic and reward forwards beside the actor's own; ranks\n"
+            "   sharing an engine or a server queue there; --batch: the micro-rollout batch)")
 
 
 def _fit_verdict(result: Estimate) -> str:

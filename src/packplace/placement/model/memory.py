@@ -641,13 +641,14 @@ def peak_pass_tokens(workload: Workload, micro_batch: int, pack_tokens: int | No
     :meth:`~packplace.placement.model.sequence_packing.SequencePacking.peak_tokens`): a pack holds up to
     its capacity, and the DTensor workers pad every training pack to ``train_mb_tokens``. Unpacked:
     ``micro_batch`` sequences of ``S + longest response`` tokens
-    (:attr:`~packplace.placement.problem.workload.Workload.max_response`, the longest of the step's
-    ``B·K``): a micro-batch of a fixed number of sequences can draw the longest ones together (the
+    (:attr:`~packplace.placement.problem.workload.Workload.peak_response`, the longest of the step's
+    ``B·K``, at least the expected longest of any micro-batch a padded pass's time pays for): a micro-batch
+    of a fixed number of sequences can draw the longest ones together (the
     model represents no framework cap on tokens per micro-batch, such as verl's dynamic batch size).
     Equal to ``micro_batch · (S + mean response)`` when every response has the same length."""
     if pack_tokens is not None:
         return float(pack_tokens)
-    return float(micro_batch * (workload.context_length + workload.max_response))
+    return float(micro_batch * (workload.context_length + workload.peak_response))
 
 
 def dynamic_micro_batches(sequences: float, mean_len: float, budget: int) -> int:
@@ -672,7 +673,7 @@ def dynamic_peak_tokens(workload: Workload, sequences: float, budget: int, ulyss
     ``budget + (S + longest response)/u``, and never more than all ``⌈sequences⌉`` at that length
     (``micro_batch`` of the plan plays no part: verl ignores ``ppo_micro_batch_size_per_gpu`` under
     ``use_dynamic_bsz``)."""
-    longest = workload.context_length + workload.max_response
+    longest = workload.context_length + workload.peak_response
     return float(min(max(1, math.ceil(sequences - 1e-9)) * longest, budget + longest / ulysses))
 
 

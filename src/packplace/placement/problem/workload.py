@@ -155,6 +155,20 @@ class Workload:
         n = self.sequences
         return max(1, min(self.generation_length, int(np.ceil(self.quantile(n / (n + 1))))))
 
+    @cached_property
+    def peak_response(self) -> int:
+        """Longest response (tokens) a training or forward pass's memory is sized for: the larger of
+        :attr:`max_response` and the expected longest of the step's ``n = B·K`` responses,
+        ``E[longest of n]`` (:meth:`expected_max_response`), rounded up, at most ``T``. Every micro-batch of a
+        step is drawn from its ``n`` responses, so the expected longest of a micro-batch of ``m ≤ n``
+        (:meth:`padded_seq_len`, what a padded pass's time pays) never exceeds it; :attr:`max_response`,
+        ``Q(n/(n+1))``, is ``Q`` at the expected position of the largest draw and falls below ``E[Q(U)]`` where
+        ``Q`` is convex (a long tail: Jensen's inequality), so a pass would be priced longer than the memory
+        holds. Equal to :attr:`max_response` where ``Q`` is linear over the top quantiles (the uniform on
+        ``[a, b]``: both ``a + (b − a)·n/(n + 1)``) and where every response is at the cap."""
+        expected = self.expected_max_response(self.sequences)
+        return max(self.max_response, min(self.generation_length, int(np.ceil(expected - 1e-9))))
+
     def _active_at(self, steps: np.ndarray) -> np.ndarray:
         """``1 − F(t − 1)`` at decode steps ``t`` (float array), ``F`` the response-length CDF."""
         qs, ts = self._quantile_points

@@ -137,13 +137,19 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def vertex_own_memory(instance, plan) -> dict[str, float]:
     """Per vertex, its own peak bytes per GPU: resident (weights, grads, Adam state of its model under its
-    strategy) + its transient (activations, logits, KV cache); empty for an illegal plan."""
-    table = get_evaluator(instance).table
+    strategy) + its transient (activations, logits, KV cache); empty for an illegal plan. Where the evaluator
+    prices the experience as a micro-rollout loop, the actor's training holds the loop's old-log-prob forward
+    (:meth:`~packplace.placement.evaluator.PlacementEvaluator.micro_rollout_batch`), as the evaluator charges it."""
+    ev = get_evaluator(instance)
     out = {}
     for name, vp in plan.vertices:
-        cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+        cand = ev.table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
         if cand is not None:
             out[name] = cand.resident_bytes + cand.transient_bytes
+    res = ev._resolve(plan) if ev.micro_rollout is not None else None
+    if res is not None and res.__class__ is list:
+        cand = res[ev.micro_rollout[1]][0]
+        out[ev.names[ev.micro_rollout[1]]] = cand.resident_bytes + cand.transient_bytes
     return out
 
 
