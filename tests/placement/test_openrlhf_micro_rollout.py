@@ -103,12 +103,14 @@ def test_zero3_forwards_run_in_lockstep():
     assert micro_rollout_seconds(2, 2, 1, 2.0, 0.0, (LoopRole(2, 1.0, lockstep=True),)) == pytest.approx(10.0)
 
 
-def test_a_lockstep_round_that_cannot_complete_hangs():
-    # three ranks, a ZeRO-3 reference of two servers waited for (server 0 takes ranks 0 and 2), ZeRO-3 actor:
-    # rank 2's reference call is server 0's second round, which needs rank 1's next step, which needs the
-    # actors' first round, which needs rank 2's forward
-    ref = LoopRole(2, 1.0, waited=True, lockstep=True)
-    assert micro_rollout_seconds(3, 2, 3, 1.0, 1.0, (ref,), actor_lockstep=True) == float("inf")
+def test_a_lockstep_group_with_uneven_calls_hangs():
+    # three ranks, a ZeRO-3 reference of two servers: server 0 takes ranks 0 and 2, server 1 rank 1 only, so
+    # server 0's second forward all-gathers with a server that never joins it
+    assert micro_rollout_seconds(3, 2, 3, 1.0, 1.0, (LoopRole(2, 1.0, lockstep=True),)) == float("inf")
+    assert micro_rollout_seconds(1, 2, 1, 1.0, 1.0, (LoopRole(2, 1.0, lockstep=True),)) == float("inf")
+    # the same group of ZeRO-2 servers queues and ends: rank 2's calls follow rank 0's on server 0, [2, 3]
+    # and, after its next generate [3, 4], [4, 5]
+    assert micro_rollout_seconds(3, 2, 3, 1.0, 1.0, ((2, 1.0),)) == pytest.approx(5.0)
 
 
 def test_every_ray_call_returns_after_its_latency():

@@ -888,8 +888,7 @@ class _Loop:
         self.all_left = [0] * ranks
         self.queue = [(0.0, rank, 0, -1) for rank in range(ranks)]   # (time, rank, 0 / 1 / 2, role)
         heapq.heapify(self.queue)
-        # a lockstep role's calls per server, and the callers of each round: {(role, round): [(server, rank)]}
-        self.calls = [[steps * len(range(k, ranks, r.count)) for k in range(r.count)] for r in roles]
+        # the callers of each lockstep round: {(role, round): [(server, rank)]}
         self.served = [[0] * r.count for r in roles]
         self.rounds: dict[tuple[int, int], list] = {}
 
@@ -911,7 +910,7 @@ class _Loop:
         self.served[role][server] += 1
         arrived = self.rounds.setdefault((role, j), [])
         arrived.append((server, rank))
-        if len(arrived) < sum(1 for n in self.calls[role] if n > j):
+        if len(arrived) < r.count:
             return
         del self.rounds[(role, j)]    # every server has its j-th call: they start together
         start = max([now] + [self.free.get(self.clock(role, s), 0.0) for s, _ in arrived])
@@ -982,9 +981,10 @@ def micro_rollout_seconds(ranks: int, steps: int, engines: int, generate: float,
     Every Ray call (the engine's and the servers', not the rank's own forward) returns ``latency`` seconds
     after its work ends (:data:`RAY_ACTOR_CALL_SECONDS`).
 
-    Requests are served first come first served (ties by rank), each resource one at a time. ``inf`` where a
-    lockstep round never completes (a ZeRO-3 group whose servers get different numbers of calls while a rank
-    waits for one: the run hangs).
+    Requests are served first come first served (ties by rank), each resource one at a time. ``inf`` where the
+    run hangs: a lockstep group whose server count does not divide ``ranks`` (its servers get different numbers
+    of calls, and a server's forward whose collective the others never join never ends), or a round that
+    never completes.
 
     Raises:
         ValueError: a count below 1, a negative time, a waited role called later, or GPU-sharing roles
@@ -1006,6 +1006,8 @@ def micro_rollout_seconds(ranks: int, steps: int, engines: int, generate: float,
             counts.setdefault(r.gpu, set()).add(r.count)
     if any(len(c) > 1 for c in counts.values()):
         raise ValueError(f"micro_rollout_seconds: roles sharing GPUs must have as many servers, got {counts}")
+    if any(r.lockstep and ranks % r.count for r in roles):
+        return math.inf
     return _Loop(ranks, steps, engines, generate, roles, latency).run()
 
 
