@@ -888,7 +888,7 @@ class _Loop:
         self.all_left = [0] * ranks
         self.queue = [(0.0, rank, 0, -1) for rank in range(ranks)]   # (time, rank, 0 / 1 / 2, role)
         heapq.heapify(self.queue)
-        # the callers of each lockstep round: {(role, round): [(server, rank)]}
+        # each server's calls so far, and the callers of each lockstep round: {(role, round): [(server, rank)]}
         self.served = [[0] * r.count for r in roles]
         self.rounds: dict[tuple[int, int], list] = {}
 
