@@ -378,10 +378,10 @@ class PlacementEvaluator:
           experience_maker.py ``make_experience`` then waits, after calling the reference and the critic, for
           ``ray.get([value_ref])`` / ``ray.get([base_action_log_probs_ref])`` ("avoid CUDA OOM when colocate
           models") before it calls the reward models and runs the actor's forward. The pair's workers are two
-          processes on one GPU, whose kernels the GPU time-slices rather than overlaps (CUDA runs the kernels of
-          different processes concurrently only under MPS, which OpenRLHF does not start): server ``k`` of both
-          takes the GPU one call at a time (:attr:`LoopRole.gpu`; the reference's with actor rank ``k``'s own
-          forward);
+          processes on one GPU, whose kernels the GPU runs in turns rather than overlapped (NVIDIA's MPS
+          documentation: MPS lets different processes' kernels overlap; OpenRLHF does not start it): server
+          ``k`` of both takes the GPU one call at a time (:attr:`LoopRole.gpu`; the reference's with actor rank
+          ``k``'s own forward);
         * ZeRO-3 (:func:`~packplace.placement.candidates.inference_sharded`): ``get_ds_eval_config`` gives the
           reference and reward workers stage 3 when the run's ``--zero_stage`` is 3, and the critic trains with
           it, so each group's forward all-gathers every layer's parameters over its workers, whose calls run in
