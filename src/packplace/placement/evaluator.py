@@ -34,6 +34,7 @@ from packplace.placement.candidates import (
     explain,
     gb,
     global_batch,
+    inference_sharded,
     loop_trainer_memory,
     memory_budget,
     sequences_together,
@@ -42,11 +43,22 @@ from packplace.placement.candidates import (
     vertex_parts,
 )
 from packplace.placement.model.framework import (
+    RAY_ACTOR_CALL_SECONDS,
+    LoopRole,
     colocated_engine_gpu_memory_utilization,
     micro_rollout_loop,
     micro_rollout_seconds,
 )
-from packplace.placement.model.layout_rules import Context, Placed, refusals, strategy_refusal
+from packplace.placement.model.layout_rules import (
+    CRITIC_INFER,
+    REFERENCE,
+    REWARD,
+    TRAIN,
+    Context,
+    Placed,
+    refusals,
+    strategy_refusal,
+)
 from packplace.placement.problem.plan import Plan, VertexPlan
 from packplace.result import register_solution_type
 from packplace.run import register_evaluator
@@ -339,11 +351,12 @@ class PlacementEvaluator:
         generation call is :meth:`~packplace.placement.model.cost.CostModel.generate_time` of ``mb`` sequences
         on one engine of the generation vertex's strategy; a remote forward is the forward vertex's time less
         its ``overhead`` over the micro-rollout batches each of its ``dp`` servers runs; the actor's forward is
-        the ``old_log_prob`` (and ``gather``) part priced at micro-batch ``mb``, over the steps. Not priced:
-        the per-call Ray latency (the generation vertex keeps its one ``overhead``), ZeRO-3 groups' lockstep
-        across servers."""
+        the ``old_log_prob`` (and ``gather``) part priced at micro-batch ``mb``, over the steps. The waits and
+        lockstep of :meth:`loop_roles`; each Ray call's round trip,
+        :data:`~packplace.placement.model.framework.RAY_ACTOR_CALL_SECONDS` (the generation vertex keeps its one
+        ``overhead`` besides)."""
         gen, train, forwards = self.micro_rollout
-        key = tuple(res[i][0].key for i in (gen, train, *forwards))
+        key = tuple((res[i][0].key, res[i][1], res[i][2]) for i in (gen, train, *forwards))
         hit = self._loop.get(key)
         if hit is not None:
             return hit
@@ -364,13 +377,16 @@ class PlacementEvaluator:
         generate = engine.generate_time(self.model_specs[gen], 1, s.pp, s.tp, mb, gcand.extent, s.ep)
         own = vertex_parts(self.instance, self.cost, self.names[train], tcand.strategy, mb, tcand.extent)
         actor = (own.get("old_log_prob", 0.0) + own.get("gather", 0.0)) / steps
-        servers = []
+        seconds = []
         for j in forwards:
             cand = res[j][0]
             parts = self.vertex_phases(self.names[j], cand)
             calls = -(-share(cand.strategy.dp) // mb)
-            servers.append((cand.strategy.dp, (sum(parts.values()) - parts.get("overhead", 0.0)) / calls))
-        loop = micro_rollout_seconds(ranks, steps, s.dp, generate, actor, tuple(servers))
+            seconds.append((sum(parts.values()) - parts.get("overhead", 0.0)) / calls)
+        roles, actor_gpu = self.loop_roles(res, seconds)
+        loop = micro_rollout_seconds(ranks, steps, s.dp, generate, actor, roles,
+                                     actor_lockstep=inference_sharded(self.instance, self.names[train]),
+                                     actor_gpu=actor_gpu, latency=RAY_ACTOR_CALL_SECONDS)
         out = {gen: {"micro_rollout": loop, **{k: v for k, v in self.vertex_phases(self.names[gen], gcand).items()
                                                if k != "generation"}}}
         out[train] = {k: v for k, v in self.vertex_phases(self.names[train], tcand).items()
@@ -381,6 +397,45 @@ class PlacementEvaluator:
             self._loop.clear()
         self._loop[key] = out
         return out
+
+    def loop_roles(self, res: list, seconds: list[float]) -> tuple[tuple[LoopRole, ...], str | None]:
+        """The forward roles of :meth:`micro_rollout_parts`'s loop (one :class:`LoopRole` per forward vertex, whose
+        calls last ``seconds``) and the label of the actor ranks' GPUs, as OpenRLHF 0.2.7 runs them (commit
+        391e1de4):
+
+        * ``--colocate_actor_ref`` where the reference runs on the actor's GPUs, ``--colocate_critic_reward``
+          where the reward model runs on the critic's (the OpenRLHF emitter's switches; examples/train_ppo_ray.py
+          puts the pair's workers in one placement group, 0.75 and 0.25 of each GPU, and asserts equal counts):
+          experience_maker.py ``make_experience`` then waits, after calling the reference and the critic, for
+          ``ray.get([value_ref])`` / ``ray.get([base_action_log_probs_ref])`` ("avoid CUDA OOM when colocate
+          models") before it calls the reward models and runs the actor's forward. The pair's workers are two
+          processes on one GPU, whose kernels the GPU runs in turns rather than overlapped (NVIDIA's MPS
+          documentation: MPS lets different processes' kernels overlap; OpenRLHF does not start it): server
+          ``k`` of both takes the GPU one call at a time (:attr:`LoopRole.gpu`; the reference's with actor rank
+          ``k``'s own forward);
+        * ZeRO-3 (:func:`~packplace.placement.candidates.inference_sharded`): ``get_ds_eval_config`` gives the
+          reference and reward workers stage 3 when the run's ``--zero_stage`` is 3, and the critic trains with
+          it, so each group's forward all-gathers every layer's parameters over its workers, whose calls run in
+          lockstep (:attr:`LoopRole.lockstep`), as the actor ranks' own forwards do.
+
+        The reward model is called after those waits (:attr:`LoopRole.later`; without them at the same time)."""
+        gen, train, forwards = self.micro_rollout
+        span = {self.names[j]: (res[j][1], res[j][2], res[j][0].strategy.dp) for j in (train, *forwards)}
+        ref, critic, reward = span.get(REFERENCE), span.get(CRITIC_INFER), span.get(REWARD)
+        actor_ref = ref is not None and ref[:2] == span[TRAIN][:2]
+        critic_reward = critic is not None and reward is not None and critic[:2] == reward[:2]
+        roles = []
+        for j, t in zip(forwards, seconds):
+            name = self.names[j]
+            gpu = None
+            if name == REFERENCE and actor_ref and ref[2] == span[TRAIN][2]:
+                gpu = "actor"
+            elif name in (CRITIC_INFER, REWARD) and critic_reward and critic[2] == reward[2]:
+                gpu = "critic"
+            waited = (name == REFERENCE and actor_ref) or (name == CRITIC_INFER and critic_reward)
+            roles.append(LoopRole(res[j][0].strategy.dp, t, waited=waited, later=name == REWARD,
+                                  lockstep=inference_sharded(self.instance, name), gpu=gpu))
+        return tuple(roles), "actor" if actor_ref and ref[2] == span[TRAIN][2] else None
 
     def _colocated_engine(self, out: list) -> list | str:
         """``out`` with the engine's candidate replaced by its twin at the ``gpu_memory_utilization`` of a plan

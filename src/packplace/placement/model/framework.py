@@ -869,8 +869,123 @@ def micro_rollout_loop(framework: str, version: str | None) -> bool:
     return table_release(version) < OPENRLHF_WHOLE_ROLLOUT_CALL
 
 
+#: Seconds of one synchronous Ray actor call's round trip (submit, run an empty method, return a small value):
+#: 1 / 2,050.5, Ray's own release microbenchmark for Ray 2.10.0, the release OpenRLHF 0.2.7 pins
+#: (requirements.txt at commit 391e1de4, ``ray[default]==2.10.0``): release/release_logs/2.10.0/microbenchmark.json,
+#: ``1_1_actor_calls_sync`` 2,050.5 calls/s (``ray microbenchmark``, one node). A lower bound for the loop's calls,
+#: which pass tensors through the object store and may cross nodes (:func:`micro_rollout_seconds`).
+RAY_ACTOR_CALL_SECONDS = 1 / 2050.5
+
+
+@dataclass(frozen=True)
+class LoopRole:
+    """One remote forward role of :func:`micro_rollout_seconds` (the reference, critic or a reward model).
+
+    Attributes:
+        count: Its servers (Ray actors); actor rank ``i`` calls server ``i % count``.
+        seconds: One call (one micro-rollout batch's forward).
+        waited: The rank waits for this call before its own forward and the reward calls (OpenRLHF 0.2.7's
+            ``ray.get([value_ref])`` under ``--colocate_critic_reward``, ``ray.get([base_action_log_probs_ref])``
+            under ``--colocate_actor_ref``).
+        later: Called after those waits (the reward models: ``rm.forward.remote`` follows them).
+        lockstep: Its servers are one ZeRO-3 group (the forward all-gathers each layer's parameters over the
+            group), so the ``j``-th call of every server starts when the last of them can.
+        gpu: A label: server ``k`` of every role (and actor rank ``k``, for the label ``"actor"``) with the same
+            label runs on one GPU and takes it one call at a time (``None``: GPUs of its own).
+    """
+
+    count: int
+    seconds: float
+    waited: bool = False
+    later: bool = False
+    lockstep: bool = False
+    gpu: str | None = None
+
+
+class _Loop:
+    """The event simulation behind :func:`micro_rollout_seconds` (first come first served, ties by rank)."""
+
+    def __init__(self, ranks: int, steps: int, engines: int, generate: float, roles: list[LoopRole],
+                 latency: float) -> None:
+        self.engines, self.generate, self.roles, self.latency = engines, generate, roles, latency
+        self.own = len(roles) - 1                  # the last role: the rank's own forward, not a Ray call
+        self.engine_free = [0.0] * engines
+        self.free: dict[tuple, float] = {}          # each GPU's (or server's) next free time
+        self.left = [steps] * ranks
+        self.wait_left = [0] * ranks
+        self.all_left = [0] * ranks
+        self.queue = [(0.0, rank, 0, -1) for rank in range(ranks)]   # (time, rank, 0 / 1 / 2, role)
+        heapq.heapify(self.queue)
+        # each server's calls so far, and the callers of each lockstep round: {(role, round): [(server, rank)]}
+        self.served = [[0] * r.count for r in roles]
+        self.rounds: dict[tuple[int, int], list] = {}
+
+    def clock(self, role: int, server: int) -> tuple:
+        label = self.roles[role].gpu
+        return ("gpu", label, server) if label is not None else ("role", role, server)
+
+    def call(self, role: int, rank: int, now: float) -> None:
+        """Rank ``rank`` calls its server of ``role`` at ``now``."""
+        r = self.roles[role]
+        server = rank % r.count
+        back = 0.0 if role == self.own else self.latency     # the Ray round trip, seen by the caller
+        if not r.lockstep:
+            key = self.clock(role, server)
+            end = self.free[key] = max(now, self.free.get(key, 0.0)) + r.seconds
+            heapq.heappush(self.queue, (end + back, rank, 2, role))
+            return
+        j = self.served[role][server]
+        self.served[role][server] += 1
+        arrived = self.rounds.setdefault((role, j), [])
+        arrived.append((server, rank))
+        if len(arrived) < r.count:
+            return
+        del self.rounds[(role, j)]    # every server has its j-th call: they start together
+        start = max([now] + [self.free.get(self.clock(role, s), 0.0) for s, _ in arrived])
+        for s, caller in arrived:
+            self.free[self.clock(role, s)] = start + r.seconds
+            heapq.heappush(self.queue, (start + r.seconds + back, caller, 2, role))
+
+    def run(self) -> float:
+        last = 0.0
+        roles = self.roles
+        while self.queue:
+            now, rank, stage, role = heapq.heappop(self.queue)
+            if stage == 0:                          # the rank's generate call
+                e = rank % self.engines
+                self.engine_free[e] = max(now, self.engine_free[e]) + self.generate
+                heapq.heappush(self.queue, (self.engine_free[e] + self.latency, rank, 1, -1))
+                continue
+            if stage == 1:                          # its batch: the first calls, then (no wait) the rest
+                self.all_left[rank] = len(roles)
+                self.wait_left[rank] = sum(r.waited for r in roles)
+                for i, r in enumerate(roles):
+                    if not r.later:
+                        self.call(i, rank, now)
+                if not self.wait_left[rank]:
+                    self.call_later(rank, now)
+                continue
+            self.all_left[rank] -= 1                # a call of the rank ended
+            if roles[role].waited:
+                self.wait_left[rank] -= 1
+                if not self.wait_left[rank]:
+                    self.call_later(rank, now)
+            if not self.all_left[rank]:
+                self.left[rank] -= 1
+                last = max(last, now)
+                if self.left[rank]:
+                    heapq.heappush(self.queue, (now, rank, 0, -1))
+        return last if not any(self.left) else math.inf   # a lockstep round no call can complete: it hangs
+
+    def call_later(self, rank: int, now: float) -> None:
+        for i, r in enumerate(self.roles):
+            if r.later:
+                self.call(i, rank, now)
+
+
 def micro_rollout_seconds(ranks: int, steps: int, engines: int, generate: float, actor: float,
-                          servers: tuple[tuple[int, float], ...]) -> float:
+                          servers: tuple[tuple[int, float] | LoopRole, ...], actor_lockstep: bool = False,
+                          actor_gpu: str | None = None, latency: float = 0.0) -> float:
     """Seconds until the last of ``ranks`` actor ranks ends its experience loop of ``steps`` micro-rollout
     batches, OpenRLHF before :data:`OPENRLHF_WHOLE_ROLLOUT_CALL` (read at v0.2.7, commit 391e1de4):
 
@@ -879,48 +994,49 @@ def micro_rollout_seconds(ranks: int, steps: int, engines: int, generate: float,
       the engine is a Ray actor without ``max_concurrency`` (vllm_engine.py ``@ray.remote class
       LLMRayActor``), so the calls of the ranks sharing it run one after the other, in the order they came;
     * then the remote forwards of the batch, one call to server ``rank % count`` of each role in ``servers``
-      (``(count, seconds per call)``: the reference, critic and reward groups, whose workers launcher.py
-      hands to actor rank ``i`` as ``critic_actors[i % len(critic_actors)]`` and so on, each a Ray actor
-      without ``max_concurrency``: queued behind the calls before them), while the rank runs its own
-      log-prob forward, ``actor`` seconds (``self.actor(sequences, ...)`` between the ``.remote`` calls and
-      ``ray.get``);
+      (:class:`LoopRole`, or ``(count, seconds per call)``: the reference, critic and reward groups, whose
+      workers launcher.py hands to actor rank ``i`` as ``critic_actors[i % len(critic_actors)]`` and so on,
+      each a Ray actor without ``max_concurrency``: queued behind the calls before them), while the rank runs
+      its own log-prob forward, ``actor`` seconds (``self.actor(sequences, ...)`` between the ``.remote``
+      calls and ``ray.get``). Under ``--colocate_critic_reward`` / ``--colocate_actor_ref`` the rank first
+      waits for the critic's / reference's call (:attr:`LoopRole.waited`) and only then calls the reward
+      models (:attr:`LoopRole.later`) and runs its own forward; with ``actor_lockstep`` (ZeRO-3: the actor's
+      forward all-gathers its parameters over the actor ranks) the ranks' ``j``-th forwards start together,
+      when the last rank reaches its own; ``actor_gpu`` labels the ranks' GPUs as :attr:`LoopRole.gpu`;
     * the step ends when the last of them ends (``ray.get([base_action_log_probs_ref, value_ref] +
       r_refs)``), and the next step's call follows.
 
-    Requests are served first come first served (ties by rank), each resource one at a time.
+    Every Ray call (the engine's and the servers', not the rank's own forward) returns ``latency`` seconds
+    after its work ends (:data:`RAY_ACTOR_CALL_SECONDS`).
+
+    Requests are served first come first served (ties by rank), each resource one at a time. ``inf`` where the
+    run hangs: a lockstep group whose server count does not divide ``ranks`` (its servers get different numbers
+    of calls, and a server's forward whose collective the others never join never ends), or a round that
+    never completes.
 
     Raises:
-        ValueError: a count below 1 or a negative time.
+        ValueError: a count below 1, a negative time, a waited role called later, or GPU-sharing roles
+            with different server counts.
     """
-    if ranks < 1 or steps < 1 or engines < 1 or any(count < 1 for count, _ in servers):
+    roles = [s if isinstance(s, LoopRole) else LoopRole(*s) for s in servers]
+    if ranks < 1 or steps < 1 or engines < 1 or any(r.count < 1 for r in roles):
         raise ValueError(f"micro_rollout_seconds: ranks, steps, engines and server counts must be >= 1, got "
-                         f"{ranks}, {steps}, {engines}, {[count for count, _ in servers]}")
-    if min((generate, actor, *(t for _, t in servers))) < 0:
-        raise ValueError(f"micro_rollout_seconds: times must be >= 0, got {generate}, {actor}, "
-                         f"{[t for _, t in servers]}")
-    engine_free = [0.0] * engines
-    server_free = [[0.0] * count for count, _ in servers]
-    left = [steps] * ranks
-    queue = [(0.0, rank, 0) for rank in range(ranks)]   # (submitted at, rank, 0: generate / 1: forwards)
-    heapq.heapify(queue)
-    last = 0.0
-    while queue:
-        now, rank, stage = heapq.heappop(queue)
-        if stage == 0:
-            e = rank % engines
-            engine_free[e] = max(now, engine_free[e]) + generate
-            heapq.heappush(queue, (engine_free[e], rank, 1))
-            continue
-        done = now + actor
-        for free, (count, seconds) in zip(server_free, servers):
-            s = rank % count
-            free[s] = max(now, free[s]) + seconds
-            done = max(done, free[s])
-        left[rank] -= 1
-        if left[rank]:
-            heapq.heappush(queue, (done, rank, 0))
-        last = max(last, done)
-    return last
+                         f"{ranks}, {steps}, {engines}, {[r.count for r in roles]}")
+    if min((generate, actor, latency, *(r.seconds for r in roles))) < 0:
+        raise ValueError(f"micro_rollout_seconds: times must be >= 0, got {generate}, {actor}, {latency}, "
+                         f"{[r.seconds for r in roles]}")
+    if any(r.waited and r.later for r in roles):
+        raise ValueError("micro_rollout_seconds: a role is waited for before the later calls, so it cannot be one")
+    roles.append(LoopRole(ranks, actor, later=True, lockstep=actor_lockstep, gpu=actor_gpu))
+    counts: dict[str, set[int]] = {}
+    for r in roles:
+        if r.gpu is not None:
+            counts.setdefault(r.gpu, set()).add(r.count)
+    if any(len(c) > 1 for c in counts.values()):
+        raise ValueError(f"micro_rollout_seconds: roles sharing GPUs must have as many servers, got {counts}")
+    if any(r.lockstep and ranks % r.count for r in roles):
+        return math.inf
+    return _Loop(ranks, steps, engines, generate, roles, latency).run()
 
 
 def engine_takes_model_context(framework: str, version: str | None) -> bool:
