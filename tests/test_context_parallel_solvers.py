@@ -181,8 +181,8 @@ def instances(draw):
 @given(instances())
 def test_every_plan_places_each_key_once_and_tiles_the_ranks(inst):
     # each backend runs once at its defaults; the determinism rerun of greedy is without its CP-SAT polish (0.01 s
-    # where the polish's model costs up to seconds on these instances; the polish's own determinism:
-    # test_the_polish_keeps_the_best_plan_and_is_deterministic)
+    # where the polish's model costs up to seconds on these instances; the determinism of a run whose polish
+    # improves the plan: test_greedy_says_when_the_time_limit_cut_it)
     bound = ContextParallelEvaluator(inst).lower_bound()
     results = {}
     for name in HEURISTICS:
