@@ -180,9 +180,13 @@ def instances(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_every_plan_places_each_key_once_and_tiles_the_ranks(inst):
+    # each backend runs once at its defaults; the determinism rerun of greedy is without its CP-SAT polish (0.01 s
+    # where the polish's model costs up to seconds on these instances; the determinism of a run whose polish
+    # improves the plan: test_greedy_says_when_the_time_limit_cut_it)
     bound = ContextParallelEvaluator(inst).lower_bound()
+    results = {}
     for name in HEURISTICS:
-        result = solve_context_parallel(inst, name)
+        result = results[name] = solve_context_parallel(inst, name)
         if not result.ok:
             continue
         placed = [key for slot in result.solution.micro_batches for group in slot for key in group.keys]
@@ -192,9 +196,14 @@ def test_every_plan_places_each_key_once_and_tiles_the_ranks(inst):
             assert covered == list(range(inst.ranks))
             assert all(group.first_rank % group.size == 0 and group.keys for group in slot)
         assert result.objective >= bound * (1 - 1e-9)
-        again = solve_context_parallel(inst, name)
-        assert again.solution == result.solution  # deterministic
-    greedy, megatron = solve_context_parallel(inst, "greedy"), solve_context_parallel(inst, "megatron")
+        if name == "greedy":
+            unpolished = solve_context_parallel(inst, name, polish=0)
+            assert solve_context_parallel(inst, name, polish=0).solution == unpolished.solution  # deterministic
+            assert result.objective <= unpolished.objective * (1 + 1e-12)  # the polish keeps the better plan
+        else:
+            again = solve_context_parallel(inst, name)
+            assert again.solution == result.solution  # deterministic
+    greedy, megatron = results["greedy"], results["megatron"]
     if megatron.ok:
         assert greedy.objective <= megatron.objective * (1 + 1e-9)
 

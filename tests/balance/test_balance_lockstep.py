@@ -478,10 +478,11 @@ def test_the_search_starts_from_the_outer_start(solver: str, monkeypatch: pytest
     # repair runs once, on the lockstep instance: the search on the rounds instance is handed that plan
     # instead of running repair again on it, so the search's own start objective (the rounds objective of
     # the same D·m bins: each rank runs its bins by cost descending) is the lockstep start's, and the
-    # answer is at most it. A generous limit and a counted budget keep the clock out of it.
+    # answer is at most it. A generous limit and a counted budget (lns: neighbourhoods; cpsat: CP-SAT deterministic
+    # time) keep the clock out of it.
     instance = _long_tail(0)
     runs = _count_whole_repairs(monkeypatch, 160)
-    options = {"max_neighbourhoods": 3} if solver == "lns" else {}
+    options = {"max_neighbourhoods": 3} if solver == "lns" else {"cp_parameters": {"max_deterministic_time": 2.0}}
     result = packplace.balance(instance, solver=solver, time_limit_s=60, seed=0, **options)
     assert runs == ["lockstep"]
     assert result.info["start"] == "repair"

@@ -139,7 +139,8 @@ def test_long_tail_batches_are_valid_for_megatron_and_never_slower_than_its_sche
     groups = scheduler.get_groups_and_subsamples(seqlens)
     protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=dp, cp_size=cp, max_seqlen_per_dp_cp_rank=cap)
     assert scheduler.last_result.objective <= _megatron_step_time(lengths, dp, cp, cap) * (1 + 1e-12)
-    assert groups == PackplaceDynamicCPScheduler(cap, cp, dp, None).get_groups_and_subsamples(seqlens)  # determinism
+    if seed < 2:   # determinism, once per layout (a second search of the same batch, half of this test's time)
+        assert groups == PackplaceDynamicCPScheduler(cap, cp, dp, None).get_groups_and_subsamples(seqlens)
 
 
 def test_min_cp_size_virtual_pipeline_multiple_and_lists_longest_first():

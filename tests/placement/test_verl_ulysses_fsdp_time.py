@@ -12,8 +12,8 @@ import os
 
 import pytest
 
+from packplace.placement.candidates import cost_model
 from packplace.placement.checking.validate import load_setup
-from packplace.placement.evaluator import PlacementEvaluator
 from packplace.placement.model.framework import gather_seconds
 from packplace.placement.model.memory import stage_params
 from packplace.placement.model.training_time import training_overhead_seconds, zero3_collective_seconds
@@ -31,7 +31,8 @@ HEADS, KV_HEADS, HEAD_DIM, LAYERS = 28, 4, 128, 28
 @functools.lru_cache(maxsize=1)
 def _verl_cost():
     instance, _, _ = load_setup(VERL_32)
-    return PlacementEvaluator(instance).cost, instance.models["actor"]
+    # the cost model an evaluator of the row scores with (its candidate table's), without building that table
+    return cost_model(instance), instance.models["actor"]
 
 
 def verl_cost():
