@@ -81,6 +81,8 @@ def test_a_colocated_grpo_plan_in_verl_uses_fsdp_and_the_plan_numbers():
     assert s["actor_rollout_ref.rollout.max_num_seqs"] == 256
     assert s["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 8
     assert s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == 32
+    # the actor's old-log-prob forward runs at its training micro-batch, where the plan's memory charges it
+    assert s["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == 8
     assert s["reward.reward_model.enable_resource_pool"] is False
     assert "trainer.v1.trainer_mode" not in s  # synchronous
     assert_known_keys(out)
