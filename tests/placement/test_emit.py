@@ -235,6 +235,21 @@ def test_a_dapo_plan_is_emitted_as_grpo_advantages_without_a_kl_term_for_every_f
         assert_known_keys(out)
 
 
+def test_openrlhf_without_forwards_runs_the_actors_log_prob_chunks_at_its_training_micro_batch():
+    # dapo with a rule reward: no reference, reward or critic forward; the actor's old-log-prob forward still
+    # runs per --micro_rollout_batch_size chunk (release default 8 at v0.9.0), priced at the training micro-batch
+    from packplace.placement.problem.config import build_instance, load_yaml
+    raw = load_yaml(GRPO)
+    raw["policy"].update(algorithm="dapo", framework="openrlhf", framework_version="0.9.0")
+    raw["models"]["reward"] = "rule"
+    instance = build_instance(raw)
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    assert set(dict(plan.vertices)) == {"actor.generate", "actor.train"}
+    s = emit(instance, plan, "openrlhf").settings
+    train_mb = dict(plan.vertices)["actor.train"].micro_batch
+    assert s["--micro_rollout_batch_size"] == s["--micro_train_batch_size"] == train_mb
+
+
 def test_a_verl_zero3_search_keeps_to_fsdp_layouts_so_the_plan_runs_as_planned():
     from packplace.placement.evaluator import get_table
     from packplace.placement.problem.config import build_instance, load_yaml
