@@ -81,6 +81,8 @@ def test_a_colocated_grpo_plan_in_verl_uses_fsdp_and_the_plan_numbers():
     assert s["actor_rollout_ref.rollout.max_num_seqs"] == 256
     assert s["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 8
     assert s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] == 32
+    # the actor's old-log-prob forward runs at its training micro-batch, where the plan's memory charges it
+    assert s["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == 8
     assert s["reward.reward_model.enable_resource_pool"] is False
     assert "trainer.v1.trainer_mode" not in s  # synchronous
     assert_known_keys(out)
@@ -231,6 +233,21 @@ def test_a_dapo_plan_is_emitted_as_grpo_advantages_without_a_kl_term_for_every_f
     assert any("reference policy's log-probs every step" in r for r in nemo.refusals)
     for out in (verl, openrlhf, nemo):
         assert_known_keys(out)
+
+
+def test_openrlhf_without_forwards_runs_the_actors_log_prob_chunks_at_its_training_micro_batch():
+    # dapo with a rule reward: no reference, reward or critic forward; the actor's old-log-prob forward still
+    # runs per --micro_rollout_batch_size chunk (release default 8 at v0.9.0), priced at the training micro-batch
+    from packplace.placement.problem.config import build_instance, load_yaml
+    raw = load_yaml(GRPO)
+    raw["policy"].update(algorithm="dapo", framework="openrlhf", framework_version="0.9.0")
+    raw["models"]["reward"] = "rule"
+    instance = build_instance(raw)
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    assert set(dict(plan.vertices)) == {"actor.generate", "actor.train"}
+    s = emit(instance, plan, "openrlhf").settings
+    train_mb = dict(plan.vertices)["actor.train"].micro_batch
+    assert s["--micro_rollout_batch_size"] == s["--micro_train_batch_size"] == train_mb
 
 
 def test_a_verl_zero3_search_keeps_to_fsdp_layouts_so_the_plan_runs_as_planned():

@@ -2,7 +2,7 @@
 micro-rollout batch (0.2.7, ``experience_maker.py`` ``make_experience``: ``self.actor(sequences, ...)`` on the
 batch the rank generated): the actor's training GPUs hold that forward beside the training state, whatever the
 training micro-batch (:func:`~packplace.placement.candidates.loop_trainer_memory`, the evaluator's
-``_loop_trainer``)."""
+``_loop_trainer``). Later releases drop the loop but still run that forward per micro-rollout chunk."""
 
 from __future__ import annotations
 
@@ -72,12 +72,35 @@ def test_a_loop_batch_within_the_training_micro_batch_keeps_the_candidates_memor
         assert ev.vertex_memory(plan)["actor.train"] == pytest.approx(_train_candidate(ev, plan).memory_bytes)
 
 
-def test_from_v0_5_0_the_training_candidate_is_charged_as_before():
-    # no loop: the old-log-prob forward runs at the actor's micro-batch (the step graph's), as the table has it
-    instance, plan = _setup("0.5.0", 64)
+@pytest.mark.parametrize("version", ["0.5.0", "0.8.0", "0.11.0", None])
+def test_from_v0_5_0_the_actor_gpus_hold_its_forward_at_the_micro_rollout_batch(version):
+    # no loop (one generate call per rank), but the experience maker still runs the actor's old-log-prob forward
+    # on its training GPUs once per --micro_rollout_batch_size chunk: v0.5.0 experience_maker.py
+    # RemoteExperienceMaker.make_experience, self.actor(sequences, ...) per Samples of that size (_generate_vllm);
+    # v0.8.0 and v0.11.0 actor_model_group.async_run_method_batch("forward", ...) per chunk, ppo_actor.py forward
+    instance, plan = _setup(version, 64)
     ev = plan_evaluator(instance, plan)
     assert ev.micro_rollout is None
-    assert ev.vertex_memory(plan)["actor.train"] == pytest.approx(_train_candidate(ev, plan).memory_bytes)
+    res = ev._resolve(plan)
+    assert ev.micro_rollout_batch(res) == 64
+    cand = _train_candidate(ev, plan)
+    assert cand.micro_batch == 8
+    held = ev.vertex_memory(plan)["actor.train"]
+    w, model = instance.workload, instance.models["actor"]
+    tokens = 64 * (w.context_length + w.max_response)       # 64 x 2048, padded to the longest
+    forward = sum(infer_transient(model, tokens=tokens, n_layers=model.layers, last=True, tp=1, kv_cache=False,
+                                  logit_bytes=trainer_logit_bytes("openrlhf", version)))
+    # by hand: the fp32 logits alone, 64 x 2048 tokens x 32,000 entries x 4 bytes, beside the training state
+    assert held >= cand.resident_bytes + tokens * 32_000 * 4
+    assert held >= cand.resident_bytes + forward + instance.hardware.memory_workspace
+    assert held > cand.memory_bytes   # the table's charge at the training micro-batch falls short
+
+
+def test_from_v0_5_0_a_rollout_batch_within_the_training_micro_batch_keeps_the_candidates_memory():
+    for forward_mb in (None, 8):
+        instance, plan = _setup("0.5.0", forward_mb)
+        ev = plan_evaluator(instance, plan)
+        assert ev.vertex_memory(plan)["actor.train"] == pytest.approx(_train_candidate(ev, plan).memory_bytes)
 
 
 def test_a_loop_forward_over_the_gpu_makes_the_plan_out_of_memory():

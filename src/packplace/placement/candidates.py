@@ -1586,12 +1586,12 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
 
 def loop_trainer_memory(instance, cost: CostModel, name: str, cand: Candidate, batch: int) -> tuple[float, float]:
     """``(transient bytes, fits)`` per GPU of actor training candidate ``cand`` of vertex ``name`` where the
-    framework release runs its old-log-prob forward inside the experience loop over micro-rollout batches
-    (:func:`~packplace.placement.model.framework.micro_rollout_loop`) at ``batch`` sequences, not at its training
-    micro-batch: OpenRLHF 0.2.7 (commit 391e1de4) ``experience_maker.py`` ``RemoteExperienceMaker.make_experience``
-    runs ``self.actor(sequences, num_actions, attention_mask)`` once over the whole micro-rollout batch the
-    rank generated (``ppo_actor.py`` builds the prompt loader with ``args.micro_rollout_batch_size``), padded to
-    its longest sequence, while the rank's training state stays on its GPUs. The transient is the larger of the
+    framework runs its old-log-prob forward per micro-rollout batch of ``batch`` sequences, not at its training
+    micro-batch (:func:`~packplace.placement.evaluator.rollout_chunk_vertices`): OpenRLHF 0.2.7 (commit 391e1de4)
+    ``experience_maker.py`` ``RemoteExperienceMaker.make_experience`` runs ``self.actor(sequences, num_actions,
+    attention_mask)`` once over the whole micro-rollout batch the rank generated (``ppo_actor.py`` builds the
+    prompt loader with ``args.micro_rollout_batch_size``), padded to its longest sequence, while the rank's
+    training state stays on its GPUs; later releases still run it per such chunk. The transient is the larger of the
     candidate's own (the training pass, and the forward at its micro-batch) and the one with that forward at
     ``batch`` (:func:`_candidate_memory`, ``logprob_batch``); the resident bytes do not change. ``cost`` is the
     instance's cost model (:meth:`~packplace.placement.model.cost.CostModel.for_role` is applied here)."""

@@ -169,6 +169,21 @@ def micro_rollout_vertices(instance) -> tuple[int, int, tuple[int, ...]] | None:
     (:func:`~packplace.placement.model.framework.micro_rollout_loop`), else ``None``."""
     if not micro_rollout_loop(instance.framework, getattr(instance, "framework_version", None)):
         return None
+    return rollout_chunk_vertices(instance)
+
+
+def rollout_chunk_vertices(instance) -> tuple[int, int, tuple[int, ...]] | None:
+    """``(generation, actor training, forwards)`` vertex indices of ``instance`` (topological order) where its
+    framework runs the actor's old-log-prob forward on the actor's training GPUs once per micro-rollout chunk
+    (``--micro_rollout_batch_size``, which the OpenRLHF emitter sets from the forwards' micro-batches), not at
+    the training micro-batch: OpenRLHF at every release. Before v0.5.0 inside the micro-rollout loop
+    (:func:`micro_rollout_vertices`); from v0.5.0 ``experience_maker.py`` still runs ``self.actor(...)`` per
+    ``micro_rollout_batch_size`` Samples (``RemoteExperienceMaker.make_experience``, v0.5.0), and from v0.8.0
+    ``actor_model_group.async_run_method_batch(method_name="forward", ...)`` hands each actor rank whole chunks
+    (v0.11.0 ``split_rollout_samples`` by ``rollout.micro_batch_size``; ``ppo_actor.py`` ``forward``).
+    ``None`` for other frameworks and where no forward vertex sets that batch."""
+    if instance.framework != "openrlhf":
+        return None
     vertices = instance.graph.vertices
     gen = [i for i, v in enumerate(vertices) if v.kind == "generate"]
     if len(gen) != 1:
@@ -252,6 +267,8 @@ class PlacementEvaluator:
         #: experience as a serial loop over micro-rollout batches (:meth:`micro_rollout_parts`), else None
         self.micro_rollout = micro_rollout_vertices(instance)
         self._loop: dict[tuple, dict[int, dict[str, float]]] = {}
+        #: the vertices whose micro-batches set the actor's old-log-prob chunk (:func:`rollout_chunk_vertices`)
+        self.rollout_chunks = rollout_chunk_vertices(instance)
         self._loop_memory: dict[tuple, tuple[float, bool]] = {}
         #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
         self.rules = Context.of(instance) if Context.of(instance).ruled or instance.framework == "deepspeed-chat" \
@@ -305,24 +322,27 @@ class PlacementEvaluator:
             for i, parts in self.micro_rollout_parts(out).items():
                 cand, lo, hi = out[i]
                 out[i] = (dataclasses.replace(cand, time=sum(parts.values())), lo, hi)
-            out[self.micro_rollout[1]] = self._loop_trainer(out)
+        if self.rollout_chunks is not None and out.__class__ is list:
+            out[self.rollout_chunks[1]] = self._loop_trainer(out)
         return out
 
     def micro_rollout_batch(self, res: list) -> int:
-        """The micro-rollout batch of the loop (:attr:`micro_rollout`) in ``res``: the smallest planned forward
-        micro-batch (what the OpenRLHF emitter writes as ``--micro_rollout_batch_size``), at most the
-        ``B·K/dp`` prompts an actor rank holds (``dp`` the actor training vertex's; at least 1)."""
-        _, train, forwards = self.micro_rollout
+        """The micro-rollout batch (:attr:`rollout_chunks`, the loop's where :attr:`micro_rollout`) in ``res``:
+        the smallest planned forward micro-batch (what the OpenRLHF emitter writes as
+        ``--micro_rollout_batch_size``), at most the ``B·K/dp`` prompts an actor rank holds (``dp`` the actor
+        training vertex's; at least 1)."""
+        _, train, forwards = self.rollout_chunks
         per_rank = max(1, self.instance.workload.sequences // res[train][0].strategy.dp)
         return min(min(res[j][0].micro_batch for j in forwards), per_rank)
 
     def _loop_trainer(self, res: list) -> tuple:
-        """``res``'s actor training entry with its memory at the loop's old-log-prob forward: each actor rank
-        runs that forward over a whole micro-rollout batch (:meth:`micro_rollout_batch`) beside its training
-        state, which may exceed the training micro-batch the candidate charges it at
-        (:func:`~packplace.placement.candidates.loop_trainer_memory`). The reference, critic and reward servers
-        each run one call of that batch at a time, at most their own micro-batch, which their memory covers."""
-        cand, lo, hi = res[self.micro_rollout[1]]
+        """``res``'s actor training entry with its memory at the old-log-prob forward of the micro-rollout
+        chunks (:attr:`rollout_chunks`): each actor rank runs that forward over a whole micro-rollout batch
+        (:meth:`micro_rollout_batch`) beside its training state, which may exceed the training micro-batch the
+        candidate charges it at (:func:`~packplace.placement.candidates.loop_trainer_memory`). The reference,
+        critic and reward servers each run one call of that batch at a time, at most their own micro-batch,
+        which their memory covers."""
+        cand, lo, hi = res[self.rollout_chunks[1]]
         batch = self.micro_rollout_batch(res)
         if batch <= cand.micro_batch:
             return cand, lo, hi
@@ -332,7 +352,7 @@ class PlacementEvaluator:
             if len(self._loop_memory) >= RESOLVE_CACHE_LIMIT:
                 self._loop_memory.clear()
             hit = self._loop_memory[key] = loop_trainer_memory(self.instance, self.cost, self.names[
-                self.micro_rollout[1]], cand, batch)
+                self.rollout_chunks[1]], cand, batch)
         transient, fits = hit
         return dataclasses.replace(cand, transient_bytes=transient, fits=fits), lo, hi
 

@@ -139,6 +139,8 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
             note.append("rollout.micro_batch_size is the smallest of the planned inference micro-batches ("
                         + ", ".join(f"{t.name} {t.micro_batch}" for t in forwards)
                         + "): OpenRLHF uses one for every forward")
+    else:   # the actor's own old-log-prob forward still runs per chunk: at the micro-batch its memory was priced at
+        s["--rollout.micro_batch_size"] = train.micro_batch   # (the release default: 8 to v0.9.10, 1 from v0.10.0)
     stale = view.staleness.get("actor", 0)
     if stale:
         s["--train.async_enable"] = True

@@ -137,8 +137,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def vertex_own_memory(instance, plan) -> dict[str, float]:
     """Per vertex, its own peak bytes per GPU: resident (weights, grads, Adam state of its model under its
-    strategy) + its transient (activations, logits, KV cache); empty for an illegal plan. Where the evaluator
-    prices the experience as a micro-rollout loop, the actor's training holds the loop's old-log-prob forward
+    strategy) + its transient (activations, logits, KV cache); empty for an illegal plan. Where the actor's
+    old-log-prob forward runs per micro-rollout chunk (OpenRLHF), the actor's training holds it at that batch
     (:meth:`~packplace.placement.evaluator.PlacementEvaluator.micro_rollout_batch`), as the evaluator charges it."""
     ev = get_evaluator(instance)
     out = {}
@@ -146,10 +146,10 @@ def vertex_own_memory(instance, plan) -> dict[str, float]:
         cand = ev.table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
         if cand is not None:
             out[name] = cand.resident_bytes + cand.transient_bytes
-    res = ev._resolve(plan) if ev.micro_rollout is not None else None
+    res = ev._resolve(plan) if ev.rollout_chunks is not None else None
     if res is not None and res.__class__ is list:
-        cand = res[ev.micro_rollout[1]][0]
-        out[ev.names[ev.micro_rollout[1]]] = cand.resident_bytes + cand.transient_bytes
+        cand = res[ev.rollout_chunks[1]][0]
+        out[ev.names[ev.rollout_chunks[1]]] = cand.resident_bytes + cand.transient_bytes
     return out
 
 
