@@ -12,8 +12,11 @@ Conventions, the same for every field of both problems:
 * ``float``: an int or float, finite; never a bool. Integers beyond float range are out of range, not an
   ``OverflowError``.
 * A numpy number counts as the Python one (:func:`plain_number`: ``np.int64(8)`` is 8, ``np.float32(0.5)`` is
-  0.5), as a plan read from a mapping takes it; ``np.True_`` is not a number and is refused where one is asked.
-* ``bool``: ``true``/``false`` only (not 0/1, not the string ``"false"``).
+  0.5), as a plan read from a mapping takes it; no other number type is converted (``Fraction(2)`` is refused
+  as it is not an int or float).
+* ``bool``: ``true``/``false`` only (not 0/1, not the string ``"false"``); a numpy boolean counts as the Python
+  one (:func:`plain_bool`: ``np.True_`` is true). Like ``True``, ``np.True_`` is not a number: a number field
+  refuses it.
 * ``enum``: one of ``choices`` exactly.
 * ``str``: a string that is not empty or only whitespace (free text: a source, a note, a name).
 * ``minimum``/``maximum`` are inclusive unless ``exclusive_minimum``; ``zero_allowed`` additionally
@@ -26,12 +29,12 @@ Messages are one line, ``<label>: must be ..., got <value>`` with the value boun
 from __future__ import annotations
 
 import math
-import numbers
-import operator
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from packplace.errors import ConfigError, show
 
@@ -46,16 +49,21 @@ def _fmt(number: float) -> str:
 
 
 def plain_number(value: Any) -> Any:
-    """``value`` with a numpy number made the Python one: an integer type (``np.int64``) the int
-    (``operator.index``), a real one (``np.float32``, ``np.float64``) the float; anything else, booleans
-    (``np.True_`` too) included, unchanged, for the caller's own check to refuse."""
-    if isinstance(value, bool) or type(value) in (int, float):
-        return value
-    if isinstance(value, numbers.Integral):
-        return operator.index(value)
-    if isinstance(value, numbers.Real):
+    """``value`` with a numpy number made the Python one: a numpy integer (``np.int64``) the int, a numpy
+    floating number (``np.float32``, ``np.float64``) the float; anything else unchanged, for the caller's own
+    check: a numpy boolean (not a number), a ``Fraction``, a ``Decimal``, an int too large for a float."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
         return float(value)
     return value
+
+
+def plain_bool(value: Any) -> Any:
+    """``value`` with a numpy boolean (``np.True_``) made the Python one; anything else unchanged, for the
+    caller's own check (only where a boolean is asked: a number field refuses ``np.True_`` as it refuses
+    ``True``)."""
+    return bool(value) if isinstance(value, np.bool_) else value
 
 
 @dataclass(frozen=True)
@@ -106,11 +114,12 @@ class Field:
     def check(self, value: Any, label: str) -> Any:
         """``value`` normalised (int, float, bool, the enum value or the string), or ConfigError naming
         ``label``."""
-        value = plain_number(value)
         if self.kind == "bool":
+            value = plain_bool(value)
             if not isinstance(value, bool):
                 raise ConfigError(f"{label}: must be true or false, got {show(value)}")
             return value
+        value = plain_number(value)
         wrong = ConfigError(f"{label}: must be {self.describe()}, got {show(value)}")
         if self.kind == "str":
             if not isinstance(value, str) or not value.strip():

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from packplace.contract import plain_number
+from packplace.contract import plain_bool, plain_number
 from packplace.errors import ConfigError, show
 from packplace.yamlio import read_regular_text
 
@@ -496,6 +496,7 @@ MAX_SHAPE_INTEGER = 2**24
 
 def _coerce(value: Any, key: str, name: str, where: str) -> Any:
     if name in _BOOL_FIELDS:
+        value = plain_bool(value)
         if not isinstance(value, bool):
             raise ConfigError(f"{where}{key}: must be true or false, got {show(value)}")
         return value
@@ -673,6 +674,8 @@ def _checked_hf_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"{where} {key}: must be an integer in [0, {MAX_SHAPE_INTEGER:,}], got {_kind(value)}")
         checked[key] = value
     for key in HF_BOOLEAN_KEYS:
+        if key in checked:
+            checked[key] = plain_bool(checked[key])
         if checked.get(key) is not None and not isinstance(checked[key], bool):
             raise ConfigError(f"{where} {key}: must be true or false, got {_kind(checked[key])}")
     if checked.get("model_type") is not None and not isinstance(checked["model_type"], str):

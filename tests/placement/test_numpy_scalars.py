@@ -1,16 +1,19 @@
 """numpy scalars where the placement config loader and ``estimate()`` take Python numbers: a numpy integer
-is the int (as a plan read from a mapping takes it), a numpy float the float; booleans (``np.True_`` too)
-and fractions stay refused, naming the field and the value."""
+is the int (as a plan read from a mapping takes it), a numpy float the float, a numpy boolean the bool where
+a boolean is asked; booleans (``np.True_`` too) where a number is asked, and fractions, stay refused, naming
+the field and the value."""
 
 from __future__ import annotations
 
 import copy
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import packplace
-from packplace.contract import Field, plain_number
+from packplace.contract import Field, plain_bool, plain_number
 from packplace.errors import ConfigError
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.task_estimate import estimate
@@ -34,8 +37,14 @@ def test_plain_number():
     assert all(type(plain_number(v)) is int for v in (np.int64(3), np.uint8(4)))
     assert plain_number(np.float32(0.5)) == 0.5 and type(plain_number(np.float32(0.5))) is float
     assert type(plain_number(np.float64(2.0))) is float
-    for kept in (True, np.True_, "3", None, [1]):
-        assert plain_number(kept) is kept
+    for kept in (True, np.True_, "3", None, [1], Fraction(2), Fraction(10**400), Decimal("2.5"), 10**400):
+        assert plain_number(kept) is kept   # only numpy's numbers are converted
+
+
+def test_plain_bool():
+    assert plain_bool(np.True_) is True and plain_bool(np.False_) is False
+    for kept in (True, 1, np.int64(1), "true", None):
+        assert plain_bool(kept) is kept
 
 
 def test_field_check_takes_numpy_numbers():
@@ -48,8 +57,17 @@ def test_field_check_takes_numpy_numbers():
     for flag in (np.True_, True):
         with pytest.raises(ConfigError, match="^f: must be an integer"):
             Field("int", minimum=1).check(flag, "f")
-    with pytest.raises(ConfigError, match=r"^f: must be true or false, got np\.True_$"):
-        Field("bool").check(np.True_, "f")
+    assert Field("bool").check(np.True_, "f") is True and Field("bool").check(np.False_, "f") is False
+    for number in (np.int64(1), 1):
+        with pytest.raises(ConfigError, match=r"^f: must be true or false, got (1|np\.int64\(1\))$"):
+            Field("bool").check(number, "f")
+
+
+@pytest.mark.parametrize("kind", ["int", "float"])
+def test_field_check_refuses_fractions_in_one_line(kind):
+    for value, shown in ((Fraction(2), r"Fraction\(2, 1\)"), (Fraction(10**400), r"Fraction\(1000.*, 1\)")):
+        with pytest.raises(ConfigError, match=rf"^f: must be (an integer|a finite number) in \[1, inf\), got {shown}$"):
+            Field(kind, minimum=1).check(value, "f")
 
 
 @pytest.mark.parametrize("kind", [np.int64, np.int32, np.uint32])
@@ -68,6 +86,10 @@ def test_config_refuses_numpy_bool_and_fraction_naming_the_field():
     config["hardware"]["nodes_per_rack"] = np.float64(1.5)
     with pytest.raises(ConfigError, match=r"nodes_per_rack: must be an integer in \[1, 4096\], got 1\.5"):
         build_instance(config, source=DPO)
+    for fraction in (Fraction(2), Fraction(10**400)):   # not converted: a one-line error, no OverflowError
+        config["hardware"]["nodes_per_rack"] = fraction
+        with pytest.raises(ConfigError, match=r"nodes_per_rack: must be an integer in \[1, 4096\], got Fraction\("):
+            build_instance(config, source=DPO)
     config["hardware"]["nodes_per_rack"] = 1
     config["models"]["actor"]["layers"] = np.int64(-1)
     with pytest.raises(ConfigError, match=r"layers: must be an integer in \[0, .*\], got -1"):
@@ -102,6 +124,42 @@ def test_estimate_refuses_numpy_bool_and_float():
         estimate("llama3.1-8b", "h100-sxm", "train", tp=np.float64(2.0))   # as a Python 2.0 is refused
 
 
+def test_estimate_refuses_fractions_in_one_line():
+    for fraction in (Fraction(2), Fraction(10**400)):
+        with pytest.raises(ConfigError, match=r"^micro_batch: must be an integer >= 1, got Fraction\("):
+            estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=fraction)
+
+
+def test_estimate_takes_numpy_booleans_where_booleans_are_asked():
+    plain = estimate("llama3.1-8b", "h100-sxm", "decode", batch=4, context=1024, enforce_eager=True)
+    numpy = estimate("llama3.1-8b", "h100-sxm", "decode", batch=4, context=1024, enforce_eager=np.True_)
+    assert numpy == plain and type(numpy.inputs["enforce_eager"]) is bool and numpy.inputs["enforce_eager"] is True
+    assert numpy.time_s > estimate("llama3.1-8b", "h100-sxm", "decode", batch=4, context=1024,
+                                   enforce_eager=np.False_).time_s   # eager decode: no CUDA graphs, slower
+    with pytest.raises(ConfigError, match=r"^enforce_eager: must be true or false, got (1|np\.int64\(1\))$"):
+        estimate("llama3.1-8b", "h100-sxm", "decode", enforce_eager=np.int64(1))
+
+
+PPO = "configs/placement/ppo_llama3.1-70b_2x4x8xh200.yaml"
+
+
+def test_config_numpy_booleans_and_fractions_in_policy():
+    config = load_yaml(PPO)
+    config["policy"]["enforce_eager"] = True
+    plain = build_instance(copy.deepcopy(config), source=PPO)
+    config["policy"]["enforce_eager"] = np.True_
+    numpy = build_instance(copy.deepcopy(config), source=PPO)
+    assert packplace.place(numpy, "greedy").objective == packplace.place(plain, "greedy").objective
+    config["policy"]["enforce_eager"] = np.int64(1)
+    with pytest.raises(ConfigError, match=r"enforce_eager: must be true or false, got (1|np\.int64\(1\))"):
+        build_instance(copy.deepcopy(config), source=PPO)
+    config["policy"]["enforce_eager"] = True
+    for bad, shown in ((Fraction(10**400), r"Fraction\("), (np.True_, r"np\.True_")):
+        config["policy"]["gpu_memory_utilization"] = bad
+        with pytest.raises(ConfigError, match=rf"gpu_memory_utilization: must be .*, got {shown}"):
+            build_instance(copy.deepcopy(config), source=PPO)
+
+
 def test_validation_setup_mapping_takes_numpy_integers_and_names_what_yaml_cannot_hold():
     from packplace.placement.checking.validate import setup_detail
     path = "benchmarks/validation/deepspeed_chat_ppo_opt-13b_8xa100.yaml"
@@ -112,3 +170,14 @@ def test_validation_setup_mapping_takes_numpy_integers_and_names_what_yaml_canno
     config["workload"]["batch_size"] = {1, 2}
     with pytest.raises(ConfigError, match=r"^validation setup\.workload\.batch_size: .* is no YAML value"):
         setup_detail(config)
+
+
+def test_hf_config_takes_numpy_booleans():
+    from packplace.shape import from_hf_config
+    cfg = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+    numpy = from_hf_config(dict(cfg, tie_word_embeddings=np.True_))
+    assert numpy == from_hf_config(dict(cfg, tie_word_embeddings=True)) and type(numpy.tie_word_embeddings) is bool
+    assert numpy != from_hf_config(dict(cfg, tie_word_embeddings=np.False_))   # tied: one embedding matrix fewer
+    with pytest.raises(ConfigError, match=r"tie_word_embeddings: must be true or false"):
+        from_hf_config(dict(cfg, tie_word_embeddings=np.int64(1)))

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from packplace.context_parallel.cost import cost_from_shape
-from packplace.contract import REQUIRED, check_section, plain_number
+from packplace.contract import REQUIRED, check_section, plain_bool, plain_number
 from packplace.errors import ConfigError, show
 from packplace.placement.estimate_engine import add_engine_argument, engine_gmu, engine_lines, engine_memory
 from packplace.placement.estimate_trainer import (
@@ -511,13 +511,19 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
     return max(0.0, exposed) * layers / shape.layers
 
 
+#: Keyword arguments of :func:`estimate` that take a boolean (``None``: unset).
+BOOLEAN_KEYWORDS = ("enforce_eager", "bias_activation_fusion")
+
+
 def _plain_keywords(function: Callable[..., Estimate]) -> Callable[..., Estimate]:
     """``function`` with each keyword argument's numpy number made the Python one (:func:`~packplace.contract.
-    plain_number`: ``tp=np.int64(2)`` is ``tp=2``, as a config's ``2`` read by numpy); booleans and floats stay
-    what they are, for ``function``'s own checks."""
+    plain_number`: ``tp=np.int64(2)`` is ``tp=2``, as a config's ``2`` read by numpy) and a numpy boolean of a
+    boolean keyword (:data:`BOOLEAN_KEYWORDS`) the bool (``enforce_eager=np.True_`` is ``True``); anything else,
+    ``np.True_`` given for a number included, stays what it is, for ``function``'s own checks."""
     @functools.wraps(function)
     def plain(*args: Any, **kwargs: Any) -> Estimate:
-        return function(*args, **{key: plain_number(value) for key, value in kwargs.items()})
+        return function(*args, **{key: plain_bool(value) if key in BOOLEAN_KEYWORDS else plain_number(value)
+                                  for key, value in kwargs.items()})
     return plain
 
 

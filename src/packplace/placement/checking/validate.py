@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from packplace.contract import Field, check_section, key_shown, plain_number
+from packplace.contract import Field, check_section, key_shown, plain_bool, plain_number
 from packplace.errors import ConfigError, PackplaceError, show
 from packplace.placement.candidates import CandidateTable, global_batch, sequences_together
 from packplace.placement.evaluator import PlacementEvaluator
@@ -398,8 +398,8 @@ def load_setup_mapping(cfg: dict[str, Any]) -> tuple[Any, Plan, dict[str, Any]]:
 
 
 def _plain_values(value: Any, where: str) -> Any:
-    """``value`` with the numpy numbers of its mappings and lists made the Python ones (:func:`plain_number`),
-    tuples made lists: what a YAML file holds.
+    """``value`` with the numpy numbers and booleans of its mappings and lists made the Python ones
+    (:func:`plain_number`, :func:`plain_bool`), tuples made lists: what a YAML file holds.
 
     Raises:
         ConfigError: ``<where>.<key>: <value> is no YAML value ...`` (an object yaml cannot write).
@@ -408,7 +408,7 @@ def _plain_values(value: Any, where: str) -> Any:
         return {key: _plain_values(item, f"{where}.{key_shown(key)}") for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain_values(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    value = plain_number(value)
+    value = plain_bool(plain_number(value))
     if value is not None and not isinstance(value, (bool, int, float, str, datetime.date)):
         raise ConfigError(f"{where}: {show(value)} is no YAML value (a number, string, boolean, date, list or "
                           "mapping)")
