@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import pickle
 
@@ -336,3 +337,31 @@ def test_a_release_built_from_a_string_is_the_parsed_release_and_compares_with_t
         Release((0, 5), dev=True)
     with pytest.raises(ValueError, match=r"^Release: pre must be \(phase, number\), the phase one of a, b, rc"):
         Release((0, 5), pre=("x", 1))
+
+
+def test_release_suffix_numbers_are_ints_and_pre_may_be_a_list():
+    # numpy suffix numbers had been held as given: repr showed np.int64(1) and json.dumps raised TypeError
+    release = Release((0, 5), post=np.int64(1), dev=np.uint8(2))
+    assert type(release.post) is int and type(release.dev) is int and (release.post, release.dev) == (1, 2)
+    assert repr(release) == "Release((0, 5), post=1, pre=None, dev=2)" and json.dumps([release.post]) == "[1]"
+    pre = Release((0, 6), pre=["rc", np.int64(1)])   # a list, as the parts may be one ([0, 6] is (0, 6))
+    assert pre.pre == ("rc", 1) and type(pre.pre[1]) is int
+    assert pre == Release([0, 6], pre=("rc", 1)) == parse_version("0.6rc1") < (0, 6)
+    for bad, name in ((True, "post"), (np.True_, "post"), (-1, "dev"), (np.int64(-2), "dev")):
+        with pytest.raises(ValueError, match=rf"^Release: {name} must be an integer >= 0 or None, got "):
+            Release((0, 5), **{name: bad})
+    for bad in (["rc", True], ["rc", -1], ("rc",), ["x", 1], [["rc"], 1], "rc1"):
+        with pytest.raises(ValueError, match=r"^Release: pre must be \(phase, number\), the phase one of a, b, rc"):
+            Release((0, 5), pre=bad)
+
+
+class Tagged(Release):
+    """A subclass of Release (module level, so that pickle finds it)."""
+
+
+def test_a_release_subclass_builds_its_own_instances():
+    for built in (Tagged("0.5.2.post1"), Tagged((0, 5, 2), post=1), Tagged("0.6rc1").leads_to(),
+                  pickle.loads(pickle.dumps(Tagged("0.6.dev3")))):
+        assert type(built) is Tagged
+    assert Tagged("0.5.2.post1") == Release((0, 5, 2), post=1) and Tagged("0.6rc1").leads_to() == (0, 6)
+    assert repr(Tagged("0.5")) == "Tagged((0, 5), post=None, pre=None, dev=None)"

@@ -30,6 +30,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from packplace.errors import ConfigError, show
 from packplace.placement.model.engine import DEFAULT_GPU_MEMORY_UTILIZATION
@@ -230,23 +231,25 @@ class Release(tuple):
     parse_version("0.6")``, or by order. The framework tables read a pre-release or development release as the
     release it leads to (:meth:`leads_to`, :func:`table_release`).
 
-    Built from its numbers (``Release((0, 5, 2), post=1)``: integers >= 0, numpy's too) or from a release string,
-    read as :func:`parse_version` reads it (``Release("0.5.2.post1")``; it had become the tuple of the string's
-    characters, which no release or tuple of numbers could be compared with). Anything else is a ``ValueError``
-    naming the argument and its value.
+    Built from its numbers (``Release((0, 5, 2), post=1)``: integers >= 0, numpy's too, held as ints; the parts
+    and ``pre`` a tuple or a list) or from a release string, read as :func:`parse_version` reads it
+    (``Release("0.5.2.post1")``; it had become the tuple of the string's characters, which no release or tuple of
+    numbers could be compared with). Anything else is a ``ValueError`` naming the argument and its value. A
+    subclass builds instances of itself, from a string too.
     """
 
     pre: tuple[str, int] | None
     post: int | None
     dev: int | None
 
-    def __new__(cls, parts: tuple[int, ...] | str, post: int | None = None, pre: tuple[str, int] | None = None,
-                dev: int | None = None) -> Release:
+    def __new__(cls, parts: tuple[int, ...] | list[int] | str, post: int | None = None,
+                pre: tuple[str, int] | list[Any] | None = None, dev: int | None = None) -> Release:
         if isinstance(parts, str):   # Release("0.5") is parse_version("0.5"), not the characters '0', '.', '5'
             if (post, pre, dev) != (None, None, None):
                 raise ValueError(f"Release: a release string {show(parts)} carries its own suffixes; give post, pre "
                                  f"and dev with a tuple of numbers, got post={post!r}, pre={pre!r}, dev={dev!r}")
-            return parse_version(parts, label="Release")
+            parsed = parse_version(parts, label="Release")
+            return parsed if type(parsed) is cls else cls(tuple(parsed), parsed.post, parsed.pre, parsed.dev)
         held = tuple(parts) if isinstance(parts, (tuple, list)) else ()
         if not held or not all(_is_count(x) for x in held):
             raise ValueError(f"Release: parts must be a non-empty tuple of integers >= 0 (or a release string such "
@@ -254,19 +257,22 @@ class Release(tuple):
         for name, value in (("post", post), ("dev", dev)):
             if value is not None and not _is_count(value):
                 raise ValueError(f"Release: {name} must be an integer >= 0 or None, got {show(value)}")
-        if pre is not None and (not isinstance(pre, tuple) or len(pre) != 2 or pre[0] not in PRE_RELEASE_PHASES
+        if pre is not None and (not isinstance(pre, (tuple, list)) or len(pre) != 2
+                                or not isinstance(pre[0], str) or pre[0] not in PRE_RELEASE_PHASES
                                 or not _is_count(pre[1])):
             raise ValueError(f"Release: pre must be (phase, number), the phase one of {', '.join(PRE_RELEASE_PHASES)}"
-                             f", got {pre!r}")
+                             f" and the number an integer >= 0, got {show(pre)}")
         self = super().__new__(cls, _strip(tuple(operator.index(x) for x in held)))
-        self.pre, self.post, self.dev = (None if pre is None else (pre[0], pre[1])), post, dev
+        self.pre = None if pre is None else (pre[0], operator.index(pre[1]))
+        self.post = None if post is None else operator.index(post)
+        self.dev = None if dev is None else operator.index(dev)
         return self
 
     def __getnewargs__(self) -> tuple:
         return tuple(self), self.post, self.pre, self.dev
 
     def __repr__(self) -> str:
-        return f"Release({tuple(self)!r}, post={self.post!r}, pre={self.pre!r}, dev={self.dev!r})"
+        return f"{type(self).__name__}({tuple(self)!r}, post={self.post!r}, pre={self.pre!r}, dev={self.dev!r})"
 
     @property
     def final(self) -> bool:
@@ -278,7 +284,7 @@ class Release(tuple):
         ``0.6.0.dev3`` and ``0.6.0rc1.post1`` -> ``0.6``; ``0.5.2.post1.dev0`` -> ``0.5.2.post1``."""
         if self.pre is None and self.dev is None:
             return self
-        return Release(tuple(self), None if self.pre is not None else self.post)
+        return type(self)(tuple(self), None if self.pre is not None else self.post)
 
     @staticmethod
     def _key(other: object) -> tuple | None:
