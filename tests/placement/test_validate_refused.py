@@ -107,3 +107,24 @@ def test_cross_validate_reports_each_fold_and_the_refused_file(folder, capsys):
     assert all(x.endswith(" s elapsed") for x in progress[1:])
     assert main(["validate", "--cross-validate", "--knobs", "decode_bw_eff:gpu", "--quiet", str(folder)]) == 1
     assert "cross-validate: fold" not in capsys.readouterr().err
+
+
+def test_a_folder_of_one_plain_config_is_a_refused_row_as_a_folder_of_two(tmp_path, capsys):
+    # whether the user gave a folder decides, not how many files it holds: a folder of one had exited 2 with
+    # the bare error where a folder of two gave a REFUSED row each (exit 1)
+    name = "dpo_llama3.1-8b_1x8xh100.yaml"
+    shutil.copy(os.path.join(PLAIN, name), tmp_path / name)
+    why = "needs a validation section with 'published' and 'plan'"
+    assert main(["validate", str(tmp_path)]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(name.removesuffix(".yaml") + " "))
+    assert f"REFUSED: [validation] {tmp_path / name}: {why}" in line
+    assert main(["validate", "--cross-validate", "--quiet", "--json", str(tmp_path)]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert list(document["refused"]) == [name.removesuffix(".yaml")] and why in document["refused"][
+        name.removesuffix(".yaml")]
+    # the one file given is still bad input (exit 2), on the command line and in Python
+    assert main(["validate", "--quiet", str(tmp_path / name)]) == 2
+    with pytest.raises(ConfigError, match=why):
+        validate([str(tmp_path / name)])
+    rows = validate([str(tmp_path / name)], one_file=False)   # a folder's one file: its row
+    assert [r.setup for r in rows] == [name.removesuffix(".yaml")] and why in rows[0].error

@@ -111,15 +111,19 @@ class Setup:
         return self.score(values)[0]
 
 
-def load_setups(paths: list[str], refused: dict[str, str] | None = None) -> list[Setup]:
+def load_setups(paths: list[str], refused: dict[str, str] | None = None, *,
+                one_file: bool | None = None) -> list[Setup]:
     """The files of ``paths`` as :class:`Setup` objects. With ``refused`` (a dict), a file refused at
-    load is recorded there (``{name: one-line error}``) and left out instead of raised.
+    load is recorded there (``{name: one-line error}``) and left out instead of raised, unless ``paths`` is
+    the one file given (``one_file``, as :func:`~packplace.placement.checking.validate.validate` takes it;
+    None: ``paths`` holds one path).
 
     Raises:
-        ConfigError: a bad file (without ``refused``), the one file of ``paths`` refused, or two files with one
+        ConfigError: a bad file (without ``refused``), the one file given refused, or two files with one
             name or one content (:func:`~packplace.placement.checking.validate.check_distinct_files`).
     """
     check_distinct_files(paths)
+    one_file = len(paths) == 1 if one_file is None else one_file
     out: list[Setup] = []
     first: PackplaceError | None = None
     for path in paths:
@@ -137,7 +141,7 @@ def load_setups(paths: list[str], refused: dict[str, str] | None = None) -> list
         reason = not_fitted(section, path) or ("" if skipped else floor_reason(instance, plan, section))
         out.append(Setup(name, instance, plan, section, publication(section), framework(instance, section),
                          section["_gpu"], published, skipped, pairs_of(section), reason))
-    if first is not None and len(paths) == 1:   # one file, refused: bad input (several: each in ``refused``)
+    if first is not None and one_file:   # the one file given, refused: bad input (a folder's: in ``refused``)
         raise first
     return out
 

@@ -657,20 +657,24 @@ def _predict(instance, plan: Plan, section: dict[str, Any]
     return out, fits, score.phases, floors
 
 
-def validate(paths: list[str] | str | bytes | os.PathLike[str]) -> list[ValidationRow]:
+def validate(paths: list[str] | str | bytes | os.PathLike[str], *, one_file: bool | None = None) -> list[ValidationRow]:
     """One row per published figure of every file in ``paths`` (a list of paths, or one path); a file refused
     at load or scoring (a
     :class:`~packplace.errors.ConfigError` naming it and the field: a plain placement config without a
     ``validation`` section too) is one row with ``error`` set, and the other files are still scored, even
     where every file is refused (a folder of plain configs: a row each, not the first file's error alone).
+    ``one_file``: ``paths`` is the one file the user gave, whose refusal is raised; False for the files of a
+    folder (a folder holding one file too: its refusal is a row); None: ``paths`` holds one path.
 
     Raises:
         ConfigError: one run given twice, before any file is scored (:func:`check_distinct_files`: two files
-            of one setup name, or one content under two names, naming both paths); the one file of ``paths``
-            refused (a single bad file is bad input; an :class:`~packplace.errors.InfeasibleError` likewise).
+            of one setup name, or one content under two names, naming both paths); the one file given
+            refused (``one_file``: a single bad file is bad input; an :class:`~packplace.errors.InfeasibleError`
+            likewise).
     """
     if isinstance(paths, (str, bytes, os.PathLike)):   # one file, not its characters
         paths = [os.fsdecode(paths)]
+    one_file = len(paths) == 1 if one_file is None else one_file
     check_distinct_files(paths)
     rows = []
     errors = []
@@ -694,7 +698,7 @@ def validate(paths: list[str] | str | bytes | os.PathLike[str]) -> list[Validati
             rows.append(ValidationRow(setup, phase, predicted[phase], float(published), fits,
                                       str(section.get("source", "")), row_parts, skipped, floors[phase],
                                       fitted_note(section.get("_fitted", {}))))
-    if errors and len(paths) == 1:   # one file, refused: bad input; of several, each refused file is a row
+    if errors and one_file:   # the one file given, refused: bad input; a folder's files, each refused one is a row
         raise errors[0]
     return rows
 
@@ -774,6 +778,12 @@ def check_distinct_files(paths: list[str]) -> None:
             raise ConfigError(f"[validation] {path}: the same content as {contents[key]} (one run under two names: "
                               "its figures would be scored twice); give each file once")
         contents[key] = path
+
+
+def given_one_file(targets: list[str]) -> bool:
+    """Whether ``targets`` (what the user gave ``validate``) is one file, not a folder (a folder holding one
+    file included): the one file's refusal is bad input (exit 2), a folder's refused files are rows (exit 1)."""
+    return len(targets) == 1 and not os.path.isdir(targets[0])
 
 
 def validation_files(target: str) -> list[str]:

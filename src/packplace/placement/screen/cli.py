@@ -50,6 +50,7 @@ from packplace.placement.checking.validate import (
     ValidationRow,
     check_distinct_files,
     format_rows,
+    given_one_file,
     load_setup,
     validate,
     validation_files,
@@ -425,6 +426,7 @@ def run_validate(args: argparse.Namespace) -> int:
     (``refused``: ``{setup: error}``, the others cross-validated)."""
     targets = [args.target] if isinstance(args.target, str) else list(args.target)
     paths = [p for t in targets for p in validation_files(t)]
+    one_file = given_one_file(targets)   # a folder of one file reports its refusal as a row, as a folder of two
     check_distinct_files(paths)   # one setup name and one content per file: no run scored twice
     knobs_arg = getattr(args, "knobs", None)
     if not getattr(args, "cross_validate", False) and knobs_arg is not None:
@@ -433,7 +435,7 @@ def run_validate(args: argparse.Namespace) -> int:
     if getattr(args, "cross_validate", False):
         knobs = parse_scoped_knobs(knobs_arg if knobs_arg is not None else ",".join(DEFAULT_SCOPED_KNOBS))
         refused: dict[str, str] = {}
-        result = cross_validate(load_setups(paths, refused), knobs)
+        result = cross_validate(load_setups(paths, refused, one_file=one_file), knobs)
         print(format_cross_validation(result))
         if refused:
             print()
@@ -442,9 +444,9 @@ def run_validate(args: argparse.Namespace) -> int:
                               "folds": result["folds"], "summary": result["summary"],
                               "knobs": [f"{k}:{s}" for k, s in knobs], "refused": refused}
         return 1 if refused else 0
-    rows = validate(paths)
+    rows = validate(paths, one_file=one_file)
     print(format_rows(rows))
-    setups = load_setups(paths, {})
+    setups = load_setups(paths, {}, one_file=one_file)
     in_step = {r.setup: r.predicted for r in rows
                if not r.skipped and not r.error and r.figure == _primary(setups, r.setup)}
     pairs = pair_rows(setups, in_step)
