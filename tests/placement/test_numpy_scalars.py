@@ -130,6 +130,12 @@ def test_estimate_refuses_fractions_in_one_line():
             estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=fraction)
 
 
+def test_estimate_refuses_a_count_past_exact_floats_in_one_line():
+    for huge in (10**400, 2**53 + 1, np.uint64(2**63)):   # had raised OverflowError deep in the model
+        with pytest.raises(ConfigError, match=r"^micro_batch: must be an integer <= 2\*\*53 \(9007199254740992\), "):
+            estimate("llama3.1-8b", "h100-sxm", "train", micro_batch=huge)
+
+
 def test_estimate_takes_numpy_booleans_where_booleans_are_asked():
     plain = estimate("llama3.1-8b", "h100-sxm", "decode", batch=4, context=1024, enforce_eager=True)
     numpy = estimate("llama3.1-8b", "h100-sxm", "decode", batch=4, context=1024, enforce_eager=np.True_)

@@ -435,9 +435,15 @@ def resolve_hardware(gpu: str | None, overrides: Mapping[str, Any] | None = None
     return _hardware({"preset": gpu, **section} if gpu is not None else section)
 
 
+#: the largest count ``estimate`` takes: every integer up to it is exact as a float, which the model's arithmetic uses
+LARGEST_COUNT = 2 ** 53
+
+
 def _check(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name}: must be an integer >= {minimum}, got {show(value)}")
+    if value > LARGEST_COUNT:
+        raise ConfigError(f"{name}: must be an integer <= 2**53 ({LARGEST_COUNT}), got {show(value)}")
     return value
 
 
