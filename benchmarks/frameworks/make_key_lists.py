@@ -24,7 +24,7 @@ whose flags the emitter writes by their older names (``emit.openrlhf.FLAT_NAMES`
 ``openrlhf-<tag>.json``, by ``--openrlhf-releases``:
 
     python benchmarks/frameworks/make_key_lists.py --openrlhf PATH/TO/OpenRLHF.git \
-        --openrlhf-releases v0.5.8 v0.5.9 v0.6.0
+        --openrlhf-releases v0.2.7 v0.5.8 v0.5.9 v0.6.0
 """
 
 from __future__ import annotations
@@ -117,10 +117,14 @@ def argparse_options(source: str) -> dict[str, str]:
 
 
 def openrlhf(repo: Path, ref: str) -> dict[str, Any]:
-    """The OpenRLHF command-line options at ``ref``, per training script."""
+    """The OpenRLHF command-line options at ``ref``, per training script (``examples/<script>.py`` where ``ref``
+    predates the ``openrlhf/cli`` package, before v0.3.6)."""
+    listed = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only", ref], capture_output=True,
+                            text=True, check=True).stdout.split()
+    paths = {name: path if path in listed else f"examples/{name}.py" for name, path in OPENRLHF_SCRIPTS.items()}
     return {"framework": "openrlhf", "version": ref, "commit": git_commit(repo, ref),
-            "source": "github.com/OpenRLHF/OpenRLHF " + ", ".join(OPENRLHF_SCRIPTS.values()),
-            "configs": {name: argparse_options(git_show(repo, ref, path)) for name, path in OPENRLHF_SCRIPTS.items()}}
+            "source": "github.com/OpenRLHF/OpenRLHF " + ", ".join(paths.values()),
+            "configs": {name: argparse_options(git_show(repo, ref, path)) for name, path in paths.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,9 @@ flat names before (``--actor_num_nodes``), each checked against the release's ow
 
 The tables are ``tests/data/frameworks/openrlhf-<tag>.json``: every ``add_argument("--option")`` of
 ``openrlhf/cli/train_ppo_ray.py`` and ``train_dpo.py`` at the tag, switch or value, extracted with :mod:`ast` by
-``benchmarks/frameworks/make_key_lists.py --openrlhf-releases v0.5.8 v0.5.9 v0.6.0`` (github.com/OpenRLHF/OpenRLHF,
-tags v0.5.8 = 869701968f5c, v0.5.9 = 0674030df4d1, v0.6.0 = bfa85f6fa8cd).
+``benchmarks/frameworks/make_key_lists.py --openrlhf-releases v0.2.7 v0.5.8 v0.5.9 v0.6.0``
+(github.com/OpenRLHF/OpenRLHF, tags v0.2.7 = 28207263b744 (``examples/train_ppo_ray.py`` and ``train_dpo.py``),
+v0.5.8 = 869701968f5c, v0.5.9 = 0674030df4d1, v0.6.0 = bfa85f6fa8cd).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from packplace.yamlio import load_yaml
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "frameworks"
 #: tag -> the commit the table was read at (``git rev-parse <tag>^{commit}``)
-TAGS = {"v0.5.8": "869701968f5cee3216f62a7b4cea1c6da86154b9", "v0.5.9": "0674030df4d1cf7729a0a7962a4a76221c21bb2c",
+TAGS = {"v0.2.7": "28207263b74495502e40ce5ade648def7c1c5623",
+        "v0.5.8": "869701968f5cee3216f62a7b4cea1c6da86154b9", "v0.5.9": "0674030df4d1cf7729a0a7962a4a76221c21bb2c",
         "v0.6.0": "bfa85f6fa8cd6214707f93883fac5d08334f4f06"}
 TABLES = {tag: json.loads((DATA / f"openrlhf-{tag}.json").read_text()) for tag in TAGS}
 GRPO = ROOT / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml"   # 1 rack x 2 nodes x 8 GPUs

@@ -46,7 +46,9 @@ from packplace.placement.model.framework import (
     RAY_ACTOR_CALL_SECONDS,
     LoopRole,
     colocated_engine_gpu_memory_utilization,
+    micro_rollout_batch_size,
     micro_rollout_loop,
+    micro_rollout_refusal,
     micro_rollout_seconds,
 )
 from packplace.placement.model.layout_rules import (
@@ -319,6 +321,11 @@ class PlacementEvaluator:
         if self.colocate_all is not None:
             out = self._colocated_engine(out)
         if self.micro_rollout is not None and out.__class__ is list:
+            why = micro_rollout_refusal(self.instance.framework, getattr(self.instance, "framework_version", None),
+                                        self.instance.workload.sequences, out[self.micro_rollout[1]][0].strategy.dp,
+                                        self.micro_rollout_batch(out))
+            if why is not None:
+                return why
             for i, parts in self.micro_rollout_parts(out).items():
                 cand, lo, hi = out[i]
                 out[i] = (dataclasses.replace(cand, time=sum(parts.values())), lo, hi)
@@ -328,12 +335,12 @@ class PlacementEvaluator:
 
     def micro_rollout_batch(self, res: list) -> int:
         """The micro-rollout batch (:attr:`rollout_chunks`, the loop's where :attr:`micro_rollout`) in ``res``:
-        the smallest planned forward micro-batch (what the OpenRLHF emitter writes as
-        ``--micro_rollout_batch_size``), at most the ``B·K/dp`` prompts an actor rank holds (``dp`` the actor
-        training vertex's; at least 1)."""
+        :func:`~packplace.placement.model.framework.micro_rollout_batch_size` of the planned forward
+        micro-batches and the actor training vertex's ``dp``, the value the OpenRLHF emitter writes as
+        ``--micro_rollout_batch_size``."""
         _, train, forwards = self.rollout_chunks
-        per_rank = max(1, self.instance.workload.sequences // res[train][0].strategy.dp)
-        return min(min(res[j][0].micro_batch for j in forwards), per_rank)
+        return micro_rollout_batch_size(self.instance.workload.sequences, res[train][0].strategy.dp,
+                                        (res[j][0].micro_batch for j in forwards))
 
     def _loop_trainer(self, res: list) -> tuple:
         """``res``'s actor training entry with its memory at the old-log-prob forward of the micro-rollout

@@ -35,7 +35,12 @@ from packplace.placement.emit.common import (
     Task,
     same_gpus,
 )
-from packplace.placement.model.framework import colocate_all_gpu_memory_utilization, table_release
+from packplace.placement.model.framework import (
+    colocate_all_gpu_memory_utilization,
+    micro_rollout_batch_size,
+    micro_rollout_refusal,
+    table_release,
+)
 from packplace.placement.model.layout_rules import config_refusals
 
 #: ``--ds.zero_stage`` per packplace sharding.
@@ -76,9 +81,10 @@ NOTE_FLAT_NAMES = {"--actor.eps_clip_low_high": "--eps_clip_low_high",
 #: Flat options some releases before :data:`DOTTED_SINCE` lack: the first tag that defines each
 #: (``openrlhf/cli/train_ppo_ray.py`` at every tag from v0.5.0 to v0.10.1; the others of :data:`FLAT_NAMES` are
 #: defined at all of them). ``--enforce_eager`` from v0.4.4 (:data:`~packplace.placement.model.framework.
-#: FRAMEWORK_VERSIONS`).
+#: FRAMEWORK_VERSIONS`); ``--n_samples_per_prompt`` from v0.3.2 (``examples/train_ppo_ray.py`` at v0.2.7-v0.3.1 has
+#: none: one response per prompt).
 FLAT_SINCE = {
-    "--enforce_eager": (0, 4, 4), "--advantage_estimator": (0, 5, 1),
+    "--n_samples_per_prompt": (0, 3, 2), "--enforce_eager": (0, 4, 4), "--advantage_estimator": (0, 5, 1),
     "--colocate_all_models": (0, 5, 8), "--vllm_enable_sleep": (0, 5, 8), "--vllm_gpu_memory_utilization": (0, 5, 8),
     "--ds_tensor_parallel_size": (0, 7, 4), "--async_train": (0, 8), "--async_queue_size": (0, 9, 1),
 }
@@ -86,7 +92,18 @@ FLAT_SINCE = {
 #: option's ``choices`` at v0.5.3-v0.5.9 are ``gae``, ``reinforce``, ``rloo``.
 GROUP_NORM_SINCE = (0, 6)
 #: Values of options that a release without the option runs anyway (its default): no refusal when dropped.
-FLAT_DEFAULTS = {"--ds_tensor_parallel_size": 1, "--vllm_gpu_memory_utilization": 0.9}
+#: Before ``--advantage_estimator`` GAE is the only estimator (``ppo_utils/experience_maker.py`` at v0.2.7
+#: ``get_advantages_and_returns``); before ``--n_samples_per_prompt`` one response per prompt.
+FLAT_DEFAULTS = {"--ds_tensor_parallel_size": 1, "--vllm_gpu_memory_utilization": 0.9, "--advantage_estimator": "gae",
+                 "--n_samples_per_prompt": 1}
+#: The first release with the ``openrlhf.cli`` package (v0.3.6: ``openrlhf/cli/train_ppo_ray.py``,
+#: ``train_dpo.py``); before it the scripts are ``examples/train_ppo_ray.py`` and ``examples/train_dpo.py``, run
+#: from the repository root (``examples/scripts/train_ppo_llama_ray.sh`` at v0.3.5: ``python3
+#: examples/train_ppo_ray.py``).
+CLI_SINCE = (0, 3, 6)
+#: The command of each script before :data:`CLI_SINCE`.
+EXAMPLES_COMMAND = {"train_ppo_ray": "python3 examples/train_ppo_ray.py",
+                    "train_dpo": "deepspeed examples/train_dpo.py"}
 
 
 def emit_openrlhf(view: PlanView) -> EmittedPlan:
@@ -133,14 +150,20 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
     s["--train.micro_batch_size"] = train.micro_batch
     _deepspeed(out, [t for t in (train, view.get(CRITIC_TRAIN)) if t is not None], view)
     forwards = [t for t in (view.get(REFERENCE), view.get(REWARD), view.get(CRITIC_INFER)) if t is not None]
-    if forwards:
-        s["--rollout.micro_batch_size"] = min(t.micro_batch for t in forwards)
-        if len({t.micro_batch for t in forwards}) > 1:
-            note.append("rollout.micro_batch_size is the smallest of the planned inference micro-batches ("
-                        + ", ".join(f"{t.name} {t.micro_batch}" for t in forwards)
-                        + "): OpenRLHF uses one for every forward")
-    else:   # the actor's own old-log-prob forward still runs per chunk: at the micro-batch its memory was priced at
-        s["--rollout.micro_batch_size"] = train.micro_batch   # (the release default: 8 to v0.9.10, 1 from v0.10.0)
+    # the batch the evaluator prices (the smallest forward micro-batch, at most a rank's sequences); without a
+    # forward the actor's own old-log-prob forward still runs per chunk, at the micro-batch its memory was priced
+    # at (the release default: 8 to v0.9.10, 1 from v0.10.0)
+    micro = micro_rollout_batch_size(view.sequences, train.strategy.dp,
+                                     [t.micro_batch for t in forwards] or [train.micro_batch])
+    s["--rollout.micro_batch_size"] = micro
+    if len({t.micro_batch for t in forwards}) > 1 or any(t.micro_batch > micro for t in forwards):
+        note.append(f"rollout.micro_batch_size {micro} is the smallest of the planned inference micro-batches ("
+                    + ", ".join(f"{t.name} {t.micro_batch}" for t in forwards)
+                    + f"), at most the {view.sequences // train.strategy.dp} sequences an actor rank holds: "
+                      f"OpenRLHF uses one for every forward")
+    why = micro_rollout_refusal("openrlhf", view.framework_version, view.sequences, train.strategy.dp, micro)
+    if why is not None:
+        refuse.append(why)
     stale = view.staleness.get("actor", 0)
     if stale:
         s["--train.async_enable"] = True
@@ -217,7 +240,8 @@ def for_release(out: EmittedPlan, view: PlanView) -> EmittedPlan:
     unchanged from :data:`DOTTED_SINCE` or without a release; before it each option by its flat name
     (:data:`FLAT_NAMES`; the names in the notes and refusals too), and an option the release does not define yet
     (:data:`FLAT_SINCE`) dropped, with a refusal line unless the plan asks for the value the release runs without
-    it (:data:`FLAT_DEFAULTS`); GRPO's ``group_norm`` advantage before :data:`GROUP_NORM_SINCE` is a refusal line.
+    it (:data:`FLAT_DEFAULTS`); GRPO's ``group_norm`` advantage before :data:`GROUP_NORM_SINCE` is a refusal line;
+    before :data:`CLI_SINCE` the command runs the ``examples/`` script (:data:`EXAMPLES_COMMAND`).
     Under ``--colocate_all_models`` a note says where the release lowers the engine's memory fraction to 0.4
     (:func:`~packplace.placement.model.framework.colocate_all_gpu_memory_utilization`), as the plan was priced.
 
@@ -230,6 +254,8 @@ def for_release(out: EmittedPlan, view: PlanView) -> EmittedPlan:
     if release >= DOTTED_SINCE:
         return out
     tag = f"OpenRLHF {view.framework_version}"
+    if release < CLI_SINCE:
+        out.command = EXAMPLES_COMMAND[out.config]
     settings: dict[str, Any] = {}
     for key, value in out.settings.items():
         flat = FLAT_NAMES[key]

@@ -27,7 +27,7 @@ import numbers
 import operator
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -873,6 +873,44 @@ def micro_rollout_loop(framework: str, version: str | None) -> bool:
     if framework != "openrlhf" or version is None:
         return False
     return table_release(version) < OPENRLHF_WHOLE_ROLLOUT_CALL
+
+
+def micro_rollout_batch_size(sequences: int, ranks: int, forward_micro_batches: Iterable[int]) -> int:
+    """OpenRLHF's ``--micro_rollout_batch_size`` for a plan, the batch the evaluator prices and charges memory for
+    and the emitter writes: the smallest of ``forward_micro_batches`` (one batch for every inference forward), at
+    most the ``sequences // ranks`` sequences each of the ``ranks`` actor ranks holds (at least 1): a larger value
+    leaves 0.2.7-v0.4.6's ``update_timesteps = rollout_batch_size // (world_size * micro_rollout_batch_size)`` at
+    0, which ``fit`` then divides by (openrlhf/trainer/ppo_trainer.py).
+
+    Raises:
+        ValueError: no forward micro-batch, or ``ranks`` below 1.
+    """
+    batches = list(forward_micro_batches)
+    if not batches or ranks < 1:
+        raise ValueError(f"micro_rollout_batch_size: needs a forward micro-batch and ranks >= 1, got {batches} "
+                         f"and ranks {ranks}")
+    return min(min(batches), max(1, sequences // ranks))
+
+
+def micro_rollout_refusal(framework: str, version: str | None, sequences: int, ranks: int, micro: int) -> str | None:
+    """Why OpenRLHF at ``version`` cannot run a step of ``sequences`` rollout sequences on ``ranks`` actor ranks at
+    micro-rollout batch ``micro`` as planned, or ``None``. Before :data:`OPENRLHF_WHOLE_ROLLOUT_CALL` (0.2.7 at
+    commit 391e1de4 to v0.4.6, openrlhf/trainer/ppo_trainer.py ``fit``) each rank's dataloader yields
+    ``micro_rollout_batch_size`` prompts with ``drop_last=True`` and the actor trains after every
+    ``update_timesteps = rollout_batch_size // (world_size * micro_rollout_batch_size)`` of them, so a rollout
+    batch that is not a multiple of ``ranks × micro`` trains on a different batch than the step priced (or never,
+    at ``update_timesteps`` 0). From v0.5.0 a rank cuts its whole rollout into chunks of that size, the last one
+    partial (``experience_maker.py``, ``range(0, len(all_prompts), micro_rollout_batch_size)``): no refusal.
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`parse_version`).
+    """
+    if not micro_rollout_loop(framework, version) or sequences % (ranks * micro) == 0:
+        return None
+    return (f"rollout batch {sequences} sequences is not a multiple of actor ranks x micro-rollout batch "
+            f"{ranks} x {micro} = {ranks * micro}: OpenRLHF {version} trains after every "
+            f"{sequences // (ranks * micro) * ranks * micro} (update_timesteps = rollout_batch_size // "
+            f"(world_size * micro_rollout_batch_size)) and drops the rest, not the planned step")
 
 
 #: Seconds of one synchronous Ray actor call's round trip (submit, run an empty method, return a small value):
