@@ -569,9 +569,10 @@ def _preempting_events(wanted: list[int], c: int, S: float, cap: float
     ends: list[tuple[int, int, int]] = []  # (clock at which it ends, sequence, epoch)
     clock = r = sum_base = used = 0
     recomputed = 0.0
-    seg_it: list[float] = []
-    seg_run: list[float] = []
-    seg_gen: list[float] = []
+    seg_it: list[int] = []
+    seg_run: list[int] = []
+    seg_gen: list[int] = []
+    push, pop = heapq.heappush, heapq.heappop
     preempted = False
     while waiting or r:
         if not preempted:
@@ -585,7 +586,7 @@ def _preempting_events(wanted: list[int], c: int, S: float, cap: float
                     recomputed += S64 + gen[i]
                 base[i] = clock - gen[i]
                 live[i] = True
-                heapq.heappush(ends, (base[i] + wanted[i], i, epoch[i]))
+                push(ends, (base[i] + wanted[i], i, epoch[i]))
                 run.append(i)
                 r += 1
                 sum_base += base[i]
@@ -605,18 +606,18 @@ def _preempting_events(wanted: list[int], c: int, S: float, cap: float
             preempted = True
             continue
         while not live[ends[0][1]] or ends[0][2] != epoch[ends[0][1]]:
-            heapq.heappop(ends)
+            pop(ends)
         left = ends[0][0] - clock
         # a lone sequence larger than the cache runs on (vLLM would refuse it; the model keeps a time)
         step = max(1, min(left, room)) if room >= 1 else max(1, left)
-        seg_it.append(float(step))
-        seg_run.append(float(r))
-        seg_gen.append(float(r * clock - sum_base))
+        seg_it.append(step)
+        seg_run.append(r)
+        seg_gen.append(r * clock - sum_base)
         clock += step
         used += r * step
         preempted = False
         while ends and ends[0][0] <= clock:
-            _, i, e = heapq.heappop(ends)
+            _, i, e = pop(ends)
             if live[i] and e == epoch[i]:
                 live[i] = False
                 used -= s + clock - base[i]
@@ -624,7 +625,8 @@ def _preempting_events(wanted: list[int], c: int, S: float, cap: float
                 r -= 1
         if len(run) > 2 * r + 64:
             run = [i for i in run if live[i]]
-    return np.array(seg_it), np.array(seg_run), np.array(seg_gen), recomputed
+    return (np.array(seg_it, dtype=float), np.array(seg_run, dtype=float), np.array(seg_gen, dtype=float),
+            recomputed)
 
 
 def _preempting_reference(lengths: np.ndarray, c: int, S: float, cap: float
