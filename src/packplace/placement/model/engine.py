@@ -247,10 +247,11 @@ def fcfs_makespan(lengths: np.ndarray, slots: int) -> float:
     first served, a finished sequence's slot refilled at once (the makespan of :func:`continuous_schedule`
     without its segments; list scheduling, Graham 1969)."""
     c = max(1, min(int(slots), len(lengths)))
-    heap = [float(x) for x in lengths[:c]]
+    values = np.asarray(lengths, dtype=float).tolist()
+    heap = values[:c]
     heapq.heapify(heap)
-    for x in lengths[c:]:
-        heapq.heappush(heap, heapq.heappop(heap) + float(x))
+    for x in values[c:]:
+        heapq.heapreplace(heap, heap[0] + x)
     return max(heap)
 
 
@@ -424,13 +425,15 @@ def _fcfs(lengths: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     """Segments of ``lengths`` (arrival order) on ``c`` slots, first come first served, a finished
     sequence's slot refilled at once (:func:`continuous_schedule`'s return form, unscaled)."""
     n = len(lengths)
-    starts = np.zeros(n)
-    heap = [float(x) for x in lengths[:c]]
+    values = np.asarray(lengths, dtype=float).tolist()
+    begun = [0.0] * n
+    heap = values[:c]
     heapq.heapify(heap)
     for i in range(c, n):
-        t = heapq.heappop(heap)
-        starts[i] = t
-        heapq.heappush(heap, t + lengths[i])
+        t = heap[0]
+        begun[i] = t
+        heapq.heapreplace(heap, t + values[i])
+    starts = np.array(begun, dtype=float)
     return _segments(starts, starts + lengths)
 
 
@@ -534,7 +537,102 @@ def _preempting(lengths: np.ndarray, c: int, S: float, cap: float
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """vLLM V1's recompute-preemption scheduler of :func:`paged_schedule` on ``lengths`` (arrival order),
     ``c`` slots, a cache of ``cap`` tokens and prompts of ``S`` tokens; unscaled segments and the tokens
-    recomputed."""
+    recomputed.
+
+    Integer lengths and prompt (every caller's) run :func:`_preempting_events`, which gives
+    :func:`_preempting_reference`'s result bit for bit (every token count is an integer below 2**53, so
+    exact in any order); other inputs run the reference."""
+    lengths = np.asarray(lengths, dtype=float)
+    n = len(lengths)
+    if n and float(S).is_integer() and bool(np.all(np.isfinite(lengths))) \
+            and bool(np.all(lengths == np.floor(lengths))) \
+            and n * (abs(float(S)) + float(np.max(np.abs(lengths))) + 2.0) < 2.0 ** 52:
+        return _preempting_events([int(x) for x in lengths.tolist()], int(c), float(S), float(cap))
+    return _preempting_reference(lengths, c, S, cap)
+
+
+def _preempting_events(wanted: list[int], c: int, S: float, cap: float
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`_preempting_reference` on integer lengths, event by event: a running sequence admitted at
+    clock ``t`` holding ``g`` tokens holds ``clock - base`` with ``base = t - g`` and ends at clock
+    ``base + length`` (a heap of those, entries of preempted sequences dropped lazily by epoch); the
+    running set in admission order is a list whose finished entries are skipped when it is popped."""
+    n = len(wanted)
+    s = int(S)
+    S64 = np.float64(S)  # the reference's tokens recomputed are a numpy scalar once one is added
+    gen = [0] * n
+    base = [0] * n
+    epoch = [0] * n
+    live = [False] * n
+    waiting = list(range(n - 1, -1, -1))  # a stack: the head of the queue at the end
+    run: list[int] = []  # admission order, newest last; finished entries stay until popped or compacted
+    ends: list[tuple[int, int, int]] = []  # (clock at which it ends, sequence, epoch)
+    clock = r = sum_base = used = 0
+    recomputed = 0.0
+    seg_it: list[int] = []
+    seg_run: list[int] = []
+    seg_gen: list[int] = []
+    push, pop = heapq.heappush, heapq.heappop
+    preempted = False
+    while waiting or r:
+        if not preempted:
+            while waiting and r < c:
+                i = waiting[-1]
+                need = s + gen[i]
+                if r and used + need + r + 1 > cap:
+                    break
+                waiting.pop()
+                if gen[i] > 0:
+                    recomputed += S64 + gen[i]
+                base[i] = clock - gen[i]
+                live[i] = True
+                push(ends, (base[i] + wanted[i], i, epoch[i]))
+                run.append(i)
+                r += 1
+                sum_base += base[i]
+                used += need
+        room = int((cap - used) // r)
+        if room < 1 and r > 1:
+            i = run.pop()
+            while not live[i]:
+                i = run.pop()
+            gen[i] = clock - base[i]
+            live[i] = False
+            epoch[i] += 1
+            used -= s + gen[i]
+            sum_base -= base[i]
+            r -= 1
+            waiting.append(i)
+            preempted = True
+            continue
+        while not live[ends[0][1]] or ends[0][2] != epoch[ends[0][1]]:
+            pop(ends)
+        left = ends[0][0] - clock
+        # a lone sequence larger than the cache runs on (vLLM would refuse it; the model keeps a time)
+        step = max(1, min(left, room)) if room >= 1 else max(1, left)
+        seg_it.append(step)
+        seg_run.append(r)
+        seg_gen.append(r * clock - sum_base)
+        clock += step
+        used += r * step
+        preempted = False
+        while ends and ends[0][0] <= clock:
+            _, i, e = pop(ends)
+            if live[i] and e == epoch[i]:
+                live[i] = False
+                used -= s + clock - base[i]
+                sum_base -= base[i]
+                r -= 1
+        if len(run) > 2 * r + 64:
+            run = [i for i in run if live[i]]
+    return (np.array(seg_it, dtype=float), np.array(seg_run, dtype=float), np.array(seg_gen, dtype=float),
+            recomputed)
+
+
+def _preempting_reference(lengths: np.ndarray, c: int, S: float, cap: float
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """:func:`_preempting` as vLLM's loop reads, one iteration at a time on arrays (any lengths; the
+    oracle of :func:`_preempting_events`)."""
     n = len(lengths)
     gen = np.zeros(n)
     waiting = list(range(n))
