@@ -135,3 +135,20 @@ def test_7b_zero3_at_0_2_7_is_not_colocated_all(solver):
     placed = placed_of(instance, result.solution)
     gen = placed[GENERATE]
     assert all(gen.hi <= t.lo or t.hi <= gen.lo for n, t in placed.items() if n != GENERATE)
+
+
+def test_the_evaluator_refuses_a_critic_larger_than_the_actor_at_0_2_7():
+    from packplace.placement.evaluator import PlacementEvaluator
+    from packplace.placement.problem.plan import Allocation, Plan, VertexPlan
+
+    def at(dp, mb, lo, n):   # dp-only vertex on GPUs [lo, lo + n) of the 2 x 8-GPU cluster
+        return VertexPlan(Strategy(dp, 1, 1, 1), mb, Allocation((0, lo // 8, lo % 8), (1, 1, n)))
+
+    plan = Plan.build({"actor.train": at(2, 4, 0, 2), "reference.infer": at(2, 4, 2, 2),
+                       "reward.infer": at(2, 4, 4, 2), "actor.generate": at(2, 64, 6, 2),
+                       "critic.train": at(8, 4, 8, 8), "critic.infer": at(8, 4, 8, 8)})
+    ev = PlacementEvaluator(build_instance(_without_validation(LLAMA7B)))
+    score = ev.score(plan)
+    assert not score.feasible
+    assert any("actor_world_size % critic_world_size == 0, got 2 and 8" in v for v in score.violations)
+    assert ev.step_time(plan) == float("inf")
