@@ -771,8 +771,10 @@ def conform(instance, table, plan: Plan) -> Plan:
     current one, else the one with least memory. A rollout or reward engine that shares some but not all
     of the trainer's GPUs, or that must share them (verl, staleness 0) or must not (NeMo RL, staleness ≥ 1),
     moves onto the trainer's block, or to the first free block of its shape. OpenRLHF groups
-    that share GPUs outside the allowed pairs move to free blocks, else everything colocates on the
-    actor's block. The evaluator decides whether the result fits; this only keeps the rules.
+    that share GPUs outside the allowed pairs move to free blocks, else (from v0.5.8, or no release named)
+    everything colocates on the actor's block; groups whose sizes break the release's rules
+    (:func:`_openrlhf_sizes`) move to their fastest candidate of a size that keeps them, on a free block. The
+    evaluator decides whether the result fits; this only keeps the rules.
 
     Args:
         instance: The placement instance.
