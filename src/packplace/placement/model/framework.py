@@ -1056,7 +1056,8 @@ def micro_rollout_seconds(ranks: int, steps: int, engines: int, generate: float,
     Requests are served first come first served (ties by rank), each resource one at a time. ``inf`` where the
     run hangs: a lockstep group whose server count does not divide ``ranks`` (its servers get different numbers
     of calls, and a server's forward whose collective the others never join never ends), or a round that
-    never completes.
+    never completes. The OpenRLHF layout rules refuse a plan with such a group first, naming it
+    (:func:`~packplace.placement.model.layout_rules.refusals`); this ``inf`` is their defence in depth.
 
     Raises:
         ValueError: a count below 1, a negative time, a waited role called later, or GPU-sharing roles

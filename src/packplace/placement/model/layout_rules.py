@@ -34,8 +34,11 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   DeepSpeed trains without pipeline parallelism, every trained model with one
   ``--ds.tensor_parallel_size``; the reference and reward forwards are data-parallel only; the critic
   computes values in its own group with its layout; actor groups share GPUs only as actor+reference,
-  critic+reward, or everything (``--train.colocate_all``); ``train_dpo`` holds the reference in the
-  training processes.
+  critic+reward, or everything (``--train.colocate_all``, from v0.5.8; the vLLM engines on GPUs of their
+  own before); ``train_dpo`` holds the reference in the training processes. Per release (``policy.
+  framework_version``; none named: the current code, which has none of these): the actor and critic world sizes
+  powers of 2 through v0.5.5, the critic's dividing the actor's before v0.7.1 (``_validate_args``), and under
+  ZeRO-3 before v0.7.1 the reference and reward groups' sizes dividing the actor's (:func:`_openrlhf_sizes`).
 
 * **DeepSpeed-Chat** (``applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py`` and its
   ``training_scripts``): every model in a DeepSpeed ZeRO engine (``--actor_zero_stage``,
@@ -53,6 +56,7 @@ from typing import Any
 
 from packplace.errors import ConfigError
 from packplace.placement.model.dp_balance import vertex_setting
+from packplace.placement.model.framework import Release, parse_version, table_release
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
 from packplace.placement.model.sequence_packing import packing_refusal
 from packplace.placement.problem.plan import Plan, Strategy, VertexPlan
@@ -107,6 +111,12 @@ def _ulysses(instance) -> int:
     return int(dynamic[2]) if dynamic is not None else 1
 
 
+def _openrlhf_release(instance) -> Release | None:
+    """:attr:`Context.release` of an instance: its OpenRLHF release (:func:`table_release`), else ``None``."""
+    version = getattr(instance, "framework_version", None)
+    return table_release(version) if instance.framework == "openrlhf" and version is not None else None
+
+
 def _megatron_splits_kv_heads(instance) -> bool:
     """:attr:`Context.megatron_splits_kv_heads` of an instance: its NeMo RL release's (no release named: ``False``)."""
     from packplace.placement.model.nemo_rl_releases import release_for  # it imports this module
@@ -147,6 +157,8 @@ class Context:
             multiple of the KV heads (NeMo RL from v0.6, ``policy.framework_version``:
             :attr:`~packplace.placement.model.nemo_rl_releases.NemoRLRelease.megatron_splits_kv_heads`);
             ``False``: tp must divide them (:func:`kv_head_refusal`).
+        release: The OpenRLHF release ``policy.framework_version`` names (:func:`table_release`), else ``None``
+            (the current code): the release-bound rules of :func:`_openrlhf`.
     """
 
     framework: str
@@ -161,6 +173,7 @@ class Context:
     context_parallel_models: tuple[tuple[str, int, bool], ...] = ()
     ulysses: int = 1
     megatron_splits_kv_heads: bool = False
+    release: Release | None = None
 
     @classmethod
     def of(cls, instance) -> Context:
@@ -175,7 +188,7 @@ class Context:
                 instance.workload.context_length + instance.workload.generation_length,
                 vertex_setting(instance, "actor").context_parallel.degree,
                 _context_parallel_models(instance), _ulysses(instance),
-                _megatron_splits_kv_heads(instance))
+                _megatron_splits_kv_heads(instance), _openrlhf_release(instance))
         return hit
 
     @property
@@ -632,6 +645,62 @@ OPENRLHF_GROUPS = (("actor", TRAIN), ("vLLM", GENERATE), ("reference", REFERENCE
 OPENRLHF_SHARED = (("actor", "reference"), ("reward", "critic"))
 
 
+#: The first OpenRLHF release that lets every group share the same GPUs (``--colocate_all_models``, v0.5.8:
+#: openrlhf/cli/train_ppo_ray.py; absent at v0.5.7). Before it the vLLM engines take GPUs of their own
+#: (openrlhf/trainer/ray/vllm_engine.py ``create_vllm_engines``: a GPU or a placement group per engine) and only
+#: ``--colocate_actor_ref`` and ``--colocate_critic_reward`` pair groups.
+OPENRLHF_COLOCATE_ALL = (0, 5, 8)
+#: The first OpenRLHF release whose ``_validate_args`` (openrlhf/cli/train_ppo_ray.py; examples/train_ppo_ray.py
+#: before v0.4) no longer asserts that the actor and critic world sizes are powers of 2 (present v0.1.x-v0.5.5).
+OPENRLHF_POWER_OF_TWO_DROPPED = parse_version("0.5.5.post1")
+#: The first OpenRLHF release without ``actor_world_size % critic_world_size == 0`` in ``_validate_args`` and
+#: without launcher.py's round-robin dispatch (``PPORayActorGroup.async_fit_actor_model``: actor rank ``i`` calls
+#: ``critic_actors[i % len(critic_actors)]``, ``initial_actors[i % len(...)]`` and each reward group's
+#: ``actors[i % len(actors)]``), both present through v0.7.0.post1.
+OPENRLHF_ROUND_ROBIN_DROPPED = (0, 7, 1)
+
+
+def _world(task: Placed) -> int:
+    s = task.strategy
+    return s.dp * s.pp * s.tp
+
+
+def _openrlhf_sizes(ctx: Context, tasks: Mapping[str, Placed]) -> list[str]:
+    """The group-size rules of an OpenRLHF release (none without a release: the current code asserts none):
+
+    * through v0.5.5 (:data:`OPENRLHF_POWER_OF_TWO_DROPPED`) ``_validate_args`` asserts ``actor_world_size`` and
+      ``critic_world_size`` are powers of 2, and before v0.7.1 (:data:`OPENRLHF_ROUND_ROBIN_DROPPED`)
+      ``actor_world_size % critic_world_size == 0``;
+    * before v0.7.1 under ZeRO-3 the reference and reward groups run stage 3 too (``get_ds_eval_config``), and
+      actor rank ``i`` sends its micro-rollout batches to server ``i % len(group)``: a group whose size does not
+      divide the actor ranks gets uneven calls, and a forward whose parameter all-gather the other servers never
+      join never ends (the run hangs; the evaluator's loop prices it infinite:
+      :func:`~packplace.placement.model.framework.micro_rollout_seconds`)."""
+    release = ctx.release
+    train, critic = tasks[TRAIN], tasks.get(CRITIC_TRAIN)
+    if release is None or ctx.algorithm == "dpo" or release >= OPENRLHF_ROUND_ROBIN_DROPPED:
+        return []
+    out = []
+    actor = _world(train)
+    if release < OPENRLHF_POWER_OF_TWO_DROPPED:
+        for group, task in (("actor", train), ("critic", critic)):
+            if task is not None and _world(task) & (_world(task) - 1):
+                out.append(f"{task.layout}: OpenRLHF {release} asserts the {group} world size ({_world(task)} GPUs) "
+                           f"is a power of 2 (train_ppo_ray.py _validate_args, through 0.5.5)")
+    if critic is not None and actor % _world(critic):
+        out.append(f"{critic.layout} and {train.layout}: OpenRLHF {release} asserts actor_world_size % "
+                   f"critic_world_size == 0, got {actor} and {_world(critic)} (train_ppo_ray.py _validate_args)")
+    if ctx.options("actor").sharding == "zero3":
+        for group, name in (("reference", REFERENCE), ("reward", REWARD)):
+            task = tasks.get(name)
+            if task is None or (name == REWARD and not ctx.reward_model) or not actor % _world(task):
+                continue
+            out.append(f"{task.layout} and {train.layout}: under ZeRO-3 OpenRLHF {release} sends actor rank i's "
+                       f"forwards to {group} server i % {_world(task)}, so {group} group size {_world(task)} must "
+                       f"divide the {actor} actor ranks (uneven stage-3 forwards hang)")
+    return out
+
+
 def openrlhf_groups(ctx: Context, tasks: Mapping[str, Placed]) -> list[tuple[str, Placed]]:
     """The OpenRLHF actor groups the step has, ``[(group, task)]`` (a rule reward has no group)."""
     return [(group, tasks[name]) for group, name in OPENRLHF_GROUPS
@@ -654,15 +723,19 @@ def _openrlhf(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str,
     if critic is not None and critic.strategy.tp != train.strategy.tp:
         out.append(f"{critic.layout} and {train.layout}: OpenRLHF gives every trained model the same "
                    f"--ds.tensor_parallel_size")
+    out += _openrlhf_sizes(ctx, tasks)
     groups = openrlhf_groups(ctx, tasks)
-    if _same(*(t for _, t in groups)):
+    colocate_all = ctx.release is None or ctx.release >= OPENRLHF_COLOCATE_ALL
+    if colocate_all and _same(*(t for _, t in groups)):
         return out
+    allowed = ("actor+reference, critic+reward, or everything (--train.colocate_all)" if colocate_all else
+               f"actor+reference and critic+reward at {ctx.release} (everything on the same GPUs, "
+               f"--train.colocate_all, from 0.5.8)")
     for i, (a_name, a) in enumerate(groups):
         for b_name, b in groups[i + 1:]:
             if _disjoint(a, b) or ((a_name, b_name) in OPENRLHF_SHARED and _same(a, b)):
                 continue
-            out.append(f"{a_name} and {b_name} share GPUs ({a.name}, {b.name}): OpenRLHF colocates only "
-                       f"actor+reference, critic+reward, or everything (--train.colocate_all)")
+            out.append(f"{a_name} and {b_name} share GPUs ({a.name}, {b.name}): OpenRLHF colocates only {allowed}")
     return out
 
 
@@ -698,8 +771,10 @@ def conform(instance, table, plan: Plan) -> Plan:
     current one, else the one with least memory. A rollout or reward engine that shares some but not all
     of the trainer's GPUs, or that must share them (verl, staleness 0) or must not (NeMo RL, staleness ≥ 1),
     moves onto the trainer's block, or to the first free block of its shape. OpenRLHF groups
-    that share GPUs outside the allowed pairs move to free blocks, else everything colocates on the
-    actor's block. The evaluator decides whether the result fits; this only keeps the rules.
+    that share GPUs outside the allowed pairs move to free blocks, else (from v0.5.8, or no release named)
+    everything colocates on the actor's block; groups whose sizes break the release's rules
+    (:func:`_openrlhf_sizes`) move to their fastest candidate of a size that keeps them, on a free block. The
+    evaluator decides whether the result fits; this only keeps the rules.
 
     Args:
         instance: The placement instance.
@@ -856,10 +931,58 @@ class _Fixer:
                 self.relocate(name, others)
         self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
         placed = placed_of(self.instance, Plan.build(self.vertices))
-        if _openrlhf(ctx, placed, self.staleness):  # no free blocks: every group on the actor's GPUs
-            for name in names[1:]:
+        if _openrlhf(ctx, placed, self.staleness) and (ctx.release is None or ctx.release >= OPENRLHF_COLOCATE_ALL):
+            for name in names[1:]:  # no free blocks: every group on the actor's GPUs
                 self.follow(name, TRAIN, same_tp=name == CRITIC_TRAIN)
             self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
+        self._openrlhf_sizes(ctx, names)
+
+    def _openrlhf_sizes(self, ctx: Context, names: list[str]) -> None:
+        """Resize the groups that break :func:`_openrlhf_sizes`: the actor to a power-of-2 world where the release
+        asks one, then the critic, reference and reward to a size that divides the actor's (the critic a power of
+        2 too), each on its fastest memory-feasible candidate with a block off the other groups' GPUs (its
+        colocated partner follows it)."""
+        if not _openrlhf_sizes(ctx, placed_of(self.instance, Plan.build(self.vertices))):
+            return
+        pow2 = ctx.release is not None and ctx.release < OPENRLHF_POWER_OF_TWO_DROPPED
+        partner = {TRAIN: REFERENCE, CRITIC_TRAIN: REWARD}
+
+        def world(name: str) -> int:
+            s = self.vertices[name].strategy
+            return s.dp * s.pp * s.tp
+
+        def fits(name: str, s: Strategy) -> bool:
+            n = s.dp * s.pp * s.tp
+            if name in (TRAIN, CRITIC_TRAIN) and pow2 and n & (n - 1):
+                return False
+            return name == TRAIN or (world(TRAIN) % n == 0 and (name != CRITIC_TRAIN or s.tp == tp))
+
+        tp = self.vertices[TRAIN].strategy.tp
+        for name in (TRAIN, CRITIC_TRAIN, REFERENCE, REWARD):
+            if name not in names or fits(name, self.vertices[name].strategy):
+                continue
+            if name == REWARD and CRITIC_TRAIN in names and self.span(REWARD) == self.span(CRITIC_TRAIN):
+                continue   # it follows the critic
+            mate = partner.get(name)
+            together = mate in names and self.span(mate) == self.span(name)
+            avoid = [o for o in names if o != name and not (together and o == mate)]
+            if self._resize(name, avoid, lambda c, name=name: fits(name, c.strategy)) and together:
+                self.follow(mate, name)
+        self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
+
+    def _resize(self, name: str, avoid: list[str], keep) -> bool:
+        """``name`` on its fastest memory-feasible candidate that ``keep(candidate)`` accepts with a block sharing
+        no GPU with ``avoid``; False when none has."""
+        taken = [self.span(a) for a in avoid if a in self.vertices and a != name]
+        for cand in self.table.feasible[name]:
+            if not keep(cand):
+                continue
+            for alloc in self.table.origins(cand.extent):
+                lo, hi = alloc.gpu_range(self.cluster)
+                if all(hi <= x or y <= lo for x, y in taken):
+                    self.vertices[name] = cand.at(alloc)
+                    return True
+        return False
 
     def _match_tp(self) -> None:
         """critic.train on its block with the actor trainer's tensor-parallel degree, else on the actor's block."""
