@@ -856,16 +856,7 @@ class _Fixer:
     def elsewhere(self, name: str, avoid: list[str], shape_ok=None) -> bool:
         """``name`` on its fastest memory-feasible candidate of any shape (that ``shape_ok(extent)`` accepts)
         that has a block sharing no GPU with ``avoid``; False when none has."""
-        taken = [self.span(a) for a in avoid if a in self.vertices and a != name]
-        for cand in self.table.feasible[name]:
-            if shape_ok is not None and not shape_ok(cand.extent):
-                continue
-            for alloc in self.table.origins(cand.extent):
-                lo, hi = alloc.gpu_range(self.cluster)
-                if all(hi <= x or y <= lo for x, y in taken):
-                    self.vertices[name] = cand.at(alloc)
-                    return True
-        return False
+        return self._resize(name, avoid, lambda cand: shape_ok is None or shape_ok(cand.extent))
 
     def run(self, ctx: Context) -> None:
         fw = ctx.framework
