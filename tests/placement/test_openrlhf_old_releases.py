@@ -72,6 +72,28 @@ def test_the_published_0_2_7_plan_emits_a_command_0_2_7_runs():
     assert "--advantage_estimator" not in out.settings and "--n_samples_per_prompt" not in out.settings
 
 
+def test_the_loop_release_notes_each_vllm_call_as_a_micro_rollout_batch():
+    notes = " ".join(emit(*_setup(), "openrlhf").notes)
+    assert "each vLLM call is one actor rank's micro-rollout batch" in notes
+    assert "sequences at once per engine" not in notes
+    assert "sequences at once per engine" in " ".join(emit(*_setup("0.5.0"), "openrlhf").notes)
+
+
+@pytest.mark.parametrize("version", ["0.2.7", "0.5.0", None])
+def test_a_critic_micro_batch_other_than_the_actors_trains_both_at_the_smaller(version):
+    def micro_train(out):   # the flag's spelling follows the release
+        return next(v for k, v in out.settings.items() if k in ("--micro_train_batch_size", "--train.micro_batch_size"))
+
+    instance, plan = _setup(version)
+    assert micro_train(emit(instance, plan, "openrlhf")) == 8
+    critic = dict(plan.vertices)["critic.train"]
+    for mb, written, slowed in ((4, 4, "actor.train runs below its planned 8"),
+                                (16, 8, "critic.train runs below its planned 16")):
+        out = emit(instance, plan.replace("critic.train", dataclasses.replace(critic, micro_batch=mb)), "openrlhf")
+        assert micro_train(out) == written and out.refusals == []   # never above what memory was priced at
+        assert any(slowed in line for line in out.notes), out.notes
+
+
 @pytest.mark.parametrize(("version", "command", "samples_flag"), [
     ("0.3.1", "python3 examples/train_ppo_ray.py", False),
     ("0.3.2", "python3 examples/train_ppo_ray.py", True),

@@ -81,7 +81,7 @@ def test_zero3_forward_group_that_does_not_divide_the_actor_ranks_is_refused_bef
 
 def test_validate_args_critic_world_size_and_powers_of_two():
     out = lines("0.2.7", split(actor=2, ref=2, reward=2, critic=8))
-    assert len(out) == 1 and "actor_world_size % critic_world_size == 0, got 2 and 8" in out[0]
+    assert len(out) == 1 and "OpenRLHF 0.2.7 asserts actor_world_size % critic_world_size == 0, got 2 and 8" in out[0]
     assert lines("0.7.0", split(actor=4, ref=4, reward=4, critic=8), "zero2")   # still asserted
     assert lines("0.7.1", split(actor=4, ref=4, reward=4, critic=8), "zero2") == []
     six = split(actor=6, ref=2, reward=2, critic=2)
@@ -95,7 +95,7 @@ def test_everything_on_the_same_gpus_needs_colocate_all_from_0_5_8():
     assert lines("0.5.8", same) == [] and lines(None, same) == []
     for version in ("0.2.7", "0.5.7"):
         out = lines(version, same)
-        assert out and all("--train.colocate_all, from 0.5.8" in line for line in out)
+        assert out and all("(everything on the same GPUs, --colocate_all_models, from 0.5.8)" in line for line in out)
         # the vLLM engines share with every group; actor+reference and critic+reward are the allowed pairs
         assert sum("vLLM" in line.split(" share ")[0] for line in out) == 4
         assert not any(line.startswith(("actor and reference", "reward and critic")) for line in out)

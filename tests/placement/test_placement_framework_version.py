@@ -365,3 +365,14 @@ def test_a_release_subclass_builds_its_own_instances():
         assert type(built) is Tagged
     assert Tagged("0.5.2.post1") == Release((0, 5, 2), post=1) and Tagged("0.6rc1").leads_to() == (0, 6)
     assert repr(Tagged("0.5")) == "Tagged((0, 5), post=None, pre=None, dev=None)"
+
+
+def test_a_release_reads_as_its_pep_440_normal_form_in_messages():
+    for text, shown in (("0.2.7", "0.2.7"), ("v0.6.0rc1", "0.6rc1"), ("0.5.2-post1", "0.5.2.post1"),
+                        ("0.5.2.post1.dev0", "0.5.2.post1.dev0"), ("0.5.0", "0.5"), ("1!0", None)):
+        if shown is None:
+            with pytest.raises(ConfigError):
+                parse_version(text)
+            continue
+        assert str(parse_version(text)) == shown and f"{parse_version(text)}" == shown
+        assert parse_version(str(parse_version(text))) == parse_version(text)   # it reads back as itself

@@ -684,12 +684,17 @@ class _ExactPlacement:
             # the model relaxes the framework's rules between tasks: its bound stands, its plan is moved onto them
             fixed = conform(self.instance, self.table, plan)
             fixed_time = self.ev.step_time(fixed)
+            kept = not plan_refusals(self.instance, fixed)
+            chose = (f"returned the better of that plan moved onto the rules ({fixed_time:.6f} s) and the hint "
+                     f"({self.hint_time:.6f} s)" if kept else
+                     f"no plan near it keeps the rules (conform found no free block): returned the hint "
+                     f"({self.hint_time:.6f} s)")
             notes.append(f"the CP-SAT model does not encode {self.instance.framework}'s layout rules between tasks: "
-                         f"its {cp_value / TICKS_PER_S:.6f} s plan breaks {len(broken)} ({broken[0]}); returned the "
-                         f"better of that plan moved onto the rules ({fixed_time:.6f} s) and the hint "
-                         f"({self.hint_time:.6f} s); the model's bound stands (it relaxes the rules)")
+                         f"its {cp_value / TICKS_PER_S:.6f} s plan breaks {len(broken)} ({broken[0]}); {chose}; "
+                         f"the model's bound stands (it relaxes the rules)")
             info["layout_rules_broken"] = broken
-            plan, evaluated = (fixed, fixed_time) if fixed_time < self.hint_time else (self.hint_plan, self.hint_time)
+            plan, evaluated = ((fixed, fixed_time) if kept and fixed_time < self.hint_time
+                               else (self.hint_plan, self.hint_time))
             value = round(evaluated * TICKS_PER_S)
             status = FEASIBLE
         elif not trusted:

@@ -38,6 +38,7 @@ from packplace.placement.emit.common import (
 from packplace.placement.model.framework import (
     colocate_all_gpu_memory_utilization,
     micro_rollout_batch_size,
+    micro_rollout_loop,
     micro_rollout_refusal,
     table_release,
 )
@@ -133,8 +134,12 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
         s["--vllm.gpu_memory_utilization"] = view.gpu_memory_utilization
         if view.enforce_eager:   # a store_true flag: the plan's decode was priced without CUDA graphs
             s["--vllm.enforce_eager"] = True
-        note.append(f"{gen.name} decodes {gen.micro_batch} sequences at once per engine in the plan: OpenRLHF "
-                    f"has no flag for vLLM's max_num_seqs, so the engine's own default applies")
+        if micro_rollout_loop("openrlhf", view.framework_version):
+            note.append(f"{gen.name}: before v0.5.0 each vLLM call is one actor rank's micro-rollout batch "
+                        f"(--rollout.micro_batch_size, below), as the plan prices the loop")
+        else:
+            note.append(f"{gen.name} decodes {gen.micro_batch} sequences at once per engine in the plan: OpenRLHF "
+                        f"has no flag for vLLM's max_num_seqs, so the engine's own default applies")
     s["--rollout.batch_size"] = view.prompts
     s["--rollout.n_samples_per_prompt"] = view.samples_per_prompt
     steps = view.training["actor"].optimizer_steps
@@ -148,6 +153,15 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
     note.append(f"train.batch_size = rollout.batch_size x n_samples_per_prompt / training.optimizer_steps: "
                 f"{steps} optimizer step(s) per RL step, as the plan trains")
     s["--train.micro_batch_size"] = train.micro_batch
+    critic = view.get(CRITIC_TRAIN)
+    if critic is not None and critic.micro_batch != train.micro_batch:
+        # one flag for both: the smaller holds no more memory than either was priced at (a larger one might not)
+        smaller, larger = sorted((train, critic), key=lambda t: t.micro_batch)
+        s["--train.micro_batch_size"] = smaller.micro_batch
+        note.append(f"{critic.name} micro-batch {critic.micro_batch} and {train.name}'s {train.micro_batch}: "
+                    f"OpenRLHF trains both with one --train.micro_batch_size, written as the smaller "
+                    f"({smaller.micro_batch}), so {larger.name} runs below its planned {larger.micro_batch} "
+                    f"(within the memory it was priced at; its passes may take longer than priced)")
     _deepspeed(out, [t for t in (train, view.get(CRITIC_TRAIN)) if t is not None], view)
     forwards = [t for t in (view.get(REFERENCE), view.get(REWARD), view.get(CRITIC_INFER)) if t is not None]
     # the batch the evaluator prices (the smallest forward micro-batch, at most a rank's sequences); without a

@@ -274,6 +274,18 @@ class Release(tuple):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({tuple(self)!r}, post={self.post!r}, pre={self.pre!r}, dev={self.dev!r})"
 
+    def __str__(self) -> str:
+        """PEP 440's normal form, as messages name a release: ``0.2.7``, ``0.6rc1``, ``0.5.2.post1.dev0``
+        (trailing zeros dropped, as the parts are held)."""
+        text = ".".join(map(str, self)) or "0"
+        if self.pre is not None:
+            text += f"{self.pre[0]}{self.pre[1]}"
+        if self.post is not None:
+            text += f".post{self.post}"
+        if self.dev is not None:
+            text += f".dev{self.dev}"
+        return text
+
     @property
     def final(self) -> bool:
         """No pre-, post- or development suffix: the release a plain tuple of its parts names."""

@@ -730,7 +730,7 @@ def _openrlhf(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str,
         return out
     allowed = ("actor+reference, critic+reward, or everything (--train.colocate_all)" if colocate_all else
                f"actor+reference and critic+reward at {ctx.release} (everything on the same GPUs, "
-               f"--train.colocate_all, from 0.5.8)")
+               f"--colocate_all_models, from 0.5.8)")
     for i, (a_name, a) in enumerate(groups):
         for b_name, b in groups[i + 1:]:
             if _disjoint(a, b) or ((a_name, b_name) in OPENRLHF_SHARED and _same(a, b)):
