@@ -119,6 +119,15 @@ def test_several_samples_per_prompt_before_0_3_2_is_a_refusal():
     assert any(line.startswith("--n_samples_per_prompt 4: OpenRLHF 0.2.7 has no such option") for line in out.refusals)
 
 
+@pytest.mark.parametrize(("version", "written"), [("0.3.2", 1024), ("0.4.4", 1024), ("0.4.5", 256), ("0.5.0", 256)])
+def test_releases_whose_prompt_dataset_repeats_prompts_count_the_rollout_batch_in_samples(version, written):
+    # 256 prompts x 4 samples: v0.3.2-v0.4.4's PromptDataset holds each prompt 4 times and the dataloaders take
+    # rollout_batch_size // world_size items, so 256 there would run 64 prompts
+    out = emit(*_setup(version, 256, 16, samples=4), "openrlhf")
+    assert out.settings["--rollout_batch_size"] == written and out.settings["--n_samples_per_prompt"] == 4
+    assert any("counts samples, 256 prompts as planned" in line for line in out.notes) == (written == 1024)
+
+
 def test_the_emitter_writes_the_micro_rollout_batch_the_evaluator_prices():
     # batch 64 on 4 actor ranks: 16 sequences each; forwards planned at 32 (each at dp 2). The
     # evaluator prices 16; writing 32 gives 0.2.7 update_timesteps = 64 // (4 x 32) = 0, a ZeroDivisionError

@@ -102,6 +102,11 @@ FLAT_DEFAULTS = {"--ds_tensor_parallel_size": 1, "--vllm_gpu_memory_utilization"
 #: from the repository root (``examples/scripts/train_ppo_llama_ray.sh`` at v0.3.5: ``python3
 #: examples/train_ppo_ray.py``).
 CLI_SINCE = (0, 3, 6)
+#: The releases whose ``PromptDataset`` repeats every prompt ``n_samples_per_prompt`` times (``__len__`` is the
+#: prompts times it; ``__getitem__`` returns ``prompts[idx // n_samples_per_prompt]``: v0.3.2 to v0.4.4), so that the
+#: ranks' dataloaders, of ``rollout_batch_size // world_size`` items, count ``--rollout_batch_size`` in samples;
+#: from v0.4.5 the dataset holds each prompt once and ``make_experience_list`` samples it that many times.
+SAMPLES_COUNTED = ((0, 3, 2), (0, 4, 5))
 #: The command of each script before :data:`CLI_SINCE`.
 EXAMPLES_COMMAND = {"train_ppo_ray": "python3 examples/train_ppo_ray.py",
                     "train_dpo": "deepspeed examples/train_dpo.py"}
@@ -270,6 +275,12 @@ def for_release(out: EmittedPlan, view: PlanView) -> EmittedPlan:
     tag = f"OpenRLHF {view.framework_version}"
     if release < CLI_SINCE:
         out.command = EXAMPLES_COMMAND[out.config]
+    samples = out.settings.get("--rollout.n_samples_per_prompt", 1)
+    if SAMPLES_COUNTED[0] <= release < SAMPLES_COUNTED[1] and samples > 1:
+        out.settings["--rollout.batch_size"] *= samples
+        out.notes.append(f"rollout.batch_size {out.settings['--rollout.batch_size']}: {tag}'s prompt dataset repeats "
+                         f"each prompt n_samples_per_prompt ({samples}) times, so the batch counts samples, "
+                         f"{out.settings['--rollout.batch_size'] // samples} prompts as planned")
     settings: dict[str, Any] = {}
     for key, value in out.settings.items():
         flat = FLAT_NAMES[key]
