@@ -635,6 +635,22 @@ class _ExactPlacement:
                 cp_status = solver.Solve(built.model.model, reporter)
         return solver, cp_status, reporter.stopped
 
+    def _onto_rules(self, plan, broken: list[str], cp_value: int, notes: list[str]) -> tuple:
+        """``(plan, evaluated seconds)`` for a CP-SAT plan that breaks the framework's layout rules between tasks
+        (``broken``; the model relaxes them, so its bound stands): the better of the plan moved onto them
+        (:func:`conform`) and the hint, or the hint where no plan near it keeps them; the note says which."""
+        fixed = conform(self.instance, self.table, plan)
+        fixed_time = self.ev.step_time(fixed)
+        kept = not plan_refusals(self.instance, fixed)
+        chose = (f"returned the better of that plan moved onto the rules ({fixed_time:.6f} s) and the hint "
+                 f"({self.hint_time:.6f} s)" if kept else
+                 f"no plan near it keeps the rules (conform found no free block): returned the hint "
+                 f"({self.hint_time:.6f} s)")
+        notes.append(f"the CP-SAT model does not encode {self.instance.framework}'s layout rules between tasks: "
+                     f"its {cp_value / TICKS_PER_S:.6f} s plan breaks {len(broken)} ({broken[0]}); {chose}; "
+                     f"the model's bound stands (it relaxes the rules)")
+        return (fixed, fixed_time) if kept and fixed_time < self.hint_time else (self.hint_plan, self.hint_time)
+
     def answer(self, solver: Any, cp_status: Any, built: _Built, at_bound: bool = False) -> Proposal:
         """The plan CP-SAT found (or the hint), checked against the evaluator, with its honest status;
         ``at_bound``: the search was stopped at a plan that meets the analytic lower bound."""
@@ -681,20 +697,8 @@ class _ExactPlacement:
         trusted = agrees and not (status == OPTIMAL and value > cp_value)
         broken = plan_refusals(self.instance, plan)
         if broken:
-            # the model relaxes the framework's rules between tasks: its bound stands, its plan is moved onto them
-            fixed = conform(self.instance, self.table, plan)
-            fixed_time = self.ev.step_time(fixed)
-            kept = not plan_refusals(self.instance, fixed)
-            chose = (f"returned the better of that plan moved onto the rules ({fixed_time:.6f} s) and the hint "
-                     f"({self.hint_time:.6f} s)" if kept else
-                     f"no plan near it keeps the rules (conform found no free block): returned the hint "
-                     f"({self.hint_time:.6f} s)")
-            notes.append(f"the CP-SAT model does not encode {self.instance.framework}'s layout rules between tasks: "
-                         f"its {cp_value / TICKS_PER_S:.6f} s plan breaks {len(broken)} ({broken[0]}); {chose}; "
-                         f"the model's bound stands (it relaxes the rules)")
+            plan, evaluated = self._onto_rules(plan, broken, cp_value, notes)
             info["layout_rules_broken"] = broken
-            plan, evaluated = ((fixed, fixed_time) if kept and fixed_time < self.hint_time
-                               else (self.hint_plan, self.hint_time))
             value = round(evaluated * TICKS_PER_S)
             status = FEASIBLE
         elif not trusted:
