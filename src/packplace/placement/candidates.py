@@ -1497,10 +1497,7 @@ def engine_fit_at(instance, name: str, gmu: float) -> tuple[Strategy, float, flo
     vertex = variant.graph.vertex(name)
     model = variant.models[vertex.model]
     cost = cost_model(variant).for_role(vertex.model)
-    settings = (needs_old_log_prob(variant, name), inference_sharded(variant, name),
-                inference_offloaded(variant, name), variant.training.get(name.split(".")[0], DEFAULT_TRAINING),
-                swaps_reference_weights(variant.framework, vertex.model, vertex.kind),
-                mean_live_tokens(variant.workload), variant.engine.batching == "continuous")
+    settings = _memory_settings(variant, name)
     limit, capacity = memory_budget(variant, "generate"), float(variant.hardware.memory_per_gpu)
     best = None
     for extent in block_extents(variant.cluster):
@@ -1531,6 +1528,17 @@ def _sleep_kept(cost: CostModel, strategy: Strategy) -> float:
     return engine_sleep_kept_bytes(tp=strategy.tp, pp=strategy.pp, engine_generation=e.engine_generation,
                                    enforce_eager=bool(e.enforce_eager), workspace=cost.hw.memory_workspace,
                                    own_process=cost.framework.engine_own_process)
+
+
+def _memory_settings(instance, name: str) -> tuple[bool, bool, bool, TrainingOptions, bool, float, bool]:
+    """The vertex ``name``'s settings :func:`_candidate_memory` takes after ``mb``, in its order: old-log-prob
+    forward, sharded and offloaded inference weights, training options, reference weight swap, mean live tokens,
+    continuous batching."""
+    vertex = instance.graph.vertex(name)
+    return (needs_old_log_prob(instance, name), inference_sharded(instance, name), inference_offloaded(instance, name),
+            instance.training.get(name.split(".")[0], DEFAULT_TRAINING),
+            swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
+            mean_live_tokens(instance.workload), instance.engine.batching == "continuous")
 
 
 def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, strategy: Strategy, mb: int,
@@ -1601,11 +1609,8 @@ def loop_trainer_memory(instance, cost: CostModel, name: str, cand: Candidate, b
     if not needs_old_log_prob(instance, name) or batch <= cand.micro_batch:
         # no such forward, or one at most the micro-batch the candidate already charges it at
         return cand.transient_bytes, cand.fits
-    _, tra = _candidate_memory(instance, cost, model, vertex.kind, cand.strategy, cand.micro_batch, True,
-                               inference_sharded(instance, name), inference_offloaded(instance, name),
-                               instance.training.get(name.split(".")[0], DEFAULT_TRAINING),
-                               swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
-                               mean_live_tokens(instance.workload), instance.engine.batching == "continuous",
+    _, tra = _candidate_memory(instance, cost, model, vertex.kind, cand.strategy, cand.micro_batch,
+                               *_memory_settings(instance, name),
                                context_parallel_split(instance, name, cand.strategy.dp),
                                inference_shard_options(instance, name), logprob_batch=batch)
     tra = max(tra, cand.transient_bytes)
@@ -1664,10 +1669,7 @@ def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
     vertex = instance.graph.vertex(name)
     kind, model = vertex.kind, instance.models[vertex.model]
     cost = cost.for_role(vertex.model)
-    settings = (needs_old_log_prob(instance, name), inference_sharded(instance, name),
-                inference_offloaded(instance, name), instance.training.get(name.split(".")[0], DEFAULT_TRAINING),
-                swaps_reference_weights(instance.framework, vertex.model, kind),
-                mean_live_tokens(instance.workload), instance.engine.batching == "continuous")
+    settings = _memory_settings(instance, name)
     limit, capacity = memory_budget(instance, kind), float(instance.hardware.memory_per_gpu)
     batch, whole = global_batch(instance, name), sequences_together(instance)
     legal = False
