@@ -762,9 +762,70 @@ def test_zero_bound_gap_reads_na_in_the_compare_text():
     assert cell.solved and report.rows[0].best_bound == 0 and math.isnan(cell.gap_to_bound)
     text = format_text(report)
     assert f"{cell.objective:g} (n/a)" in text and "100.00%" not in text
-    assert "n/a where no bound above 0 is proven (null in JSON)" in text
+    assert "n/a: no bound above 0 proven (gap null in JSON, gap_missing no_bound)" in text
     document = json.loads(report.to_json())
     assert [c["gap_to_bound"] for r in document["instances"] for c in r["cells"].values()] == [None]
+    assert [c["gap_missing"] for r in document["instances"] for c in r["cells"].values()] == ["no_bound"]
+
+
+def _hand_report(tmp_path):
+    """Two instances, solvers ``a`` and ``b``: on ``nobound`` ``a`` is solved (objective 8) but no solver
+    proved a finite bound (``b`` ended ``unknown``); on ``bounded`` ``a`` is solved at 10 over the bound 8
+    and ``b`` was skipped."""
+    from packplace.harness.comparison import Cell, CompareReport, _row, _summaries
+
+    rows = [
+        _row(0, "nobound", 4, [Cell("nobound", "a", FEASIBLE, objective=8.0),
+                               Cell("nobound", "b", "unknown")], "", 1e-6),
+        _row(1, "bounded", 4, [Cell("bounded", "a", FEASIBLE, objective=10.0, bound=8.0),
+                               Cell("bounded", "b", "skipped")], "", 1e-6),
+    ]
+    summaries, pairwise = _summaries(rows, ["a", "b"], 1e-6)
+    report = CompareReport("balance", "hand", ["a", "b"], rows, summaries, pairwise, {"rtol": 1e-6})
+    report.write(tmp_path)
+    return report
+
+
+def test_compare_tells_no_bound_from_no_answer_in_text_json_and_csv(tmp_path):
+    # a solved cell without any finite bound read "-" (as an unsolved solver's summary gaps did) and its
+    # JSON / CSV gap was null / empty like an unsolved cell's: now n/a vs -, and gap_missing says which
+    report = _hand_report(tmp_path)
+    a_nobound, a_bounded = report.cell("nobound", "a"), report.cell("bounded", "a")
+    assert math.isnan(a_nobound.gap_to_bound) and a_nobound.gap_missing == "no_bound"
+    assert a_bounded.gap_to_bound == pytest.approx(0.2) and a_bounded.gap_missing is None
+    assert report.cell("nobound", "b").gap_missing == "unsolved"
+    assert report.cell("bounded", "b").gap_missing == "skipped"
+    a, b = report.summaries["a"], report.summaries["b"]
+    assert (a.bounded, a.mean_gap_to_bound, a.worst_gap_to_bound, a.gap_missing) == (1, pytest.approx(0.2),
+                                                                                     pytest.approx(0.2), None)
+    assert (b.solved, b.bounded, b.mean_gap_to_bound, b.gap_missing) == (0, 0, math.inf, "unsolved")
+    lines = report.format_text().splitlines()
+    nobound = next(line.split() for line in lines if line.startswith("nobound"))
+    assert nobound == ["nobound", "4", "n/a", "8", "(n/a)", "unknown"]   # best bound n/a, a's gap n/a
+    head = next(i for i, line in enumerate(lines) if line.startswith("solver  ran"))
+    summary = {line.split()[0]: line.split() for line in lines[head + 2:head + 4]}
+    assert summary["a"][4:6] == ["20.00%", "20.00%"] and summary["b"][4:8] == ["-", "-", "-", "-"]
+    document = json.loads((tmp_path / "report.json").read_text())
+    cells = {(r["name"], n): c for r in document["instances"] for n, c in r["cells"].items()}
+    assert cells["nobound", "a"]["gap_to_bound"] is None and cells["nobound", "a"]["gap_missing"] == "no_bound"
+    assert cells["nobound", "b"]["gap_to_bound"] is None and cells["nobound", "b"]["gap_missing"] == "unsolved"
+    assert cells["bounded", "a"]["gap_missing"] is None and cells["bounded", "b"]["gap_missing"] == "skipped"
+    assert document["summaries"]["b"]["gap_missing"] == "unsolved" and document["summaries"]["a"]["bounded"] == 1
+    with (tmp_path / "report.csv").open(newline="") as handle:
+        rows = {(r["instance"], r["solver"]): r for r in csv.DictReader(handle)}
+    assert (rows["nobound", "a"]["gap_to_bound"], rows["nobound", "a"]["gap_missing"]) == ("", "no_bound")
+    assert (rows["nobound", "b"]["gap_to_bound"], rows["nobound", "b"]["gap_missing"]) == ("", "unsolved")
+    assert (rows["bounded", "a"]["gap_to_bound"], rows["bounded", "a"]["gap_missing"]) == ("0.2", "")
+
+
+def test_a_solver_whose_every_answer_lacks_a_bound_reads_na_not_unsolved():
+    from packplace.harness.comparison import Cell, _row, _summaries
+
+    rows = [_row(0, "x", 2, [Cell("x", "a", FEASIBLE, objective=3.0)], "", 1e-6)]
+    summary = _summaries(rows, ["a"], 1e-6)[0]["a"]
+    assert summary.solved == 1 and summary.bounded == 0 and summary.gap_missing == "no_bound"
+    assert math.isnan(summary.mean_gap_to_bound) and math.isnan(summary.worst_gap_to_bound)
+    assert summary.mean_gap_to_best == 0.0
 
 
 def test_suite_refuses_solver_names_that_are_not_registered(tmp_path):

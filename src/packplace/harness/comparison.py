@@ -52,6 +52,9 @@ from packplace.solvers import aliases, available, get
 from packplace.version import __version__
 
 SKIPPED = "skipped"
+#: Why a cell's or a summary's gap to the bound is not a number (``gap_missing`` in the JSON and CSV):
+#: no bound above 0 is proven (the text shows ``n/a``), no feasible answer (``-``), or the cell was skipped.
+NO_BOUND, UNSOLVED = "no_bound", "unsolved"
 DEFAULT_TIME_LIMIT_S = 10.0
 DEFAULT_RTOL = 1e-6
 _INF = math.inf
@@ -66,8 +69,9 @@ class Cell:
         status: ``optimal``/``feasible``/``infeasible``/``unknown``/``error`` (from the front-end) or ``skipped``.
         objective: Evaluator's objective (``inf`` without a feasible answer).
         bound: The solver's own best bound (including the evaluator's analytic bound).
-        gap_to_bound: ``(objective − instance best bound) / objective``; ``inf`` when unsolved, ``nan``
-            (shown ``n/a``) when the best bound is 0 and the objective positive.
+        gap_to_bound: ``(objective − instance best bound) / objective``; ``inf`` when unsolved (shown
+            ``-``), ``nan`` (shown ``n/a``) when no bound above 0 is proven (the best bound is 0 or less, or
+            no solver proved a finite one) and the objective is positive; :attr:`gap_missing` says which.
         gap_to_best: ``(objective − instance best objective) / objective``; ``inf`` when unsolved.
         wall_s: Seconds the solve took (the front-end's measurement; the harness's for errors).
         hit_time_limit: The backend stopped at its time limit.
@@ -94,6 +98,16 @@ class Cell:
     def solved(self) -> bool:
         """The solver returned a feasible answer."""
         return self.status in (OPTIMAL, FEASIBLE)
+
+    @property
+    def gap_missing(self) -> str | None:
+        """Why :attr:`gap_to_bound` is not a number: None when it is one, ``no_bound`` (a feasible answer
+        but no bound above 0 proven), ``unsolved`` (no feasible answer) or ``skipped``."""
+        if not self.ran:
+            return SKIPPED
+        if not self.solved:
+            return UNSOLVED
+        return NO_BOUND if math.isnan(self.gap_to_bound) else None
 
 
 @dataclass
@@ -127,9 +141,12 @@ class SolverSummary:
     * **win/tie/loss** of solver a vs b on an instance both ran on: a tie when both objectives agree
       within ``rtol`` relative (or neither has a feasible answer), a win when a's objective is lower (or
       only a has a feasible answer), else a loss;
-    * aggregates: mean and worst gaps over the instances the solver solved (status ``optimal`` or
-      ``feasible``), ``failed`` counts the instances it ran on without a feasible answer, the optimal
-      share is over the instances it ran on, the median time over those as well.
+    * aggregates: mean and worst gaps to best over the instances the solver solved (status ``optimal``
+      or ``feasible``), mean and worst gaps to bound over those of them with a bound above 0 (``bounded``;
+      ``nan``, shown ``n/a``, where there is none; ``inf``, shown ``-``, where the solver solved
+      nothing; ``gap_missing`` says which, as a :class:`Cell`'s does), ``failed`` counts the instances
+      it ran on without a feasible answer, the optimal share is over the instances it ran on, the median
+      time over those as well.
     """
 
     solver: str
@@ -139,6 +156,7 @@ class SolverSummary:
     failed: int = 0
     errors: int = 0
     skipped: int = 0
+    bounded: int = 0
     mean_gap_to_bound: float = _INF
     worst_gap_to_bound: float = _INF
     mean_gap_to_best: float = _INF
@@ -148,6 +166,7 @@ class SolverSummary:
     wins: int = 0
     ties: int = 0
     losses: int = 0
+    gap_missing: str | None = UNSOLVED
 
 
 @dataclass
@@ -305,10 +324,10 @@ def _row(index: int, name: str, size: int | None, cells: list[Cell], note: str, 
                      f"{best_objective:.6g}: a false bound")
     for c in cells:
         if c.solved:
-            if bounds and best_bound <= 0 < c.objective:
-                c.gap_to_bound = math.nan  # a zero bound proves nothing relative: the gap is undefined, not 100%
+            if c.objective > 0 and (not bounds or best_bound <= 0):
+                c.gap_to_bound = math.nan  # no bound above 0 proves nothing relative: undefined, not 100%
             else:
-                c.gap_to_bound = relative_gap(c.objective, best_bound) if bounds else _INF
+                c.gap_to_bound = relative_gap(c.objective, best_bound)
             c.gap_to_best = relative_gap(c.objective, best_objective)
     return InstanceRow(index, name, size, best_bound, best_objective, {c.solver: c for c in cells}, "; ".join(notes))
 
@@ -329,7 +348,9 @@ def _summaries(
         s.errors = sum(c.status == ERROR for c in ran)
         s.skipped = len(cells) - len(ran)
         if solved:
-            gb = [c.gap_to_bound for c in solved if not math.isnan(c.gap_to_bound)] or [math.nan]
+            bounded = [c.gap_to_bound for c in solved if not math.isnan(c.gap_to_bound)]
+            s.bounded, s.gap_missing = len(bounded), None if bounded else NO_BOUND
+            gb = bounded or [math.nan]
             gs = [c.gap_to_best for c in solved]
             s.mean_gap_to_bound, s.worst_gap_to_bound = math.fsum(gb) / len(gb), max(gb)
             s.mean_gap_to_best, s.worst_gap_to_best = math.fsum(gs) / len(gs), max(gs)

@@ -3,8 +3,12 @@
 Files written by :func:`write_report` (``out_dir`` is created):
 
 * ``report.json`` — settings, per-solver summaries, the pairwise win/tie/loss table and every cell;
-  infinities (no feasible answer, no bound) are written as ``null``.
-* ``report.csv`` — one row per (instance, solver) cell; empty fields where a value does not exist; a text
+  infinities and NaN (no feasible answer, no bound) are written as ``null``; each cell and summary has
+  ``gap_missing``, why its ``gap_to_bound`` is ``null``: ``no_bound`` (no bound above 0 proven; the
+  text's ``n/a``), ``unsolved`` (no feasible answer; the text's ``-``) or ``skipped``, and ``null``
+  where the gap is a number.
+* ``report.csv`` — one row per (instance, solver) cell; empty fields where a value does not exist
+  (``gap_missing`` says why an empty ``gap_to_bound`` is empty); a text
   cell starting with ``=``, ``+``, ``-``, ``@``, tab or CR gets a leading ``'`` (:func:`csv_cell`).
 * ``report.md`` — the same tables as the text output, in Markdown; cells and lines escaped
   (:func:`markdown_cell`, :func:`markdown_text`).
@@ -26,7 +30,7 @@ from packplace.outputs import check_output_dir, write_atomic
 STATUS_MARK = {"optimal": "*", "feasible": "", "infeasible": "INFEASIBLE", "unknown": "?", "error": "ERROR",
                "skipped": "-"}
 CSV_FIELDS = ("instance", "size", "solver", "status", "objective", "bound", "best_bound", "best_objective",
-              "gap_to_bound", "gap_to_best", "wall_s", "hit_time_limit", "message")
+              "gap_to_bound", "gap_to_best", "gap_missing", "wall_s", "hit_time_limit", "message")
 
 
 def _finite(value: Any) -> Any:
@@ -57,7 +61,8 @@ def report_dict(report, timings: bool = True) -> dict[str, Any]:
         instances.append({
             "index": row.index, "name": row.name, "size": row.size, "best_bound": row.best_bound,
             "best_objective": row.best_objective, "note": row.note,
-            "cells": {name: {k: v for k, v in asdict(cell).items() if k not in ("instance", "solver", *drop)}
+            "cells": {name: {**{k: v for k, v in asdict(cell).items() if k not in ("instance", "solver", *drop)},
+                             "gap_missing": cell.gap_missing}
                       for name, cell in row.cells.items()},
         })
     return _clean({
@@ -78,9 +83,17 @@ def fmt_number(value: float) -> str:
     return f"{value:.6g}"
 
 
+def fmt_bound(value: float) -> str:
+    """A best bound as :func:`fmt_number` prints it, but ``n/a`` where no solver proved a finite one (``-inf``):
+    ``-`` in these tables means no feasible answer."""
+    if isinstance(value, float) and value == -math.inf:
+        return "n/a"
+    return fmt_number(value)
+
+
 def fmt_gap(value: float) -> str:
     """A relative gap as a percentage with two decimals; ``n/a`` for NaN (no positive bound), ``-`` for an
-    infinity."""
+    infinity (no feasible answer)."""
     if value is not None and math.isnan(value):
         return "n/a"
     if value is None or not math.isfinite(value):
@@ -151,7 +164,7 @@ def csv_cell(value: Any) -> Any:
 def instance_table(report) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the per-instance table (objective, status mark, gap to the best bound)."""
     headers = ["instance", "size", "best bound", *report.solvers]
-    rows = [[row.name, "-" if row.size is None else str(row.size), fmt_number(row.best_bound),
+    rows = [[row.name, "-" if row.size is None else str(row.size), fmt_bound(row.best_bound),
              *(_cell_text(row.cells[s]) for s in report.solvers)] for row in report.rows]
     return headers, rows
 
@@ -199,8 +212,9 @@ def _header(report) -> str:
 
 LEGEND = ("cells: objective (gap to the instance's best bound); * proven optimal; "
           "L stopped at the time limit or a work budget (CP-SAT's max_deterministic_time, a node cap); "
-          "gaps are (objective - bound) / objective, n/a where no bound above 0 is proven (null in JSON); "
-          "ties within rtol {rtol:g}")
+          "gaps are (objective - bound) / objective; n/a: no bound above 0 proven (gap null in JSON, "
+          "gap_missing no_bound); -: no feasible answer (per solver: on no instance; gap_missing unsolved); "
+          "mean and worst gap over the instances with a bound; ties within rtol {rtol:g}")
 
 
 def format_text(report) -> str:
@@ -244,7 +258,8 @@ def csv_rows(report) -> list[dict[str, Any]]:
                 "instance": row.name, "size": row.size, "solver": name, "status": c.status,
                 "objective": c.objective, "bound": c.bound, "best_bound": row.best_bound,
                 "best_objective": row.best_objective, "gap_to_bound": c.gap_to_bound, "gap_to_best": c.gap_to_best,
-                "wall_s": c.wall_s, "hit_time_limit": c.hit_time_limit, "message": c.message,
+                "gap_missing": c.gap_missing, "wall_s": c.wall_s, "hit_time_limit": c.hit_time_limit,
+                "message": c.message,
             }
             out.append({k: ("" if _finite(v) is None else csv_cell(v)) for k, v in record.items()})
     return out
