@@ -85,8 +85,15 @@ def test_a_folder_of_plain_configs_is_a_refused_row_each(tmp_path, capsys):
         assert f"REFUSED: [validation] {tmp_path / name}: {why}" in line
     assert f"0 of 0 figures within x1.3 of the published value with the plan within memory; {len(plain)} files " \
            "refused" in out
+    # the text report had printed the "knobs fitted per fold (left-out publication):" header over nothing
+    assert main(["validate", "--cross-validate", "--quiet", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "knobs fitted per fold (left-out publication):" not in out
+    assert out.count("knobs fitted per fold") == 1
+    assert "knobs fitted per fold: none (no file was scored, so no fold was fitted)\n\nsetup " in out
     assert main(["validate", "--cross-validate", "--quiet", "--json", str(tmp_path)]) == 1
     document = json.loads(capsys.readouterr().out)
+    assert document["folds"] == []
     assert sorted(document["refused"]) == [name.removesuffix(".yaml") for name in plain]
     assert document["rows"] == [] and document["summary"]["in_sample"]["runs"] == 0
     shutil.copy(os.path.join(VALIDATION, GOOD[0]), tmp_path / GOOD[0])   # and beside a validation file: scored
@@ -106,7 +113,11 @@ def test_cross_validate_reports_each_fold_and_the_refused_file(folder, capsys):
     assert [x.split(" done")[0] for x in progress[1:]] == ["cross-validate: fold 1/2", "cross-validate: fold 2/2"]
     assert all(x.endswith(" s elapsed") for x in progress[1:])
     assert main(["validate", "--cross-validate", "--knobs", "decode_bw_eff:gpu", "--quiet", str(folder)]) == 1
-    assert "cross-validate: fold" not in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "cross-validate: fold" not in captured.err
+    # folds fitted: the header and a line per fold, as before
+    assert "knobs fitted per fold (left-out publication):\n  without " in captured.out
+    assert "no fold was fitted" not in captured.out
 
 
 def test_a_folder_of_one_plain_config_is_a_refused_row_as_a_folder_of_two(tmp_path, capsys):

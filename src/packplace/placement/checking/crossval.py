@@ -327,7 +327,8 @@ def pair_rows(setups: list[Setup], in_step: dict[str, float], out_step: dict[str
 
 
 def format_cross_validation(result: dict[str, Any]) -> str:
-    """The report: per figure the in-sample and out-of-sample ratios, the summaries, pairs and fold knobs."""
+    """The report: per figure the in-sample and out-of-sample ratios, the summaries, pairs and fold knobs
+    (one line saying none was fitted where no file was scored)."""
     header = (f"{'setup':<50} {'figure':<30} {'published s':>11} {'in-sample':>9} {'out-of-sample':>13}  note")
     lines = ["per figure: predicted / published (in-sample: the configured knobs, chosen with rows in view; "
              "out-of-sample: knobs fitted without the row's publication)", header, "-" * len(header)]
@@ -359,7 +360,11 @@ def format_cross_validation(result: dict[str, Any]) -> str:
                      f"{sm['out_of_memory']:>11} {sm['skipped']:>7} {floor:>11}")
     lines.append("  (below floor: published faster than the datasheet allows for the file's estimated inputs; "
                  "left out of the bands above, counted in 'every run')")
-    lines += ["", format_pairs(result["pairs"]), "", "knobs fitted per fold (left-out publication):"]
+    lines += ["", format_pairs(result["pairs"]), ""]
+    if not result["folds"]:   # every file refused, or none given: no header over an empty list
+        lines.append("knobs fitted per fold: none (no file was scored, so no fold was fitted)")
+        return "\n".join(lines)
+    lines.append("knobs fitted per fold (left-out publication):")
     for fold in result["folds"]:
         knobs = ", ".join(f"{k} {v:.3g}" for k, v in fold["knobs"].items()) or "none"
         lines.append(f"  without {fold['left_out']}: {knobs}")
