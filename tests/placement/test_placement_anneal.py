@@ -8,6 +8,7 @@ import glob
 import itertools
 import math
 import os
+import sys
 
 import pytest
 import yaml
@@ -20,6 +21,7 @@ from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.problem.config import build_instance, load_config
 from packplace.placement.problem.plan import Plan
 from packplace.placement.screen import cli
+from packplace.run import Run
 from packplace.solvers import available
 from packplace.solvers.placement.anneal import ANNEAL_TIME_SHARE
 
@@ -232,16 +234,39 @@ def test_fixed_seed_repeats_exactly_and_a_time_cut_returns_a_prefix_of_the_same_
     assert len({(r.info["evaluations"], r.info["proposals"], r.objective) for r in runs}) == 1
     assert [(e["evaluations"], e["best_s"]) for e in runs[0].info["trace"]] == \
         [(e["evaluations"], e["best_s"]) for e in runs[1].info["trace"]]
-    # a run cut 1,000 evaluations into the annealing (ANNEAL_TIME_SHARE of the limit, from the call's start,
-    # after the warm start) follows the same trajectory as an uncut run of the same e_max (4,000: past the cut)
-    full = packplace.place(inst, "anneal", time_limit_s=600, seed=5, e_max=4000)
-    warm_s = full.info["trace"][0]["elapsed_s"]  # the call's seconds when the annealing starts
+    # where the cut falls, exactly: the annealing reads the clock once every 64 proposals (Run.now, its only
+    # caller in a placement call) and stops at the first reading past its chain's deadline, run.started +
+    # ANNEAL_TIME_SHARE x the limit x (chain + 1) / chains (two chains here: concurrent's plan and its own
+    # partition plan). An uncut run of the same seed (e_max 4,000: chain 1 ends at 2,000 evaluations) records
+    # every reading; the limit puts chain 1's deadline halfway between the two readings around the 1,000th
+    # evaluation, so the cut run stops at the second of them, with that reading's evaluations and proposals.
+    checks = []
+    now = Run.now
+
+    def recording_now():
+        reading = now()
+        chain = sys._getframe(1)
+        if chain.f_code.co_name == "_chain":
+            seen = chain.f_locals
+            checks.append((reading - seen["run"].started, seen["search"].evaluations, seen["proposals"]))
+        return reading
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Run, "now", staticmethod(recording_now))
+        full = packplace.place(inst, "anneal", time_limit_s=600, seed=5, e_max=4000)
+    chains = len(full.info["starts"])
+    assert chains == 2 and [p for _, _, p in checks[:3]] == [64, 128, 192]
+    j = next(i for i, (_, evaluations, _) in enumerate(checks) if evaluations >= 1000)
+    (before_s, _, _), (at_s, at_evaluations, at_proposals) = checks[j - 1], checks[j]
+    assert 1000 <= at_evaluations < 2000 and at_proposals == 64 * (j + 1)   # inside chain 1
     cut = packplace.place(inst, "anneal", seed=5, e_max=4000,
-                          time_limit_s=(warm_s + 1000 * work_clock.evaluation_s) / ANNEAL_TIME_SHARE)
+                          time_limit_s=(before_s + at_s) / 2 * chains / ANNEAL_TIME_SHARE)
     assert cut.info["warm_start_s"] == full.info["warm_start_s"]
     assert cut.hit_time_limit and cut.info["stopped_by"] == "time"
     k = cut.info["annealing_evaluations"]
-    assert full.info["stopped_by"] == "e_max" and k < 4000 and cut.info["proposals"] % 64 == 0
+    assert (k, cut.info["proposals"]) == (at_evaluations, at_proposals)
+    # and the cut run followed the uncut run's trajectory up to there
+    assert full.info["stopped_by"] == "e_max" and full.info["annealing_evaluations"] == 4000
     assert [(e["evaluations"], e["best_s"]) for e in cut.info["trace"] if e["evaluations"] <= k] == \
         [(e["evaluations"], e["best_s"]) for e in full.info["trace"] if e["evaluations"] <= k]
     assert cut.objective <= cut.info["warm_start_s"] + 1e-12
