@@ -1448,11 +1448,13 @@ class CostModel:
         (:func:`~packplace.placement.model.engine.static_queue_makespan`), each decoding to its own longest
         response on the same per-iteration times; the vertex lasts until the last batch ends.
 
-        Static rounds (``batching: static``): rounds of ``mb`` sequences, each a prefill of ``mb``
-        prompts and decode iterations ``t = 1..T_max`` (``T_max`` the longest response of the batch,
-        :attr:`Workload.max_response`) with the expected running count ``a_t = mb·(1 − F(t−1))`` from
-        ``gen_quantiles``; rounds overlap across pipeline stages: ``(rounds + pp − 1)·t_round·share`` with
-        ``share`` the slowest stage's share of the GEMM weights, the output head on the last stage
+        Static rounds (``batching: static``): rounds of ``mb`` sequences, each a prefill of ``mb`` prompts and
+        decode iterations ``t = 1..T_max`` (``T_max`` the step's expected longest response, ``E[longest of B·K]``
+        rounded up, :attr:`Workload.max_response`: every round decodes to the step's longest, the strict rounds of
+        :data:`~packplace.placement.model.engine.DISPATCH`) with the expected running count
+        ``a_t = mb·(1 − F(t−1))`` from ``gen_quantiles``; rounds overlap across pipeline stages:
+        ``(rounds + pp − 1)·t_round·share`` with ``share`` the slowest stage's share of the GEMM weights, the output
+        head on the last stage
         (:func:`~packplace.placement.model.memory.stage_gemm_share`).
         Very long generations (``T_max`` > ``workload.DECODE_EXACT_STEPS`` = 16384) are summed in chunks of
         consecutive iterations, each valued at its middle (midpoint rule, < 1e-4 relative in the test that
@@ -1663,7 +1665,9 @@ class CostModel:
 
     def transfer_time(self, src_range: tuple[int, int], dst_range: tuple[int, int], dst_dp: int) -> float:
         """Data edge (rollouts or scores) between two blocks: 0 on the same block, else each consumer
-        replica fetches its ``B·K·(S + T_max)·4/dp`` bytes at the slowest level spanning both blocks."""
+        replica fetches its ``B·K·(S + T_max)·4/dp`` bytes at the slowest level spanning both blocks
+        (``T_max`` = :attr:`~packplace.placement.problem.workload.Workload.max_response`, the batch padded
+        to its expected longest response)."""
         if src_range == dst_range:
             return 0.0
         w = self.workload

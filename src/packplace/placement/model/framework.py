@@ -1377,15 +1377,16 @@ def hybrid_merged_params(model: ModelSpec) -> int:
 
 def hybrid_merge_seconds(cost, model: ModelSpec, tp: int, calls: int, copy_bandwidth: float) -> float:
     """Seconds the merged-buffer copies of :func:`hybrid_merged_params` add to a DeepSpeed hybrid-engine
-    generation vertex on ZeRO-3 weights: one copy per forward of the containers, and Hugging Face
-    ``generate`` runs one forward per generated token (the first over the prompt), ``T_max`` of them per
-    call (the batch decodes to its longest response; DeepSpeed-Chat passes ``synced_gpus`` under ZeRO-3,
-    dschat/rlhf/ppo_trainer.py ``_generate_sequence``, so no rank stops before the others), ``calls``
-    calls (:func:`generate_calls`). Each copy reads and writes its bf16 slice of the tensor-parallel
-    rank, ``2·2·M/tp`` bytes (``M`` = :func:`hybrid_merged_params`), at ``copy_bandwidth`` (bytes read +
-    written per second of an elementwise kernel: the component table's ``stream_bandwidth``, or the knob
-    model's ``memory_bandwidth·decode_bw_eff``). The copy is a kernel of its own between the layer's
-    kernels, so it adds to the step rather than overlapping the weight read.
+    generation vertex on ZeRO-3 weights: one copy per forward of the containers, and Hugging Face ``generate`` runs
+    one forward per generated token (the first over the prompt), ``T_max`` of them per call (the batch decodes to
+    its longest response: the step's expected longest,
+    :attr:`~packplace.placement.problem.workload.Workload.max_response`, as the static rounds; DeepSpeed-Chat passes
+    ``synced_gpus`` under ZeRO-3, dschat/rlhf/ppo_trainer.py ``_generate_sequence``, so no rank stops before the
+    others), ``calls`` calls (:func:`generate_calls`). Each copy reads and writes its bf16 slice of the
+    tensor-parallel rank, ``2·2·M/tp`` bytes (``M`` = :func:`hybrid_merged_params`), at ``copy_bandwidth`` (bytes
+    read + written per second of an elementwise kernel: the component table's ``stream_bandwidth``, or the knob
+    model's ``memory_bandwidth·decode_bw_eff``). The copy is a kernel of its own between the layer's kernels, so it
+    adds to the step rather than overlapping the weight read.
 
     Raises:
         ValueError: ``tp`` or ``calls`` below 1, or ``copy_bandwidth`` not positive.
@@ -1445,10 +1446,11 @@ def hybrid_lora_fuse_seconds(cost, model: ModelSpec, lora_rank: int, tp: int, ca
 
 
 def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:
-    """Seconds to dispatch one task: for a Ray framework one remote call (:data:`RAY_CALL_LATENCY`) plus
-    the batch to and from each of the ``dp`` replicas through host memory, ``2·B·K·(S + T_max)·28/dp``
-    bytes at ``host_bandwidth`` (:data:`RAY_BATCH_BYTES_PER_TOKEN`; the replicas copy in parallel, each
-    over its own PCIe link); 0 for a process-per-GPU framework (DeepSpeed-Chat) and ``none``."""
+    """Seconds to dispatch one task: for a Ray framework one remote call (:data:`RAY_CALL_LATENCY`) plus the batch to
+    and from each of the ``dp`` replicas through host memory, ``2·B·K·(S + T_max)·28/dp`` bytes (``T_max``:
+    :attr:`~packplace.placement.problem.workload.Workload.max_response`, the batch padded to its expected longest
+    response) at ``host_bandwidth`` (:data:`RAY_BATCH_BYTES_PER_TOKEN`; the replicas copy in parallel, each over its
+    own PCIe link); 0 for a process-per-GPU framework (DeepSpeed-Chat) and ``none``."""
     if not framework.ray:
         return 0.0
     w = cost.workload

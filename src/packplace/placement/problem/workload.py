@@ -3,7 +3,8 @@
 :class:`Workload` holds the batch (``B`` prompts × ``K`` responses, ``S`` prompt tokens, at most ``T``
 new tokens) and the response lengths as a piecewise-linear quantile function through the config's
 ``gen_quantiles`` and ``(1, T)`` (every response ``T`` tokens when none are given). From it come the
-mean response, the longest response of a batch, the fraction of sequences still decoding at each step
+mean response, the expected longest response of a batch (the decode's iterations,
+:attr:`Workload.max_response`), the fraction of sequences still decoding at each step
 (:attr:`Workload.active_fraction`), the grid a decode sum runs over (:attr:`Workload.decode_grid`: exact
 up to :data:`DECODE_EXACT_STEPS` steps, chunked beyond) and the training sequence length
 ``S + mean response``, or, for a pass that pads each micro-batch of ``m`` sequences to its longest, ``S`` plus
@@ -150,24 +151,34 @@ class Workload:
 
     @cached_property
     def max_response(self) -> int:
-        """Longest response in a batch of ``B·K`` (tokens): ``Q(n / (n + 1))``, the expected position of
-        the largest of ``n`` uniform order statistics; decode runs until it ends."""
-        n = self.sequences
-        return max(1, min(self.generation_length, int(np.ceil(self.quantile(n / (n + 1))))))
+        """Decode iterations of the step (tokens of its longest response): :meth:`longest_response` of its
+        ``n = B·K`` responses, ``E[longest of n]`` rounded up, in ``[1, T]``. A batch that decodes until its
+        last response ends runs, on average, as many iterations as its expected longest response (the
+        iteration count is ``Σ_t P(longest ≥ t) = E[longest]``); ``Q(n/(n + 1))``, ``Q`` at the expected
+        position of the largest draw, falls short of it where ``Q`` is convex at the top (a long tail:
+        Jensen's inequality) and is equal where ``Q`` is linear there (the uniform on ``[a, b]``: both
+        ``a + (b − a)·n/(n + 1)``)."""
+        return self.longest_response(self.sequences)
+
+    def longest_response(self, m: int) -> int:
+        """Decode iterations of a batch of ``m`` responses that runs until its longest ends (a static batch
+        decoding to its last response): :meth:`expected_max_response` of ``m`` rounded up, at least 1 and at
+        most ``T``; the one definition of a batch's decode length. Every response at the cap (no
+        ``gen_quantiles``): ``T``."""
+        expected = self.expected_max_response(m)
+        return max(1, min(self.generation_length, int(np.ceil(expected - 1e-9))))
 
     @cached_property
     def peak_response(self) -> int:
         """Longest response (tokens) a training or forward pass's memory is sized for: the larger of
-        :attr:`max_response` and the expected longest of the step's ``n = B·K`` responses,
-        ``E[longest of n]`` (:meth:`expected_max_response`), rounded up, at most ``T``. Every micro-batch of a
-        step is drawn from its ``n`` responses, so the expected longest of a micro-batch of ``m ≤ n``
-        (:meth:`padded_seq_len`, what a padded pass's time pays) never exceeds it; :attr:`max_response`,
-        ``Q(n/(n+1))``, is ``Q`` at the expected position of the largest draw and falls below ``E[Q(U)]`` where
-        ``Q`` is convex (a long tail: Jensen's inequality), so a pass would be priced longer than the memory
-        holds. Equal to :attr:`max_response` where ``Q`` is linear over the top quantiles (the uniform on
-        ``[a, b]``: both ``a + (b − a)·n/(n + 1)``) and where every response is at the cap."""
-        expected = self.expected_max_response(self.sequences)
-        return max(self.max_response, min(self.generation_length, int(np.ceil(expected - 1e-9))))
+        :attr:`max_response` (``E[longest of n]``, rounded up) and ``Q(n/(n + 1))`` rounded up, at most
+        ``T``. Every micro-batch of a step is drawn from its ``n`` responses, so the expected longest of a
+        micro-batch of ``m ≤ n`` (:meth:`padded_seq_len`, what a padded pass's time pays) never exceeds it,
+        nor does the decode's longest; ``Q(n/(n + 1))`` is kept as a floor where ``Q`` is concave at the top
+        (there ``E[longest of n]`` is the smaller), so that memory is never sized below what it was."""
+        n = self.sequences
+        position = max(1, min(self.generation_length, int(np.ceil(self.quantile(n / (n + 1))))))
+        return max(self.max_response, position)
 
     def _active_at(self, steps: np.ndarray) -> np.ndarray:
         """``1 − F(t − 1)`` at decode steps ``t`` (float array), ``F`` the response-length CDF."""
@@ -181,7 +192,10 @@ class Workload:
     def active_fraction(self) -> np.ndarray:
         """Fraction of sequences still decoding at decode step ``t = 1 .. max_response`` (shape
         ``(max_response,)``): ``1 − F(t − 1)`` with ``F`` the response-length CDF (the inverse of the
-        piecewise-linear quantile function). Without ``gen_quantiles`` it is all ones."""
+        piecewise-linear quantile function). Without ``gen_quantiles`` it is all ones. Its sum is
+        ``E[min(⌈X⌉, max_response)]`` (``⌈X⌉ ≥ t`` exactly when ``X > t − 1``): every response's tokens, one
+        longer than the decode's iterations cut at them, so a longer decode adds only its tail's tokens and
+        the sum never exceeds ``E[⌈X⌉] < mean + 1``."""
         return self._active_at(np.arange(1, self.max_response + 1, dtype=float))
 
     @cached_property
