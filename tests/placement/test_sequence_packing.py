@@ -458,8 +458,9 @@ def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan
     from packplace.placement import fit_hints
     from packplace.placement.api import check_instance
     from packplace.placement.fit_hints import largest_fitting_packs
-    # the hints' search stops at a wall-clock budget; a budget no loaded machine reaches keeps the verdict
-    # independent of the machine's speed (the greedy solves it runs end on their own)
+    # the hints' search stops at a wall-clock budget and at the check's time limit; a budget and a limit no loaded
+    # machine reaches keep the verdict independent of the machine's speed and load (the greedy solves it runs end
+    # on their own)
     monkeypatch.setattr(fit_hints, "HINTS_BUDGET_S", 600.0)
     monkeypatch.setattr(fit_hints, "HINT_TIME_LIMIT_S", 120.0)
     # Qwen2.5-7B GRPO on 16 H100 with 400,000-token packs: each task fits alone at the largest packs, but the
@@ -467,7 +468,7 @@ def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan
     inst = _qwen7b_packed(400_000, 400_000)
     train, logprob = largest_fitting_packs(inst)
     with pytest.raises(InfeasibleError) as refused:
-        check_instance(inst)
+        check_instance(inst, time_limit_s=600.0)
     message = str(refused.value)
     assert f"train_mb_tokens: {train // 2}, logprob_mb_tokens: {logprob // 2}}} (halved 1x" in message
 
