@@ -142,7 +142,7 @@ def test_bounds_never_exceed_the_brute_force_optimum(case):
     try:
         inst = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank,
                              equal_count=equal_count, groups=groups, oversized_policy=policy,
-                             group_size=group_size)
+                             objective="rounds", group_size=group_size)
     except (ConfigError, InfeasibleError):
         assume(False)
         return

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import packplace
 from packplace.balance import BalanceEvaluator, Sample, make_instance
+from packplace.balance.config import build_instance
 from packplace.balance.reference import token_packing_reference
 from packplace.balance.schema import BalanceInstance, PackingConstraints, SampleTable, key_order
 from packplace.errors import ConfigError
@@ -165,3 +166,41 @@ def test_directly_built_instance_with_infeasible_reference_bins_is_refused_by_th
     with pytest.raises(ConfigError, match="reference_bins: not a feasible assignment: bin 0 holds 11 tokens"):
         packplace.balance(bad, "lpt")
     assert packplace.balance(good, "lpt").objective == 10.0
+
+
+@pytest.mark.parametrize(
+    "column, match",
+    [
+        ({"tokens": np.ma.masked_array([3, 4, 5], mask=[0, 1, 0])}, r"tokens\[1\]: masked \(1 masked entries\)"),
+        ({"costs": np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 0, 1])}, r"costs\[2\]: masked"),
+        ({"keys": np.ma.masked_array(["a", "b", "c"], mask=[1, 1, 0])}, r"keys\[0\]: masked \(2 masked entries\)"),
+    ],
+)
+def test_masked_arrays_with_masked_entries_are_refused(column, match):
+    # the masked 4 was packed as a sample: a masked entry is not read as missing, so it is refused
+    columns = {"tokens": [3, 4, 5], **column}
+    with pytest.raises(ConfigError, match=match):
+        make_instance(**columns, seq_len=10, data_parallel_size=1, local_batch_size=2)
+
+
+def test_mask_free_masked_arrays_are_read_as_their_data():
+    inst = make_instance(np.ma.masked_array([3, 4, 5], mask=[0, 0, 0]), np.ma.masked_array([1.0, 2.0, 4.0]),
+                         keys=np.ma.masked_array(["a", "b", "c"], mask=False), seq_len=10, data_parallel_size=1,
+                         local_batch_size=2)
+    assert inst.tokens.tolist() == [3, 4, 5] and inst.costs.tolist() == [1.0, 2.0, 4.0]
+    assert inst.keys == ("a", "b", "c") and type(inst.tokens) is np.ndarray
+
+
+@pytest.mark.parametrize("objective", ["makespan", "balance", "lockstep", None])
+def test_group_size_without_rounds_is_refused_as_in_a_config(objective):
+    kwargs = {} if objective is None else {"objective": objective}
+    shown = objective or "makespan"
+    match = rf"group_size: sets the ranks per round of objective 'rounds' only; objective is '{shown}'"
+    with pytest.raises(ConfigError, match=match):
+        make_instance([1, 3, 4, 4], seq_len=10, data_parallel_size=4, group_size=2, **kwargs)
+    config = {"seq_len": 10, "data_parallel_size": 4, "samples": {"lengths": [1, 3, 4, 4]}, "group_size": 2,
+              **kwargs}
+    with pytest.raises(ConfigError, match=match):
+        build_instance(config)
+    inst = make_instance([1, 3, 4, 4], seq_len=10, data_parallel_size=4, group_size=2, objective="rounds")
+    assert inst.group_size == 2 and inst.resolved_group_size == 2

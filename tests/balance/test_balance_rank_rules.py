@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import packplace
 from packplace.balance import BalanceEvaluator, make_instance
 from packplace.balance.config import build_instance
-from packplace.errors import ConfigError, PackplaceError
+from packplace.errors import ConfigError, InfeasibleError, PackplaceError
 
 #: The rank rules bind every backend that builds its own answer.
 HEURISTICS = BALANCE_HEURISTICS
@@ -185,10 +185,8 @@ def test_local_batch_size_auto_equals_the_brute_force_minimum(tokens, ranks, equ
     [
         ({"equal_count": "yes"}, "equal_count: must be true or false, got 'yes'"),
         ({"max_samples_per_bin": 0}, "max_samples_per_bin: must be an integer >= 1, got 0"),
-        ({"max_samples_per_bin": 1}, "max_samples_per_bin: 4 samples cannot fit in 2 bins of at most 1 samples"),
         ({"groups": [[0, 9]]}, r"groups\[0\]: 9 is not a sample key"),
         ({"groups": [[0, 1], [1, 2]]}, r"groups\[1\]: sample 1 is already in groups\[0\]"),
-        ({"groups": [[0, 1, 2]], "equal_count": True}, r"groups\[0\]: 3 samples cannot share a rank"),
         ({"groups": [[]]}, r"groups\[0\]: is empty"),
         ({"local_batch_size": "many"}, "local_batch_size: must be an integer >= 1, 'auto' or a rule "
          r"\{multiple_of: N, at_least: N\}, got 'many'"),
@@ -197,6 +195,29 @@ def test_local_batch_size_auto_equals_the_brute_force_minimum(tokens, ranks, equ
 def test_bad_rules_are_one_line_errors(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         make_instance([1, 2, 3, 4], seq_len=10, data_parallel_size=2, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "tokens, kwargs, match",
+    [
+        # 5 samples, 2 bins of at most 2 samples: 4 places for 5 samples
+        ([1, 2, 3, 4, 5], {"max_samples_per_bin": 2},
+         "max_samples_per_bin: 5 samples cannot fit in 2 bins of at most 2 samples"),
+        ([1, 2, 3, 4], {"max_samples_per_bin": 1}, "max_samples_per_bin: 4 samples cannot fit in 2 bins of at most 1"),
+        # the group's 18 tokens need ceil(18 / 10) = 2 bins of one rank, which has m = 1
+        ([6, 6, 6, 1, 1], {"groups": [[0, 1, 2]]},
+         "groups: some group needs at least 2 bins of one rank, local_batch_size is 1"),
+        # equal_count on 4 samples and 2 ranks: a rank holds exactly 2, the group has 3
+        ([1, 2, 3, 4], {"groups": [[0, 1, 2]], "equal_count": True}, r"groups\[0\]: 3 samples cannot share a rank"),
+    ],
+)
+def test_rules_no_packing_meets_are_infeasible_not_bad_input(tokens, kwargs, match):
+    # well-formed rules that provably admit no packing: InfeasibleError (exit 1), as too many tokens is
+    with pytest.raises(InfeasibleError, match=match):
+        make_instance(tokens, seq_len=10, data_parallel_size=2, **kwargs)
+    config = {"seq_len": 10, "data_parallel_size": 2, "samples": {"lengths": tokens}, **kwargs}
+    with pytest.raises(InfeasibleError, match=match):
+        build_instance(config)
 
 
 def test_yaml_config_takes_the_rules():

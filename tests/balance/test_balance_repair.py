@@ -81,7 +81,7 @@ SMALL_INSTANCES = dict(
 @given(**SMALL_INSTANCES, equal_count=st.booleans())
 def test_repair_is_never_worse_than_lpt_or_kk(tokens, ranks, per_rank, power, objective, seq_len, equal_count):
     assume(len(tokens) >= ranks * per_rank and sum(tokens) <= ranks * per_rank * seq_len)
-    group = ranks if objective != "rounds" or ranks % 2 else 2
+    group = None if objective != "rounds" else ranks if ranks % 2 else 2
     try:
         inst = make_instance(tokens, [float(t) ** power for t in tokens], seq_len=seq_len, data_parallel_size=ranks,
                              local_batch_size=per_rank, objective=objective, group_size=group,
@@ -108,7 +108,7 @@ def test_repair_without_the_kk_start_is_never_worse_than_lpt_or_kk(tokens, ranks
     from packplace.result import OPTIMALITY_ATOL, OPTIMALITY_RTOL, optimality_level
 
     assume(len(tokens) >= ranks * per_rank and sum(tokens) <= ranks * per_rank * seq_len)
-    group = ranks if objective != "rounds" or ranks % 2 else 2
+    group = None if objective != "rounds" else ranks if ranks % 2 else 2
     inst = make_instance(tokens, [float(t) ** power for t in tokens], seq_len=seq_len, data_parallel_size=ranks,
                          local_batch_size=per_rank, objective=objective, group_size=group)
     with mock.patch.object(repair, "KK_START_MAX_WORK", 0):

@@ -37,7 +37,7 @@ def test_fewer_samples_than_bins_is_an_error_before_any_solver():
     "kwargs, match",
     [
         ({"keys": [1, 1, 2]}, "duplicate key 1"),
-        ({"group_size": 2}, "group_size: 2 does not divide data_parallel_size 3"),
+        ({"group_size": 2, "objective": "rounds"}, "group_size: 2 does not divide data_parallel_size 3"),
         ({"objective": "speed"}, "objective: must be one of"),
     ],
 )

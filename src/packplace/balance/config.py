@@ -24,7 +24,13 @@ import numpy as np
 from packplace.balance import corpus as corpus_module
 from packplace.balance.instance import check_reference_bins
 from packplace.balance.samples import SampleTable
-from packplace.balance.schema import BalanceInstance, PackingConstraints, Sample, WorkloadCost
+from packplace.balance.schema import (
+    BalanceInstance,
+    PackingConstraints,
+    Sample,
+    WorkloadCost,
+    check_group_size_use,
+)
 from packplace.balance.workload import LatencyModel, ModelShape, padding_cost, sample_cost
 from packplace.context_parallel.instance import OBJECTIVES as CONTEXT_PARALLEL_OBJECTIVES
 from packplace.context_parallel.instance import ContextParallelInstance
@@ -395,9 +401,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
             cost = estimate(tokens)
         samples.append(Sample(item["key"], tokens, cost, item.get("budgets") or {}))  # type: ignore[union-attr]
 
-    if fields.get("group_size") is not None and fields["objective"] != "rounds":
-        raise ConfigError(f"group_size: sets the ranks per round of objective 'rounds' only; objective is "
-                          f"{fields['objective']!r} (remove group_size or set objective: rounds)")
+    check_group_size_use(fields["objective"], fields.get("group_size"))
     return check_reference_bins(BalanceInstance(
         samples if isinstance(samples, SampleTable) else tuple(samples), constraints, ranks, per_rank,
         reference_bins=reference_bins,

@@ -33,7 +33,7 @@ from packplace.balance.samples import (
     check_key,
     is_bool,
 )
-from packplace.balance.schema import BalanceInstance
+from packplace.balance.schema import BalanceInstance, check_group_size_use
 from packplace.context_parallel.instance import ContextParallelInstance
 from packplace.context_parallel.instance import make_instance as make_context_parallel_instance
 from packplace.errors import ConfigError, show
@@ -97,6 +97,24 @@ def _numeric_column(values: Any, field_name: str, kinds: set[type] | None = None
                 ) from None
         raise ConfigError(f"{field_name}: must be a list or 1-D array of numbers, got {show(values)}")
     return column
+
+
+def _mask_free(values: Any, field_name: str) -> Any:
+    """``values`` itself, or a numpy masked array's data when no entry is masked.
+
+    Raises:
+        ConfigError: a masked array with a masked entry (the index named): a masked value is not read
+            as missing, and packing its underlying data would place a sample the caller left out.
+    """
+    if not isinstance(values, np.ma.MaskedArray):
+        return values
+    mask = np.ma.getmaskarray(values)
+    if mask.any():
+        i = np.unravel_index(int(np.argmax(mask)), mask.shape)
+        index = "".join(f"[{int(j)}]" for j in i)
+        raise ConfigError(f"{field_name}{index}: masked ({int(mask.sum())} masked entries); give the unmasked "
+                          f"values only (e.g. array.compressed()) or fill them (array.filled(value))")
+    return np.ma.getdata(values)
 
 
 def _token_column(values: Any, keys: Sequence[SampleKey] | None) -> np.ndarray:
@@ -215,11 +233,15 @@ def make_instance(
         ConfigError: one line naming the field, the index or key and the (bounded) value: columns of
             different lengths, a non-numeric or boolean element, tokens < 1, non-integral or above
             2^53, negative or non-finite costs, costs or tokens whose sum overflows, keys that are not
-            ints/strs or not unique, ``reference_bins`` that are not a feasible assignment
-            (:func:`check_reference_bins`), and every instance-level error of :class:`BalanceInstance`.
+            ints/strs or not unique, a numpy masked array with a masked entry (a mask-free one is
+            read as its data), ``reference_bins`` that are not a feasible assignment
+            (:func:`check_reference_bins`), ``group_size`` with an objective other than ``rounds``,
+            and every instance-level error of :class:`BalanceInstance`.
         InfeasibleError: the instance-level proofs of :class:`BalanceInstance` (too few samples for
-            the bins, too many tokens for their capacity).
+            the bins, too many tokens for their capacity, too many samples for ``max_samples_per_bin``,
+            a group that needs more bins than a rank has).
     """
+    tokens, costs, keys = _mask_free(tokens, "tokens"), _mask_free(costs, "costs"), _mask_free(keys, "keys")
     if context_parallel is not None:
         return _context_parallel_instance(tokens, costs, seq_len=seq_len, data_parallel_size=data_parallel_size,
                                           local_batch_size=local_batch_size, keys=keys,
@@ -251,6 +273,7 @@ def make_instance(
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"make_instance: unknown argument {unknown[0]!r}{hint}; valid: "
                           f"{', '.join(sorted(valid | {'budgets', 'oversized_policy'}))}")
+    check_group_size_use(kwargs.get("objective", "makespan"), kwargs.get("group_size"))
     return check_reference_bins(BalanceInstance(table, constraints, data_parallel_size, local_batch_size, **kwargs))
 
 

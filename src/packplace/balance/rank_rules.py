@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, InfeasibleError, show
 
 
 @dataclass
@@ -365,7 +365,8 @@ def normalise_groups(groups: Any, keys: Sequence[Any], ranks: int,
 
     Raises:
         ConfigError: groups that are not lists of keys, an empty group, an unknown key, a key in two
-            groups, or (with ``equal_count``) a group larger than a rank may hold.
+            groups.
+        InfeasibleError: (with ``equal_count``) a group larger than a rank may hold.
     """
     n = len(keys)
     group_of = np.full(n, -1, dtype=np.int64)
@@ -399,7 +400,7 @@ def normalise_groups(groups: Any, keys: Sequence[Any], ranks: int,
             most = -(-n // ranks)
             largest = max(range(len(groups)), key=lambda g: len(groups[g]))
             if len(groups[largest]) > most:
-                raise ConfigError(
+                raise InfeasibleError(
                     f"groups[{largest}]: {len(groups[largest])} samples cannot share a rank that holds at "
                     f"most {most} (equal_count with {n} samples on {ranks} ranks)"
                 )

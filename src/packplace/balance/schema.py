@@ -101,6 +101,21 @@ def local_batch_size_rule(value: Any) -> LocalBatchSizeRule | None:
     return LocalBatchSizeRule(**parts)
 
 
+def check_group_size_use(objective: Any, group_size: Any) -> None:
+    """Refuse a ``group_size`` given with an objective other than ``rounds`` (it would be ignored).
+
+    The one check of :func:`packplace.balance.make_instance` and the YAML loader; ``BalanceInstance``
+    itself stores ``group_size`` resolved (D when not given) whatever the objective, so copies made
+    with :func:`dataclasses.replace` keep working.
+
+    Raises:
+        ConfigError: ``group_size`` is not None and ``objective`` is one of the other objectives.
+    """
+    if group_size is not None and isinstance(objective, str) and objective in OBJECTIVES and objective != "rounds":
+        raise ConfigError(f"group_size: sets the ranks per round of objective 'rounds' only; objective is "
+                          f"{objective!r} (remove group_size or set objective: rounds)")
+
+
 @dataclass(frozen=True)
 class BalanceInstance:
     """One balance problem: samples, bin constraints and the data-parallel layout.
@@ -149,12 +164,18 @@ class BalanceInstance:
     feasibility check and by every solver.
 
     Raises:
-        ConfigError: before any solver runs, for every input that cannot be feasible: duplicate keys,
-            more than 2^53 tokens in all, costs whose sum is 2^1022 or more (or overflows float64),
-            a ``local_batch_size`` rule that is not a mapping of ``multiple_of``/``at_least`` to integers
-            >= 1, fewer samples than D·m, a sample longer than ``seq_len`` (policy ``error``) or over a budget,
-            total tokens above D·m·seq_len, more oversized samples than bins, a group size that does
-            not divide D, an unknown objective, or reference bins that are not bins of sample keys.
+        ConfigError: malformed input, before any solver runs: duplicate keys, more than 2^53 tokens in
+            all, costs whose sum is 2^1022 or more (or overflows float64), a ``local_batch_size`` rule
+            that is not a mapping of ``multiple_of``/``at_least`` to integers >= 1, a sample that breaks
+            a per-bin limit on its own (longer than ``seq_len`` under policy ``error``, over a budget), a
+            group size that does not divide D, an unknown objective, rank rules that are not well formed
+            (:func:`~packplace.balance.rank_rules.normalise_groups`), or reference bins that are not bins
+            of sample keys.
+        InfeasibleError: well-formed input that provably admits no packing, before any solver runs:
+            fewer samples than D·m, total tokens above what the bins hold, more oversized samples than
+            bins, more samples than D·m·``max_samples_per_bin``, a group that needs more bins than m
+            (or, under ``equal_count``, more samples than one rank holds), and no count of bins per
+            rank that packs under ``local_batch_size="auto"`` or a rule (proven).
     """
 
     samples: SampleTable | Sequence[Sample]
@@ -408,13 +429,13 @@ class BalanceInstance:
     def _check_rank_capacity(self, n: int, ranks: int, per_rank: int) -> None:
         cap = self.max_samples_per_bin
         if cap is not None and n > ranks * per_rank * cap:
-            raise ConfigError(
+            raise InfeasibleError(
                 f"max_samples_per_bin: {n} samples cannot fit in {ranks * per_rank} bins of at most {cap} samples"
             )
         if self.groups:
             bound = group_bins_bound(self.tokens, self.constraints.seq_len, cap, self.group_of)
             if bound > per_rank:
-                raise ConfigError(
+                raise InfeasibleError(
                     f"groups: some group needs at least {bound} bins of one rank, local_batch_size is {per_rank}"
                 )
 
