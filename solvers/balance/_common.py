@@ -81,7 +81,19 @@ def cached_padding(instance: BalanceInstance) -> Callable[[int], float] | None:
 
 
 class DeadEnd(Exception):
-    """LPT found no feasible bin for a sample (or ran out of time)."""
+    """LPT found no feasible bin for a sample (or ran out of time: :class:`TimeUp`)."""
+
+
+class TimeUp(DeadEnd):
+    """LPT's deadline passed before every sample was placed: not a dead end of its rule, and reported as a
+    time limit (:func:`stopped_by`)."""
+
+
+def stopped_by(solver: str, reason: DeadEnd | str) -> str:
+    """How a fast path's stop reads in a message: ``"<solver> dead end (<why>)"``, or for a
+    :class:`TimeUp` ``"<solver> stopped by the time limit (<why>)"``."""
+    what = "stopped by the time limit" if isinstance(reason, TimeUp) else "dead end"
+    return f"{solver} {what} ({reason})"
 
 
 
@@ -181,5 +193,5 @@ def reject_unknown_params(solver: str, params: dict) -> None:
 
 __all__ = [
     "DeadEnd", "PreparedSamples", "cached_padding", "canonical", "first_fit_decreasing", "integer_makespan_bound",
-    "keys_of", "prepare", "reject_unknown_params", "remaining_seconds",
+    "keys_of", "prepare", "reject_unknown_params", "remaining_seconds", "stopped_by", "TimeUp",
 ]

@@ -28,7 +28,7 @@ import numpy as np
 
 from packplace.balance.schema import BalanceInstance
 from packplace.run import clock
-from packplace.solvers.balance._common import PreparedSamples, cached_padding
+from packplace.solvers.balance._common import DeadEnd, PreparedSamples, cached_padding, stopped_by
 
 #: Completions (search nodes) the bin-completion search may generate before it gives up.
 DEFAULT_MAX_NODES = 200_000
@@ -465,7 +465,7 @@ CONSTRUCTION_MAX_NODES = DEFAULT_MAX_NODES
 
 
 def after_dead_end(
-    instance: BalanceInstance, prepared: PreparedSamples, reason: str, deadline: float | None, solver: str,
+    instance: BalanceInstance, prepared: PreparedSamples, reason: DeadEnd | str, deadline: float | None, solver: str,
 ) -> tuple[list[list[int]] | None, str, bool]:
     """What a fast path answers after its balancing rule dead-ended.
 
@@ -475,20 +475,22 @@ def after_dead_end(
 
     Returns:
         (rank-major bins of sample indices or None, one-line message naming what was tried and what
-        is returned, whether that is the reference grouping).
+        is returned, whether that is the reference grouping). A ``reason`` that is a :class:`TimeUp` reads
+        as the time limit, not as a dead end (:func:`stopped_by`).
     """
+    stop = stopped_by(solver, reason)
     now = clock()
     if deadline is not None and now > deadline:
         packed, how = None, "no construction tried (time limit reached)"
     else:
         packed, how = feasible_packing(instance, prepared, deadline, max_nodes=CONSTRUCTION_MAX_NODES)
     if packed is not None:
-        return spread_bins(instance, prepared, packed), f"{solver} dead end ({reason}); {how} found a packing", False
+        return spread_bins(instance, prepared, packed), f"{stop}; {how} found a packing", False
     if instance.reference_bins is not None:
         index = {key: i for i, key in enumerate(prepared.keys)}
         bins = [[index[key] for key in b] for b in instance.reference_bins]
-        return bins, f"{solver} dead end ({reason}); {how}; fell back to the reference grouping", True
-    return None, (f"{solver} dead end ({reason}); {how}; the instance has no reference_bins "
+        return bins, f"{stop}; {how}; fell back to the reference grouping", True
+    return None, (f"{stop}; {how}; the instance has no reference_bins "
                   "to fall back to"), False
 
 

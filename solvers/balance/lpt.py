@@ -32,10 +32,12 @@ from packplace.run import Run, clock, passed
 from packplace.solvers.balance._common import (
     DeadEnd,
     PreparedSamples,
+    TimeUp,
     cached_padding,
     keys_of,
     prepare,
     reject_unknown_params,
+    stopped_by,
 )
 from packplace.solvers.balance.constrained import construct_proposal
 from packplace.solvers.balance.construction import after_dead_end
@@ -58,7 +60,7 @@ def lpt_bins(
     """Run LPT and return D·m rank-major bins of sample *indices* (input order positions).
 
     Raises:
-        DeadEnd: a sample fits no bin, or ``deadline`` (``packplace.run.clock()`` value) passed; the
+        DeadEnd: a sample fits no bin, or (:class:`TimeUp`) ``deadline`` (``packplace.run.clock()`` value) passed; the
             message names the sample.
     """
     constraints = instance.constraints
@@ -147,7 +149,7 @@ def _lpt_heap(
     in_heap = set(load_heap)
     for pos in range(num_bins, n):
         if deadline is not None and pos % CLOCK_EVERY == 0 and clock() > deadline:
-            raise DeadEnd(f"time limit reached after {pos} of {n} samples")
+            raise TimeUp(f"time limit reached after {pos} of {n} samples")
         i = order[pos]
         t = tokens[i]
         # Common case (the general loop below gives the same bin): the least load is one rank's, its
@@ -197,7 +199,7 @@ def _heap_open_bins(order: list[int], tokens: list[int], costs: list[float], per
     heap = [(0.0, 0, r) for r in range(ranks)]
     for pos, i in enumerate(order[:len(bins)]):
         if deadline is not None and pos % CLOCK_EVERY == 0 and clock() > deadline:
-            raise DeadEnd(f"time limit reached after {pos} of {n} samples")
+            raise TimeUp(f"time limit reached after {pos} of {n} samples")
         _, _, r = heapq.heappop(heap)
         b = r * per_rank + filled[r]
         filled[r] += 1
@@ -406,7 +408,7 @@ def _lpt_rounds(
     filled_array = np.zeros(ranks, dtype=np.int64)
     for pos in range(n):
         if deadline is not None and pos % 1024 == 0 and clock() > deadline:
-            raise DeadEnd(f"time limit reached after {pos} of {n} samples")
+            raise TimeUp(f"time limit reached after {pos} of {n} samples")
         i = order[pos]
         t, c, opening = tokens[i], costs[i], pos < num_bins
         # Placements that leave the objective unchanged win, the heaviest round first. Quick check of
@@ -565,7 +567,7 @@ def _lpt_vectorized(
 
     for pos, i in enumerate(prepared.order.tolist()):
         if deadline is not None and clock() > deadline:  # a sample can take milliseconds
-            raise DeadEnd(f"time limit reached after {pos} of {len(prepared.order)} samples")
+            raise TimeUp(f"time limit reached after {pos} of {len(prepared.order)} samples")
         t = int(tokens[i])
         c = float(costs[i])
         if pos < num_bins:
@@ -648,8 +650,8 @@ def solve(instance: BalanceInstance, run: Run, **params) -> Proposal:
     except DeadEnd as dead_end:
         if passed(deadline) and instance.reference_bins is not None:
             return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True,
-                            message=f"lpt dead end ({dead_end}); fell back to the reference grouping")
-        bins, message, is_reference = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
+                            message=f"{stopped_by('lpt', dead_end)}; fell back to the reference grouping")
+        bins, message, is_reference = after_dead_end(instance, prepared, dead_end, deadline, "lpt")
         timed_out = passed(deadline)
         if bins is None:
             return Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)

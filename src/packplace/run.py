@@ -473,6 +473,7 @@ def solve_with(
     skip_why: str | None = None,
     run: Run | None = None,
     reserve_s: float = 0.0,
+    refine_bound: Callable[[], float] | None = None,
 ) -> SolveResult:
     """Run the registered backend ``solver`` of ``problem`` on ``instance`` and score its proposal.
 
@@ -492,6 +493,10 @@ def solve_with(
     work before the backend then counts against the limit), else one is built here. ``reserve_s``: seconds
     kept back after the backend for finishing its answer (:attr:`Run.finish_s`): the backend gets
     ``run.reserve(reserve_s)``, at least 1 ms.
+    ``refine_bound``: called after the backend (not after a signal), it returns a valid lower bound
+    computed in the time the backend left; the larger of it and ``analytic_bound`` is the result's
+    analytic bound. The front-end that computes its costly bound this way gives the backend its budget
+    first.
     ``wall_s`` is the backend's seconds; the front-ends replace it with the whole call's.
 
     Raises:
@@ -522,6 +527,9 @@ def solve_with(
                             iterations=proposal.iterations, message=note, log=proposal.log, info=proposal.info)
     interrupted = interrupt.requested() is not None
     wall_s = backend_run.elapsed()
+    if refine_bound is not None and not interrupted:
+        refined = float(refine_bound())
+        analytic_bound = refined if analytic_bound is None else max(analytic_bound, refined)
     if proposal.solution is not None and normalize is not None:
         proposal.solution = normalize(proposal.solution)
 

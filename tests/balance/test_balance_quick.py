@@ -88,3 +88,35 @@ def test_a_backend_left_no_time_is_not_run(monkeypatch):
     result = packplace.balance(inst, solver="lpt", time_limit_s=1)
     assert result.ok and result.solution.bins == ((0, 3), (1, 2)) and result.hit_time_limit
     assert "no answer of lpt's own (no time left for lpt" in result.message
+
+
+def test_more_than_256_samples_per_bin_still_get_a_quick_packing():
+    # 2,601 samples of 1..32 tokens in 2 × 2 bins of 65,536: 651 rounds of worst fit, which the old cap of
+    # 256 rounds cut to "no packing". Every sample placed once, every bin non-empty and within seq_len
+    import numpy as np
+
+    tokens = np.random.default_rng(0).integers(1, 33, 2601)
+    inst = make_instance(tokens, seq_len=65_536, data_parallel_size=2, local_batch_size=2)
+    bins = quick_packing(inst)
+    assert bins is not None
+    assert sorted(k for b in bins for k in b) == list(range(len(tokens)))
+    assert BalanceEvaluator(inst).score(bins).feasible
+    sizes = sorted(len(b) for b in bins)
+    assert sizes[-1] - sizes[0] <= 200  # worst fit spreads the tokens: no bin near-empty, none holding most
+
+
+def test_auto_local_batch_size_with_tiny_samples_gets_a_quick_packing(monkeypatch, work_clock):
+    # 20,000 samples of 3 tokens on D = 4, local_batch_size auto, seq_len 4,096: m = 4 (60,000 tokens need
+    # 15 bins), so 1,250 samples per bin, and the quick packing answers for a backend the limit cuts short
+    # (a limit of 50 fake µs on the work clock: no backend places all 20,000 samples in it)
+    from packplace.balance import api
+
+    monkeypatch.setattr(api, "QUICK_PACKING_MIN_SAMPLES", 20_000)
+    inst = make_instance([3] * 20_000, seq_len=4096, data_parallel_size=4, local_batch_size="auto")
+    assert inst.local_batch_size == 4
+    assert quick_packing(inst) is not None
+    for solver in ("repair", "lpt", "kk"):
+        result = packplace.balance(inst, solver=solver, time_limit_s=5e-5)
+        assert result.status in ("feasible", "optimal"), (solver, result.message)
+        assert BalanceEvaluator(inst).score(result.solution).feasible
+        assert result.bound <= result.objective

@@ -32,6 +32,7 @@ from packplace.solvers.balance._common import (
     keys_of,
     prepare,
     reject_unknown_params,
+    stopped_by,
 )
 from packplace.solvers.balance.constrained import repair_proposal
 from packplace.solvers.balance.construction import after_dead_end
@@ -135,9 +136,9 @@ def _lpt_start(instance: BalanceInstance, run: Run, prepared: PreparedSamples
     except DeadEnd as dead_end:
         if run.expired() and instance.reference_bins is not None:
             return [], [], Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=True,
-                                    message=f"lpt dead end ({dead_end}); fell back to the reference grouping; no "
+                                    message=f"{stopped_by('lpt', dead_end)}; fell back to the reference grouping; no "
                                             "time left to repair it")
-        bins, message, _ = after_dead_end(instance, prepared, str(dead_end), deadline, "lpt")
+        bins, message, _ = after_dead_end(instance, prepared, dead_end, deadline, "lpt")
         timed_out = passed(deadline)
         if bins is None:
             return [], [], Proposal(None, UNKNOWN, hit_time_limit=timed_out, message=message)

@@ -26,6 +26,11 @@ MIN_FINISH_RESERVE_S = 0.05
 #: packing (:mod:`packplace.balance.quick`) before the backend runs: the answer when the limit cuts the
 #: backend before it has one of its own.
 QUICK_PACKING_MIN_SAMPLES = 100_000
+#: Under a time limit, the share of the time left after the checks and the finish reserve that the backend
+#: leaves for the costly part of the lower bound (the ``lockstep`` layer bound's linear programs) when it
+#: is not yet known: a policy, so that a search that runs to its deadline (``lns``, ``cpsat``) still leaves
+#: the bound some time; the bound also gets whatever the backend leaves unused.
+BOUND_SHARE = 0.2
 
 
 def solve_balance(
@@ -52,7 +57,11 @@ def solve_balance(
             the backend gets what the checks before it leave, less the finish (the canonical order, the
             evaluator's score and the JSON of the result afterwards) as measured on the instance
             (:meth:`~packplace.balance.evaluator.BalanceEvaluator.finish_cost`; kept back from
-            :data:`MIN_FINISH_RESERVE_S` on, at most :data:`FINISH_SHARE` of the limit).
+            :data:`MIN_FINISH_RESERVE_S` on, at most :data:`FINISH_SHARE` of the limit). The lower bound
+            comes first only in its cheap part; its costly part (the ``lockstep`` layer bound's linear
+            programs) runs after the backend, in :data:`BOUND_SHARE` of the time and what the backend
+            leaves, and stops before the finish reserve: cut short, it is weaker but valid (the message
+            says so).
         seed: Seed for any randomness; the same instance and seed give the same result, except where a
             search is cut by the wall-clock ``time_limit_s`` (``lns``, ``cpsat``: ``hit_time_limit`` is
             then set; ``lns`` takes ``max_neighbourhoods`` for a reproducible budget).
@@ -93,29 +102,57 @@ def solve_balance(
         assignment = solution if isinstance(solution, Assignment) else Assignment(solution, instance.local_batch_size)
         return evaluator.with_run_order(evaluator.canonical(assignment))
 
-    # time_limit_s covers the whole call: the backend's run ends early enough to leave time for the
-    # canonical order, the score and the JSON, as measured on the instance (at most FINISH_SHARE of the
-    # limit); its messages then quote the shorter limit it ran with
-    reserve = 0.0
-    skip_why = None
-    analytic_bound = None
-    if time_limit_s is not None:
-        get("balance", solver)  # the first lookup imports every backend module: within the limit, before the run
-        # the bound is part of every result: computed now, its time is measured, not a part of the reserve
-        analytic_bound = evaluator.lower_bound()
-        finish = min(FINISH_SHARE * time_limit_s, run.finish_s)
-        if finish >= MIN_FINISH_RESERVE_S:
-            reserve = finish
-            if run.left() - finish <= 0 and fallback is not None and initial is not None:
-                skip_why = (f"no time left for {solver}: the checks and the quick packing took "
-                            f"{run.elapsed():.3g} s of time_limit_s={time_limit_s:g}, the rest ({finish:.3g} s) "
-                            f"is kept for the canonical order, the score and the JSON")
-    result = solve_with(
-        problem="balance", instance=instance, solver=solver, evaluator=evaluator,
-        time_limit_s=time_limit_s, seed=seed, params=params, normalize=normalize, initial=initial,
-        fallback=fallback if initial is not None else None, skip_why=skip_why, run=run, reserve_s=reserve,
-        analytic_bound=analytic_bound,
-    )
+    finish_reserve, reserve, skip_why, analytic_bound, bound_waits = _budget(
+        run, evaluator, solver, time_limit_s, fallback is not None and initial is not None)
+    bound_note: list[str] = []
+
+    def refine_bound() -> float:  # until the finish reserve: the share kept for it and what the backend left
+        bound = evaluator.lower_bound(deadline=None if run.deadline is None else run.deadline - finish_reserve)
+        if evaluator.bound_cut:
+            bound_note.append("the time limit cut the lower bound short (weaker, still valid)")
+        return bound
+
+    # the backend's own lower_bound() calls get the cheap part (its deadline has passed)
+    with evaluator.bounds_until(run.started if bound_waits else None):
+        result = solve_with(
+            problem="balance", instance=instance, solver=solver, evaluator=evaluator,
+            time_limit_s=time_limit_s, seed=seed, params=params, normalize=normalize, initial=initial,
+            fallback=fallback if initial is not None else None, skip_why=skip_why, run=run, reserve_s=reserve,
+            analytic_bound=analytic_bound, refine_bound=refine_bound if bound_waits else None,
+        )
+    if bound_note:
+        result.message = "; ".join(filter(None, [result.message, *bound_note]))
     result.params["time_limit_s"] = time_limit_s
     result.wall_s = clock() - run.started  # the whole call: checks, backend, canonical order, score
     return result
+
+
+def _budget(run: Run, evaluator: BalanceEvaluator, solver: str, time_limit_s: float | None,
+            has_fallback: bool) -> tuple[float, float, str | None, float | None, bool]:
+    """How :func:`solve_balance` splits ``time_limit_s``: (the finish reserve, the whole reserve after the
+    backend, why the backend is skipped or None, the bound known before the backend or None, whether the
+    costly part of the bound waits for the backend).
+
+    time_limit_s covers the whole call: the backend's run ends early enough to leave time for the canonical
+    order, the score and the JSON, as measured on the instance (at most :data:`FINISH_SHARE` of the limit;
+    its messages then quote the shorter limit it ran with), and, when the bound's costly part is not known
+    yet, :data:`BOUND_SHARE` of what is left for it.
+    """
+    if time_limit_s is None:
+        return 0.0, 0.0, None, None, False
+    get("balance", solver)  # the first lookup imports every backend module: within the limit, before the run
+    # the backend gets its budget first: before it, only the cheap part of the bound (the lockstep layer
+    # bound's linear programs stop at once); the rest is computed after it
+    analytic_bound = evaluator.lower_bound(deadline=clock())
+    bound_waits = evaluator.bound_cut
+    reserve = 0.0
+    skip_why = None
+    finish = min(FINISH_SHARE * time_limit_s, run.finish_s)
+    if finish >= MIN_FINISH_RESERVE_S:
+        reserve = finish
+        if run.left() - finish <= 0 and has_fallback:
+            skip_why = (f"no time left for {solver}: the checks and the quick packing took "
+                        f"{run.elapsed():.3g} s of time_limit_s={time_limit_s:g}, the rest ({finish:.3g} s) "
+                        f"is kept for the canonical order, the score and the JSON")
+    whole = reserve + BOUND_SHARE * max(0.0, run.left() - reserve) if bound_waits else reserve
+    return reserve, whole, skip_why, analytic_bound, bound_waits

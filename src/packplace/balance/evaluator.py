@@ -20,17 +20,24 @@ Every scored plan also states each rank's run order (:meth:`BalanceEvaluator.run
 from __future__ import annotations
 
 import array
+import contextlib
 import itertools
 import math
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 
 from packplace.balance.bounds import makespan_bounds
-from packplace.balance.lockstep import as_rounds_instance, capacity_bounds, layer_bound, lockstep_cost, run_order
+from packplace.balance.lockstep import (
+    as_rounds_instance,
+    capacity_bounds,
+    layer_bound_within,
+    lockstep_cost,
+    run_order,
+)
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
 from packplace.jsontext import json_text
 from packplace.result import register_solution_type
@@ -125,14 +132,17 @@ class _Shared:
     """What every evaluator of one instance object computes once and shares (the instance is immutable).
 
     ``keys`` (list), ``identity`` (keys are 0..n-1), ``index`` (key → position), ``key_rank`` and
-    ``by_rank`` (its inverse), the lower bounds by objective name, and the last :data:`FLAT_CACHE`
+    ``by_rank`` (its inverse), the lower bounds by objective name (complete ones in ``bounds``; ones a
+    deadline cut short in ``partial`` with that deadline; ``bound_deadline`` the deadline of the bounds
+    asked for without one, :meth:`BalanceEvaluator.bounds_until`), and the last :data:`FLAT_CACHE`
     flattened bins (:meth:`BalanceEvaluator.flatten`) with their per-bin sums, plus the instance's own
     reference bins, which every solve may return. A solve builds several evaluators (the front end's,
     a backend's, its start's) over the same bins: each pass over millions of keys is then made once.
     Pickles empty (a worker process rebuilds what it needs).
     """
 
-    __slots__ = ("keys", "identity", "index", "key_rank", "by_rank", "bounds", "flats", "reference", "finish_s")
+    __slots__ = ("keys", "identity", "index", "key_rank", "by_rank", "bounds", "partial", "bound_deadline", "flats",
+                 "reference", "finish_s")
 
     def __init__(self) -> None:
         self.keys: list[SampleKey] | None = None
@@ -141,6 +151,8 @@ class _Shared:
         self.key_rank: np.ndarray | None = None
         self.by_rank = np.zeros(0, dtype=np.int64)
         self.bounds: dict[str, float] = {}
+        self.partial: dict[str, tuple[float, float]] = {}
+        self.bound_deadline: float | None = None
         self.flats: list[_Flat] = []
         self.reference: _Flat | None = None
         self.finish_s: float | None = None
@@ -211,6 +223,7 @@ class BalanceEvaluator:
             shared.identity = keys == list(range(len(keys)))
             shared.keys = keys
         self._shared = shared
+        self.bound_cut = False  # the last lower_bound() was cut short by its deadline (weaker, valid)
         self.keys: list[SampleKey] = shared.keys
         self._identity_keys = shared.identity
         self.tokens = instance.tokens
@@ -599,7 +612,7 @@ class BalanceEvaluator:
         )
 
     # -------------------------------------------------------------------------------- lower bounds
-    def lower_bound(self, name: str | None = None) -> float:
+    def lower_bound(self, name: str | None = None, *, deadline: float | None = None) -> float:
         """An analytic lower bound on the named objective (default: the instance's).
 
         makespan ≥ the largest of :meth:`makespan_bounds` (:mod:`packplace.balance.bounds`: the mean
@@ -618,33 +631,64 @@ class BalanceEvaluator:
 
         lockstep: :meth:`_lockstep_bound`.
 
-        Computed once per instance object and name (every evaluator of the instance shares it).
+        ``deadline`` (a ``packplace.run.clock()`` reading; None: the one :meth:`bounds_until` set, else
+        none) stops the costly part (the lockstep layer bound's linear programs) when it passes; the bound
+        is then weaker but valid. A complete bound is computed once per instance object and name (every
+        evaluator of the instance shares it); one cut short is kept with its deadline and computed again
+        for a later one. :attr:`bound_cut` says whether the last value returned was cut short.
         """
         name = name or self.instance.objective
-        cached = self._shared.bounds.get(name)
-        if cached is None:
-            cached = self._shared.bounds[name] = self._lower_bound(name)
-        return cached
+        shared = self._shared
+        cached = shared.bounds.get(name)
+        self.bound_cut = False
+        if cached is not None:
+            return cached
+        if deadline is None:
+            deadline = shared.bound_deadline
+        partial = shared.partial.get(name)
+        if partial is not None and deadline is not None and deadline <= partial[1]:
+            self.bound_cut = True
+            return partial[0]
+        value, complete = self._lower_bound(name, deadline)
+        self.bound_cut = not complete
+        if complete:
+            shared.bounds[name] = value
+            shared.partial.pop(name, None)
+        elif deadline is not None and (partial is None or value >= partial[0]):
+            shared.partial[name] = (value, deadline)
+        return value if partial is None else max(value, partial[0])
 
-    def _lower_bound(self, name: str) -> float:
-        """:meth:`lower_bound` computed."""
+    @contextlib.contextmanager
+    def bounds_until(self, deadline: float | None) -> Iterator[None]:
+        """Within the block, :meth:`lower_bound` without a ``deadline`` of any evaluator of this instance
+        stops its costly part at ``deadline`` (a ``packplace.run.clock()`` reading): the front-end runs
+        the backend with the cheap bound and refines it in the time the backend leaves."""
+        shared = self._shared
+        before, shared.bound_deadline = shared.bound_deadline, deadline
+        try:
+            yield
+        finally:
+            shared.bound_deadline = before
+
+    def _lower_bound(self, name: str, deadline: float | None) -> tuple[float, bool]:
+        """:meth:`lower_bound` computed, and whether it is complete (not cut by ``deadline``)."""
         if name == "lockstep":
-            return self._lockstep_bound()
+            return self._lockstep_bound(deadline)
         if name == "balance":
             ranks = self.instance.data_parallel_size
             if self.instance.padding_cost is not None or ranks < 2:
-                return 0.0
+                return 0.0, True
             mean = math.fsum(self.costs.tolist()) / ranks
             heaviest = self.lower_bound("makespan")
             if mean <= 0 or heaviest <= mean:
-                return 0.0
-            return (heaviest / mean - 1.0) ** 2 / (ranks - 1)
+                return 0.0, True
+            return (heaviest / mean - 1.0) ** 2 / (ranks - 1), True
         inst = self.instance
         total = math.fsum(self.costs.tolist())
         bound = max(self.makespan_bounds().values())
         if name == "rounds":
             bound = max(bound, total / inst.resolved_group_size, self._first_round_capacity_bound(total))
-        return bound
+        return bound, True
 
     def makespan_bounds(self) -> dict[str, float]:
         """Every lower bound on max_r ℓ_r of :func:`packplace.balance.bounds.makespan_bounds`, by name
@@ -666,7 +710,7 @@ class BalanceEvaluator:
             object.__setattr__(inst, "_makespan_bounds", self._bounds)  # frozen dataclass: a private cache
         return dict(self._bounds)
 
-    def _lockstep_bound(self) -> float:
+    def _lockstep_bound(self, deadline: float | None = None) -> tuple[float, bool]:
         """lockstep ≥ max(makespan bound, rounds bound of the D·m one-bin ranks, capacity bound).
 
         * lockstep ≥ makespan for every assignment (:func:`~packplace.balance.lockstep.lockstep_cost`),
@@ -681,21 +725,24 @@ class BalanceEvaluator:
           samples forced into later indices and ordered maxima, as a linear program;
         * with integer costs and no padding every bin cost, hence the lockstep cost, is an integer: the
           bound rounds up.
+
+        Past ``deadline`` the layer bound stops where it is (:func:`~packplace.balance.lockstep.layer_bound_within`:
+        still valid); the second item says whether it was complete.
         """
         inst = self.instance
         bound = self.lower_bound("makespan")
         if inst.local_batch_size == 1:  # one micro-batch: lockstep is the makespan
-            return bound
+            return bound, True
         relaxed = BalanceEvaluator(as_rounds_instance(inst)).lower_bound("rounds")
         capacity = capacity_bounds(self.tokens, self.costs, inst.constraints.seq_len, inst.data_parallel_size,
                                    inst.local_batch_size)
-        layers = layer_bound(self.tokens, self.costs, inst.constraints.seq_len, inst.data_parallel_size,
-                             inst.local_batch_size)
+        layers, complete = layer_bound_within(self.tokens, self.costs, inst.constraints.seq_len,
+                                              inst.data_parallel_size, inst.local_batch_size, deadline)
         bound = max(bound, relaxed, capacity, layers)
         costs = self.costs
         if inst.padding_cost is None and np.all(costs == np.round(costs)) and float(costs.sum()) < 2.0 ** 52:
             bound = float(math.ceil(bound - 1e-9 * max(1.0, abs(bound))))
-        return bound
+        return bound, complete
 
     def _unit_costs(self) -> np.ndarray:
         """Costs of the units that cannot split across ranks: each group's total, then each other sample."""

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from packplace.balance.samples import SampleKey
 from packplace.balance.schema import BalanceInstance
+from packplace.run import clock, passed
 
 
 def run_order(bin_costs: np.ndarray) -> np.ndarray:
@@ -136,6 +139,27 @@ LAYER_DUAL_SWEEPS = 6
 LAYER_LP_MAX_SAMPLES = 2048
 #: Most thresholds α of the bin-count rows (:func:`_packing_alphas`) in :func:`_held_cost`'s linear program.
 LAYER_LP_MAX_ALPHAS = 48
+#: Seconds that must be left before a deadline for :func:`layer_bound` to import ``scipy.optimize`` (an
+#: import cannot be cut short): the first import in a fresh process took 1.0–1.2 s (docs/performance.md,
+#: "The lockstep bound under a time limit"), with margin. Once imported, the linear programs run under
+#: the deadline itself (HiGHS's ``time_limit``).
+SCIPY_IMPORT_S = 1.5
+
+
+def _linprog(deadline: float | None) -> Any:
+    """``scipy.optimize.linprog``, or None when ``scipy.optimize`` is not imported yet and less than
+    :data:`SCIPY_IMPORT_S` is left before ``deadline`` (a ``clock()`` reading; None: no limit)."""
+    if "scipy.optimize" not in sys.modules and deadline is not None and deadline - clock() < SCIPY_IMPORT_S:
+        return None
+    from scipy.optimize import linprog  # start-up time: scipy loads only when a lockstep bound is computed
+
+    return linprog
+
+
+def _highs_options(deadline: float | None) -> dict[str, float]:
+    """HiGHS options of a linear program that must end by ``deadline`` (None: none); a solve that hits
+    it reports a status other than 0 and its result is not used."""
+    return {} if deadline is None else {"time_limit": max(1e-3, deadline - clock())}
 
 
 def _packing_alphas(weights: np.ndarray, capacity: int, limit: int) -> list[float]:
@@ -177,18 +201,21 @@ def _packing_rows(weights: np.ndarray, capacity: int, bins: int) -> tuple[list[n
     return rows, limits
 
 
-def _bins_needed(weights: np.ndarray, capacity: int) -> np.ndarray:
+def _bins_needed(weights: np.ndarray, capacity: int, deadline: float | None = None) -> np.ndarray:
     """For every prefix of ``weights`` (shape (n,), each ≤ ``capacity``), a lower bound on the bins of
     ``capacity`` it needs: shape (n,), entry t − 1 for the first t weights.
 
     Martello & Toth's L2 ("Knapsack Problems", Wiley 1990, §8.3.1): for 0 ≤ α ≤ C/2, with J1 the weights
     over C − α, J2 those in (C/2, C − α] and J3 those in [α, C/2], no two of J1 ∪ J2 share a bin and a
     bin of J1 has no room for J3, so at least |J1| + |J2| + ⌈(Σ_{J3} w − (|J2|·C − Σ_{J2} w))/C⌉⁺ bins.
-    α runs over 0 and :func:`_packing_alphas` (each α gives a valid bound).
+    α runs over 0 and :func:`_packing_alphas` (each α gives a valid bound); past ``deadline`` (a
+    ``clock()`` reading) the α not yet tried are left out, which keeps the bound valid.
     """
     half = capacity / 2
     best = np.zeros(len(weights))
     for alpha in [0.0, *_packing_alphas(weights, capacity, LAYER_LP_MAX_ALPHAS)]:
+        if alpha and passed(deadline):
+            break
         first = weights > capacity - alpha
         second = (weights > half) & ~first
         third = (weights <= half) & (weights >= alpha)
@@ -199,7 +226,8 @@ def _bins_needed(weights: np.ndarray, capacity: int) -> np.ndarray:
     return best
 
 
-def _held_cost(costs: np.ndarray, weights: np.ndarray, capacity: int, bins: int) -> float:
+def _held_cost(costs: np.ndarray, weights: np.ndarray, capacity: int, bins: int,
+               deadline: float | None = None) -> float:
     """An upper bound on the cost ``bins`` bins of ``capacity`` tokens can hold together.
 
     The most cost is max Σ c_i x_i over x ∈ {0, 1}ⁿ with Σ w_i x_i ≤ W = bins·capacity and, for
@@ -213,6 +241,9 @@ def _held_cost(costs: np.ndarray, weights: np.ndarray, capacity: int, bins: int)
     two taken; that program also has the bin-count rows of :func:`_packing_rows` (a bin of a sample over
     half its capacity has room only for what fits beside it), which the integral choice satisfies too.
     Raised by :data:`LAYER_BOUND_RTOL` (rounding, the solver's tolerance).
+
+    ``deadline`` (a ``clock()`` reading, None: none) cuts the sweeps and the linear program short: the
+    value is then the dual value of the multipliers reached so far, which weak duality keeps valid.
     """
     if bins <= 0:
         return 0.0
@@ -231,7 +262,9 @@ def _held_cost(costs: np.ndarray, weights: np.ndarray, capacity: int, bins: int)
         reduced = costs - sum(m * col for m, col in zip(mult, columns))
         return float(np.maximum(reduced, 0.0).sum()) + sum(m * lim for m, lim in zip(mult, limits))
 
-    for _ in range(LAYER_DUAL_SWEEPS):
+    for sweep in range(LAYER_DUAL_SWEEPS):
+        if sweep and passed(deadline):
+            break
         for k, column in enumerate(columns):
             # minimise over x ≥ 0: limits[k]·x + Σ_i (r_i − g_i·x)⁺, r the reduced costs without term k
             rest = costs - sum(m * col for j, (m, col) in enumerate(zip(multipliers, columns)) if j != k)
@@ -245,19 +278,25 @@ def _held_cost(costs: np.ndarray, weights: np.ndarray, capacity: int, bins: int)
             at = int(np.searchsorted(slope, limits[k], side="left"))  # first break where the slope reaches it
             multipliers[k] = float(breaks[order[at]]) if at < len(order) else 0.0
     held = value(multipliers)
-    if len(costs) <= LAYER_LP_MAX_SAMPLES:  # the linear relaxation itself: at most the dual value above
-        from scipy.optimize import linprog  # start-up time: scipy loads only when a lockstep bound is computed
-
+    linprog = _linprog(deadline) if len(costs) <= LAYER_LP_MAX_SAMPLES and not passed(deadline) else None
+    if linprog is not None:  # the linear relaxation itself: at most the dual value above
         scale = float(costs.max())
         packing, packing_limits = _packing_rows(weights, capacity, bins)
         result = linprog(-costs / scale, A_ub=np.array(columns + packing), b_ub=np.array(limits + packing_limits),
-                         bounds=(0.0, 1.0), method="highs")
+                         bounds=(0.0, 1.0), method="highs", options=_highs_options(deadline))
         if result.status == 0:
             held = min(held, -float(result.fun) * scale)
     return min(float(costs.sum()), held * (1 + LAYER_BOUND_RTOL))
 
 
-def layer_bound(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: int, per_rank: int) -> float:
+def layer_bound(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: int, per_rank: int,
+                deadline: float | None = None) -> float:
+    """The bound of :func:`layer_bound_within` (complete or cut short by ``deadline``)."""
+    return layer_bound_within(tokens, costs, seq_len, ranks, per_rank, deadline)[0]
+
+
+def layer_bound_within(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: int, per_rank: int,
+                       deadline: float | None = None) -> tuple[float, bool]:
     """min Σ_j M_j over the index maxima M_1 ≥ … ≥ M_m under what every assignment must satisfy.
 
     With each rank's bins by cost descending (optimal, :func:`lockstep_cost`) let M_j be index j's
@@ -270,23 +309,32 @@ def layer_bound(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: int,
     lower bound on the lockstep cost (a linear program in m variables), lowered by
     :data:`LAYER_BOUND_RTOL` for the solver's tolerance. Padding only adds cost.
 
+    Under ``deadline`` (a ``packplace.run.clock()`` reading; None: no limit) every part stops where it
+    is when the deadline passes, and what it has is still a valid bound: the α of (ii) not yet tried
+    are left out, each K_k not yet computed is Σc (its row (iii) then says nothing), a K_k cut short is
+    the dual value reached (:func:`_held_cost`); past the deadline before the last linear program, or
+    with no time to import scipy (:data:`SCIPY_IMPORT_S`), the bound is 0 (the other bounds stand).
+
     Args:
         tokens, costs: Per-sample tokens (int) and ``llm`` costs (float), shape (n,).
         seq_len: Bin capacity in tokens. ranks, per_rank: D and m.
+        deadline: When to stop refining (module ``packplace.run``'s clock).
 
     Returns:
-        The bound in cost units; 0 for m = 1, no samples, more than :data:`LAYER_BOUND_MAX_SAMPLES`
-        samples or a failed solve.
+        (the bound in cost units, whether it is complete: False when the deadline cut it). The bound
+        is 0 for m = 1, no samples, more than :data:`LAYER_BOUND_MAX_SAMPLES` samples or a failed solve
+        (complete: nothing more to compute).
     """
-    from scipy.optimize import linprog  # start-up time: scipy loads only when a lockstep bound is computed
-
     n = len(costs)
     if per_rank < 2 or n == 0 or n > LAYER_BOUND_MAX_SAMPLES or float(costs.max()) <= 0:
-        return 0.0
+        return 0.0, True
+    linprog = None if passed(deadline) else _linprog(deadline)
+    if linprog is None:
+        return 0.0, False
     weights = np.minimum(tokens, seq_len).astype(float)
     order = np.argsort(-costs, kind="stable")
     descending = costs[order]
-    needed = np.maximum.accumulate(_bins_needed(weights[order], seq_len))
+    needed = np.maximum.accumulate(_bins_needed(weights[order], seq_len, deadline))
     floors = [float(descending[0])]
     for j in range(1, per_rank):
         t = int(np.searchsorted(needed, j * ranks, side="right"))  # the first prefix needing more than j·D bins
@@ -295,9 +343,14 @@ def layer_bound(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: int,
     scale = float(descending[0])
     rows, limits = [], []
     for k in range(per_rank):
-        held = _held_cost(costs, weights, seq_len, k * ranks) if k else 0.0
+        if not k:
+            held = 0.0
+        elif passed(deadline):  # K_k = Σc: the row holds for every assignment and adds nothing
+            held = total
+        else:
+            held = _held_cost(costs, weights, seq_len, k * ranks, deadline)
         if not math.isfinite(held):
-            return 0.0
+            return 0.0, True
         row = np.zeros(per_rank)
         row[k:] = -1.0
         rows.append(row)
@@ -307,11 +360,12 @@ def layer_bound(tokens: np.ndarray, costs: np.ndarray, seq_len: int, ranks: int,
         row[j], row[j + 1] = -1.0, 1.0
         rows.append(row)
         limits.append(0.0)
+    complete = not passed(deadline)
     result = linprog(np.ones(per_rank), A_ub=np.array(rows), b_ub=np.array(limits),
-                     bounds=[(f / scale, None) for f in floors], method="highs")
+                     bounds=[(f / scale, None) for f in floors], method="highs", options=_highs_options(deadline))
     if result.status != 0:
-        return 0.0
-    return float(result.fun) * scale * (1 - LAYER_BOUND_RTOL)
+        return 0.0, complete and result.status != 1  # 1: HiGHS's time (or iteration) limit
+    return float(result.fun) * scale * (1 - LAYER_BOUND_RTOL), complete
 
 
 def as_rounds_instance(instance: BalanceInstance) -> BalanceInstance:
@@ -363,5 +417,5 @@ def without_lockstep(instance: BalanceInstance) -> BalanceInstance:
     return dataclasses.replace(instance, objective="makespan")
 
 
-__all__ = ["as_rounds_instance", "capacity_bounds", "layer_bound", "lift_rounds_bins", "lockstep_cost", "run_order",
-           "without_lockstep"]
+__all__ = ["as_rounds_instance", "capacity_bounds", "layer_bound", "layer_bound_within", "lift_rounds_bins",
+           "lockstep_cost", "run_order", "without_lockstep"]

@@ -10,8 +10,11 @@ by cost, largest first, in snake order (rank 0, 1, ..., D−1, D−1, ..., 0, ..
 close; no search beyond that. O(n log n) in numpy: well under a second per million samples.
 
 It applies to instances without budgets and rank rules (those need the rule-keeping constructions of
-the backends) and with at least D·m samples; it returns None where a round places no sample (some
-sample fits no bin) or after :data:`MAX_ROUNDS` rounds.
+the backends) and with at least D·m samples, however many samples a bin then holds; it returns None
+where a round places no sample (some sample fits no bin) or after ⌈n/(D·m)⌉ + :data:`MAX_EXTRA_ROUNDS`
+rounds. A round costs O(D·m·log(D·m)) whatever n is (the samples not yet dealt are read from the sorted
+order by position, and the ones a round defers, at most D·m, go first into the next), so the whole
+packing is O(n log n) plus the extra rounds' work.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import numpy as np
 
 from packplace.balance.schema import BalanceInstance, SampleKey
 
-#: Rounds after which the quick packing gives up (a round places at least one sample per bin that has room).
-MAX_ROUNDS = 256
+#: Rounds beyond ⌈n/(D·m)⌉ (the fewest that deal n samples D·m at a time) after which the quick packing
+#: gives up: a round that defers samples (they do not fit their bin) places fewer than D·m, and a round
+#: places at least one, so without this bound the rounds, and the work, could grow to n·D·m·log(D·m).
+MAX_EXTRA_ROUNDS = 256
 
 
 def quick_packing(instance: BalanceInstance) -> tuple[tuple[SampleKey, ...], ...] | None:
@@ -58,15 +63,19 @@ def quick_packing(instance: BalanceInstance) -> tuple[tuple[SampleKey, ...], ...
 def _worst_fit_rounds(tokens: np.ndarray, num_bins: int, seq_len: int, single: bool) -> np.ndarray | None:
     """The bin of each sample (int64 array), or None (module docstring). ``single``: a sample above
     ``seq_len`` fits an empty bin."""
-    pending = np.argsort(-tokens, kind="stable")
+    order = np.argsort(-tokens, kind="stable")
+    n = len(order)
     used = np.zeros(num_bins, dtype=np.int64)
-    bin_of = np.full(len(tokens), -1, dtype=np.int64)
-    for _ in range(MAX_ROUNDS):
-        if not pending.size:
+    bin_of = np.full(n, -1, dtype=np.int64)
+    deferred = np.zeros(0, dtype=order.dtype)  # samples a round did not place: first in the next round
+    start = 0  # order[start:] not dealt yet
+    for _ in range(-(-n // num_bins) + MAX_EXTRA_ROUNDS):
+        if not deferred.size and start >= n:
             break
-        k = min(num_bins, pending.size)
-        emptiest = np.argsort(used, kind="stable")[:k]
-        items = pending[:k]
+        fresh = min(num_bins - deferred.size, n - start)
+        items = np.concatenate((deferred, order[start:start + fresh]))
+        start += fresh
+        emptiest = np.argsort(used, kind="stable")[:items.size]
         room = used[emptiest]
         fits = room + tokens[items] <= seq_len
         if single:
@@ -75,7 +84,7 @@ def _worst_fit_rounds(tokens: np.ndarray, num_bins: int, seq_len: int, single: b
             return None
         bin_of[items[fits]] = emptiest[fits]
         used[emptiest[fits]] += tokens[items[fits]]
-        pending = np.concatenate((items[~fits], pending[k:]))
-    if pending.size or (np.bincount(bin_of, minlength=num_bins) == 0).any():
+        deferred = items[~fits]
+    if deferred.size or start < n or (np.bincount(bin_of, minlength=num_bins) == 0).any():
         return None
     return bin_of
