@@ -183,6 +183,20 @@ UNSERVABLE = [
     ("micro_batch_partitions: no common micro-batch count", lambda: micro_batch_partitions([83, 83, 18], 100, 2),
      InfeasibleError, "seqlens: no number of micro-batches per rank in [1, 1] holds all 3 sequences on dp_size=2 "
                       "ranks within the cap max_token_len 100 (equal_size=True); proven"),
+    ("micro_batch_partitions: a length past 2^53", lambda: micro_batch_partitions([2**60] * 4, 2**61, 2),
+     ConfigError, "seqlens[0]: tokens must be at most 2^53, got 1152921504606846976"),
+    ("micro_batch_partitions: no micro-batch may hold a sequence",
+     lambda: micro_batch_partitions([3, 3], 100, 2, max_samples_per_micro_batch=0), ConfigError,
+     "max_samples_per_micro_batch: must be an integer >= 1, got 0"),
+    ("micro_batch_partitions: costs past float64", lambda: micro_batch_partitions([3, 3], 100, 2, costs=[1e308] * 2),
+     ConfigError, "costs: the costs sum to more than float64 holds, above the supported 2^1022 (loads and their "
+                  "sums must stay finite in float64); rescale them to a smaller unit"),
+    ("partition: weights past float64", lambda: partition([1e308] * 3, 2), ConfigError,
+     "weights: the costs sum to more than float64 holds, above the supported 2^1022 (loads and their sums must "
+     "stay finite in float64); rescale them to a smaller unit"),
+    ("PackplacePackingScheduler: a length past 2^53",
+     lambda: PackplacePackingScheduler(2**60, 1, 2, None).get_groups_and_subsamples(list(enumerate([2**59] * 4))),
+     ConfigError, "sample_id_seqlens[0][1]: tokens must be at most 2^53, got 576460752303423488"),
     ("PackplaceDynamicCPScheduler: a sequence over the whole DP x CP group",
      lambda: PackplaceDynamicCPScheduler(4, 2, 2, None).get_groups_and_subsamples(list(enumerate([17, 3]))),
      InfeasibleError, "sample_id_seqlens: sample 0 has 17 tokens, more than the largest CP group holds (4 ranks x "

@@ -1,4 +1,5 @@
-"""Argument checks shared by the drop-ins: one ``ConfigError`` line naming the argument (and the element)."""
+"""Argument checks shared by the drop-ins: one ``ConfigError`` line naming the argument (and the element); and
+the balance problem's refusals about its own fields re-worded in a drop-in's argument names (:func:`callers_terms`)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,8 @@ _AUTO = re.compile(r"local_batch_size: 'auto'(?: with [^:]*)?:? (?:found )?no bi
                    r"rules \((?P<rules>.*?)(?P<proven>; proven)?\)")
 _FEW = re.compile(r"samples: (?P<n>\d+) samples cannot give each of data_parallel_size=(?P<ranks>\d+) ranks a "
                   r"non-empty bin.*")
+_SAMPLE = re.compile(r"sample (?P<key>\S+?): (?P<rest>.*)")
+_COSTS = re.compile(r"samples: the costs (?P<rest>.*)")
 
 
 @dataclass(frozen=True)
@@ -85,17 +88,19 @@ class BalanceTerms:
         ranks: The rank count as the caller set it, e.g. ``"dp_size=2"``.
         unit: What a bin is to the caller, e.g. ``"micro-batch"``.
         count: What is counted per rank, e.g. ``"micro-batches per rank"``.
-        rules: Balance rule name → the caller's argument (``{"equal_count": "equal_size"}``): shown where the
-            message lists the rule with a value other than None.
+        rules: Balance field name → the caller's argument (``{"equal_count": "equal_size"}``): shown where the
+            message lists the rule with a value other than None, and named where a message is about it.
+        costs: The argument the per-sample costs come from (default: ``sequences``).
     """
 
     sequences: str
     element: str
-    cap: str
-    ranks: str
-    unit: str
-    count: str
+    cap: str = ""
+    ranks: str = ""
+    unit: str = "bin"
+    count: str = "bins per rank"
     rules: Mapping[str, str] = field(default_factory=dict)
+    costs: str | None = None
 
     def translate(self, message: str) -> str | None:
         """``message`` in the caller's terms, or None when it is not one of the balance problem's messages
@@ -117,6 +122,15 @@ class BalanceTerms:
         if found:
             return (f"{self.sequences}: {found['n']} sequences cannot give each of {self.ranks} ranks a non-empty "
                     f"{self.unit}")
+        found = _COSTS.fullmatch(message)
+        if found:
+            return f"{self.costs or self.sequences}: the costs {found['rest']}"
+        found = _SAMPLE.fullmatch(message)
+        if found:
+            return f"{self.element.format(key=found['key'])}: {found['rest']}"
+        for name, caller in self.rules.items():
+            if message.startswith(f"{name}: "):
+                return f"{caller}: {message[len(name) + 2:]}"
         return None
 
 

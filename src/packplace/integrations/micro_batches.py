@@ -84,7 +84,8 @@ def micro_batch_partitions(
                           "non-empty micro-batch")
     terms = BalanceTerms(sequences="seqlens", element="seqlens[{key}]", cap=f"max_token_len {cap}",
                          ranks=f"dp_size={dp_size}", unit="micro-batch", count="micro-batches per rank",
-                         rules={"equal_count": "equal_size", "max_samples_per_bin": "max_samples_per_micro_batch"})
+                         rules={"equal_count": "equal_size", "max_samples_per_bin": "max_samples_per_micro_batch"},
+                         costs="seqlens" if costs is None else "costs")
     with callers_terms(terms):
         instance = make_instance(
             tokens, _default_costs(tokens) if costs is None else costs, seq_len=max_token_len,
