@@ -19,6 +19,7 @@ from packplace.context_parallel import (
     plan_from_slots,
     solve_context_parallel,
 )
+from packplace.errors import InfeasibleError
 from packplace.registry import available
 
 COST = CPCost(linear_s_per_token=1e-3, attention_s_per_token2=1e-6, ring_bytes_per_token=100.0, ring_messages=2,
@@ -315,3 +316,58 @@ def test_greedy_says_when_the_time_limit_cut_it():
     again = packplace.balance(inst, solver="greedy")
     assert not full.hit_time_limit and full.objective == again.objective == 10331399.0
     assert cut.objective >= full.objective
+
+
+def test_megatrons_alignment_splits_the_last_micro_batches_by_hand():
+    # Megatron's align_sample_id_groups on 4 ranks: [CP-2 {0}, CP-1 {1}, CP-1 {2}] splits where the ranks reach half
+    # (after the CP-2 group); {0} grows 2 -> 4, {1} grows 1 -> 2 and then {2} 1 -> 2. The moved half takes the
+    # micro-batch's place, the kept half is appended.
+    from packplace.solvers.context_parallel.megatron import align_slots, split_slot
+
+    slot = [(2, [0]), (1, [1]), (1, [2])]
+    assert split_slot(slot, (1, 2, 4), 4) == ([(4, [0])], [(2, [1]), (2, [2])])
+    assert split_slot([(4, [0, 1])], (1, 2, 4), 4) is None          # one group: Megatron cannot split it
+    assert align_slots([slot], 2, (1, 2, 4), 4) == [[(2, [1]), (2, [2])], [(4, [0])]]
+    assert align_slots([slot], 3, (1, 2, 4), 4) is None             # each micro-batch splits once, then it stops
+    inst = make_instance([6, 3, 2, 2, 1], dp=2, context_parallel={"max": 2, "sizes": [1, 2, 4],
+                                                                  "max_tokens_per_rank": 4, "micro_batches": 2})
+    result = solve_context_parallel(inst, "megatron")   # the hand-traced plan above, split as Megatron splits it
+    assert [[(g.size, g.keys) for g in slot] for slot in result.solution.micro_batches] == [
+        [(2, (1, 4)), (2, (2, 3))], [(4, (0,))]]
+
+
+def test_greedy_reaches_a_fixed_count_above_its_own_where_the_token_cap_binds():
+    # one rank, 8 tokens: no slot of 95% of 8 tokens holds the 8-token sequence, and 4 slots must each hold one
+    inst = make_instance([8, 4, 6, 4], dp=1, context_parallel={"max": 1, "max_tokens_per_rank": 8,
+                                                               "micro_batches": 4})
+    result = solve_context_parallel(inst, "greedy")
+    assert result.ok and len(result.solution.micro_batches) == 4
+    assert result.objective == pytest.approx(8**2 + 6**2 + 4**2 + 4**2)   # 132, cpsat's proven optimum
+    three = make_instance([4, 4, 4, 4], dp=1, context_parallel={"max": 1, "max_tokens_per_rank": 8,
+                                                                "micro_batches": 3})
+    result = solve_context_parallel(three, "greedy")
+    assert result.ok and len(result.solution.micro_batches) == 3
+    assert result.objective == pytest.approx((16 + 16) + 16 + 16)   # {4, 4} in one slot (s²/c each), 4, 4
+
+
+def test_a_count_the_token_cap_rules_out_is_refused_naming_it():
+    with pytest.raises(InfeasibleError, match=r"^context_parallel\.micro_batches: 2 micro-batches of 1 ranks hold "
+                                              r"at most 16 tokens \(max_tokens_per_rank 8\), the sequences have 24$"):
+        make_instance([8, 8, 8], dp=1, context_parallel={"max": 1, "max_tokens_per_rank": 8, "micro_batches": 2})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2, 4]), cap=st.sampled_from([4, 8]), data=st.data())
+def test_greedy_reaches_every_count_from_its_own_to_one_sequence_per_micro_batch(dp, cp, cap, data):
+    # the sizes include every rank (as Megatron's dynamic CP does): any count from greedy's own up to n is feasible
+    ranks = dp * cp
+    tokens = data.draw(st.lists(st.integers(1, ranks * cap), min_size=1, max_size=7))
+    spec = {"max": cp, "sizes": [s for s in (1, 2, 4, 8) if s <= ranks and ranks % s == 0], "max_tokens_per_rank": cap}
+    own = solve_context_parallel(make_instance(tokens, dp=dp, context_parallel=spec), "greedy", polish=0)
+    assert own.ok
+    for count in range(len(own.solution.micro_batches), len(tokens) + 1):
+        inst = make_instance(tokens, dp=dp, context_parallel={**spec, "micro_batches": count})
+        result = solve_context_parallel(inst, "greedy", polish=0)
+        assert result.ok, (count, result.message)
+        assert len(result.solution.micro_batches) == count
+        assert ContextParallelEvaluator(inst).score(result.solution).feasible

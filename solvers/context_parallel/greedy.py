@@ -4,7 +4,10 @@ packing into lockstep slots, then local moves under a work budget. Deterministic
 1. **Slots.** ``k`` slots, the fewest the token cap allows (``⌈Σ tokens / (R · max_tokens_per_rank)⌉``; with
    ``extra_slots`` that many more counts are tried too, and more until one works). Sequences go to slots
    longest first, each to the slot of least estimated time, ``max(its slowest sequence's fastest solo time,
-   its work / R)`` (the two terms of the lower bound), within 95% of its ``R · max_tokens_per_rank`` tokens.
+   its work / R)`` (the two terms of the lower bound), within 95% of its ``R · max_tokens_per_rank`` tokens
+   (within all of them where no slot has room below 95%). A fixed ``micro_batches`` is the one count; where no
+   construction reaches it, the constructions at their own counts and Megatron's plan are split to it
+   (:func:`_split_to`).
 2. **One slot.** For a target time ``τ`` every sequence takes the smallest allowed CP size whose solo time is at
    most ``τ`` (its fastest size when none is): sequences above the smallest size get groups of their own, the
    rest fill lanes of the smallest size, longest first onto the least busy group or lane with token room
@@ -47,7 +50,7 @@ from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal, optimality_level
 from packplace.run import OutOfTime
 from packplace.solvers.context_parallel._common import assemble, tile
-from packplace.solvers.context_parallel.megatron import megatron_slots
+from packplace.solvers.context_parallel.megatron import align_slots, megatron_slots
 from packplace.solvers.context_parallel.static import static_packs
 
 
@@ -289,8 +292,9 @@ TOKEN_FILL = 0.95
 
 def _distribute(table: _Table, slots: int) -> list[list[int]] | None:
     """Sequences to ``slots`` slots, longest first, each to the slot of least estimated time (``max(slowest
-    fastest solo time, work / R)``; fewest tokens on a tie) with token room (LPT); None when the token cap or
-    an empty slot stops it."""
+    fastest solo time, work / R)``; fewest tokens on a tie) with token room (LPT: within :data:`TOKEN_FILL` of
+    the slot's capacity, else, where no slot has that, within the capacity); None when the token cap or an
+    empty slot stops it."""
     ranks = table.ranks
     capacity = math.inf if table.cap is None else ranks * table.cap * TOKEN_FILL
     order = np.argsort(-table.tokens, kind="stable")
@@ -303,19 +307,30 @@ def _distribute(table: _Table, slots: int) -> list[list[int]] | None:
     left = len(order)
     widths = np.asarray(table.sizes)[table.smallest_index].tolist()  # each sequence's smallest CP size
     width_of = [0] * slots  # ranks the slot's sequences take at their smallest sizes, each alone
+    full = math.inf if table.cap is None else ranks * table.cap
     for i in order.tolist():
         s, f, w = table.tokens_list[i], float(table.fastest[i]), float(table.work[i])
         held = []
+        spare = None  # the first slot with room only past TOKEN_FILL: taken when no slot has room within it
         while heap:
             estimate, tokens, j = heapq.heappop(heap)
             # token room, rank room for the sequences needing a group of their own (above the smallest size),
             # and, when the sequences left only just cover the slots still short of sequences, one of those
-            if tokens + s <= capacity and (widths[i] == table.sizes[0] or width_of[j] + widths[i] <= ranks) and (
-                    left > deficit or len(members[j]) < fewest):
+            fits = (widths[i] == table.sizes[0] or width_of[j] + widths[i] <= ranks) and (
+                left > deficit or len(members[j]) < fewest)
+            if fits and tokens + s <= capacity:
                 break
-            held.append((estimate, tokens, j))
+            if fits and spare is None and tokens + s <= full:
+                spare = (estimate, tokens, j)
+            else:
+                held.append((estimate, tokens, j))
         else:
-            return None
+            if spare is None:
+                return None
+            estimate, tokens, j = spare
+            spare = None
+        if spare is not None:
+            held.append(spare)
         left -= 1
         if widths[i] > table.sizes[0]:
             width_of[j] += widths[i]
@@ -603,19 +618,71 @@ def _static_slots(table: _Table) -> list[list[_Group]] | None:
     return _from_slots(table, slots)
 
 
-def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_start: bool = True,
-          max_moves: int | None = None, run: Any = None) -> tuple[list[list[tuple[int, list[int]]]] | None, int]:
-    """The heuristic's slots ``[[(size, positions), ...], ...]`` (None: no plan found) and the candidate moves
-    scored: the best of its constructions (and of Megatron's plan with ``megatron_start``), improved."""
-    table = _Table(instance)
+def _copy(groups: list[_Group]) -> list[_Group]:
+    return [_Group(g.k, g.total, g.squares, list(g.members), g.time) for g in groups]
+
+
+def _split_slot(table: _Table, groups: list[_Group]) -> tuple[float, list[_Group], list[_Group]] | None:
+    """One slot made two, the better (least summed slot time) of: its sequences dealt by work into two halves
+    (longest first onto the lighter), each packed anew (:func:`_slot`); and its groups, largest first, cut at
+    half of the ranks, each half's empty ranks filled (:func:`_fill`: Megatron's split, which keeps every
+    group). The two slots' summed time and their groups; None when neither works (one sequence, or halves
+    that cannot fill the ranks)."""
+    sizes, ranks = table.sizes, table.ranks
+    options = []
+    members = sorted((i for g in groups for i in g.members), key=lambda i: -table.work[i])
+    if len(members) >= 2:
+        halves: list[list[int]] = [[], []]
+        loads = [0.0, 0.0]
+        for i in members:
+            side = 0 if loads[0] <= loads[1] else 1
+            halves[side].append(i)
+            loads[side] += float(table.work[i])
+        packed = [_slot(table, half) for half in halves]
+        if packed[0] is not None and packed[1] is not None:
+            options.append((packed[0], packed[1]))
+    ordered = sorted(groups, key=lambda g: -sizes[g.k])
+    if len(ordered) >= 2:
+        start, cut = 0, 0
+        while start < ranks // 2:
+            start += sizes[ordered[cut].k]
+            cut += 1
+        parts = [_copy(ordered[:cut]), _copy(ordered[cut:])]
+        if all(_fill(table, part, ranks - sum(sizes[g.k] for g in part)) for part in parts):
+            options.append((parts[0], parts[1]))
+    scored = [(max(g.time for g in a) + max(g.time for g in b), a, b) for a, b in options]
+    return min(scored, key=lambda x: x[0]) if scored else None
+
+
+def _split_to(table: _Table, slots: list[list[_Group]], count: int) -> list[list[_Group]] | None:
+    """``slots`` split (:func:`_split_slot`) until there are ``count``: each time the split that adds the
+    least step time; None when no slot can be split first."""
+    out = [_copy(slot) for slot in slots]
+    splits: dict[int, tuple[float, list[_Group], list[_Group]] | None] = {}
+    while len(out) < count:
+        best = None
+        for j, slot in enumerate(out):
+            if j not in splits:
+                splits[j] = _split_slot(table, slot)
+            found = splits[j]
+            if found is not None:
+                added = found[0] - max(g.time for g in slot)
+                if best is None or added < best[0]:
+                    best = (added, j, found)
+        if best is None:
+            return None
+        _, j, (_, first, second) = best
+        out[j] = first
+        out.append(second)
+        splits.pop(j)
+    return out
+
+
+def _constructions(table: _Table, instance: ContextParallelInstance, counts: list[int], fixed: bool,
+                   run: Any) -> list[list[list[_Group]]]:
+    """The constructions at ``counts`` slots (distribution, then one slot at a time); unless ``fixed``, when
+    none works, at more slots until one does."""
     n = instance.n
-    if instance.micro_batches is not None:
-        counts = [instance.micro_batches]
-    else:
-        first = 1 if instance.max_tokens_per_rank is None else max(
-            1, math.ceil(float(table.tokens.sum()) / (instance.ranks * instance.max_tokens_per_rank)))
-        counts = list(range(first, first + 1 + extra_slots))
-    budget = DEFAULT_MOVES_PER_SEQUENCE * n + MOVES_FLOOR if max_moves is None else max_moves
     candidates: list[list[list[_Group]]] = []
 
     def late() -> bool:
@@ -640,19 +707,62 @@ def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_s
             slots.append(groups)
         else:
             candidates.append(slots)
-    if not candidates:  # more slots: fewer sequences each (a slot with too few cannot fill its ranks)
+    if not candidates and not fixed:  # more slots: fewer sequences each (a slot with too few cannot fill its ranks)
         fewest = instance.ranks // instance.sizes[-1]
-        for count in range(counts[-1] + 1, n // max(1, fewest) + 1) if instance.micro_batches is None else ():
+        for count in range(counts[-1] + 1, n // max(1, fewest) + 1):
             members = _distribute(table, count)
             slots = [] if members is None else [_slot(table, m) for m in members]
             if members is not None and all(slot is not None for slot in slots):
                 candidates.append([slot for slot in slots if slot is not None])
                 break
-    if megatron_start and not (candidates and late()):
-        plain = megatron_slots(instance)
-        if plain is not None and (instance.micro_batches is None or len(plain) == instance.micro_batches) and all(
-                tile([size for size, _ in slot], instance.ranks) is not None for slot in plain):
-            candidates.append(_from_slots(table, plain))
+    return candidates
+
+
+def _natural_counts(table: _Table, instance: ContextParallelInstance, extra_slots: int) -> list[int]:
+    first = 1 if instance.max_tokens_per_rank is None else max(
+        1, math.ceil(float(table.tokens.sum()) / (instance.ranks * instance.max_tokens_per_rank)))
+    return list(range(first, first + 1 + extra_slots))
+
+
+def _megatron_start(table: _Table, instance: ContextParallelInstance) -> list[list[_Group]] | None:
+    """Megatron's plan (aligned to a fixed count by its own rule: :func:`align_slots`), when it tiles."""
+    plain = megatron_slots(instance)
+    fixed = instance.micro_batches
+    if plain is not None and fixed is not None and len(plain) < fixed:
+        plain = align_slots(plain, fixed, instance.sizes, instance.ranks)
+    if plain is None or (fixed is not None and len(plain) != fixed) or not all(
+            tile([size for size, _ in slot], instance.ranks) is not None for slot in plain):
+        return None
+    return _from_slots(table, plain)
+
+
+def build(instance: ContextParallelInstance, *, extra_slots: int = 0, megatron_start: bool = True,
+          max_moves: int | None = None, run: Any = None) -> tuple[list[list[tuple[int, list[int]]]] | None, int]:
+    """The heuristic's slots ``[[(size, positions), ...], ...]`` (None: no plan found) and the candidate moves
+    scored: the best of its constructions (and of Megatron's plan with ``megatron_start``), improved."""
+    table = _Table(instance)
+    n = instance.n
+    fixed = instance.micro_batches
+    counts = [fixed] if fixed is not None else _natural_counts(table, instance, extra_slots)
+    budget = DEFAULT_MOVES_PER_SEQUENCE * n + MOVES_FLOOR if max_moves is None else max_moves
+    candidates = _constructions(table, instance, counts, fixed is not None, run)
+    late = run is not None and bool(run.expired())
+    if megatron_start and not (candidates and late):
+        plain = _megatron_start(table, instance)
+        if plain is not None:
+            candidates.append(plain)
+    if fixed is not None and not candidates:
+        # the count is above what the constructions reach at it (the token cap binds): the constructions at
+        # their own counts, split until there are ``fixed`` (a slot's sequences in two halves, or its groups)
+        natural = _constructions(table, instance, _natural_counts(table, instance, extra_slots), False, run)
+        plain = megatron_slots(instance) if megatron_start else None
+        if plain is not None and all(tile([size for size, _ in slot], instance.ranks) is not None for slot in plain):
+            natural.append(_from_slots(table, plain))
+        for slots in natural:
+            if len(slots) < fixed:
+                split = _split_to(table, slots, fixed)
+                if split is not None:
+                    candidates.append(split)
     if not candidates:
         return None, 0
     states = [_State(table, slots) for slots in candidates]
@@ -705,6 +815,18 @@ def _polish(instance: ContextParallelInstance, run: Any, plan: Any, budget: floa
     return plan, ""
 
 
+def _no_plan(instance: ContextParallelInstance) -> str:
+    """Why the heuristic found no plan, as far as it knows: with a fixed count, the count and the counts its
+    constructions reach (the instance has already refused too few sequences and a token total past the
+    count's capacity); else its packing under the token cap."""
+    if instance.micro_batches is not None:
+        return (f"no plan found with exactly {instance.micro_batches} micro-batches: the token cap "
+                f"(max_tokens_per_rank {instance.max_tokens_per_rank}) leaves this heuristic no packing of that "
+                f"many, nor can it split fewer into that many (the cpsat backend searches every packing)")
+    return ("no plan found: the packing under the token cap (max_tokens_per_rank "
+            f"{instance.max_tokens_per_rank}) left a sequence without a group with room")
+
+
 @register("context_parallel", "greedy")
 def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 0, megatron_start: bool = True,
           max_moves: int | None = None, polish: float = DEFAULT_POLISH) -> Proposal:
@@ -719,8 +841,7 @@ def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 0, 
     except OutOfTime:
         return Proposal(None, UNKNOWN, hit_time_limit=True, message="time limit before a first plan")
     if slots is None:
-        return Proposal(None, UNKNOWN, message="no plan found: too few sequences to fill every rank of a slot, or "
-                                               "the token cap leaves a sequence without a group")
+        return Proposal(None, UNKNOWN, message=_no_plan(instance))
     plan = assemble(instance, slots)
     if plan is None:
         return Proposal(None, UNKNOWN, message="the CP sizes of a slot do not tile the ranks")

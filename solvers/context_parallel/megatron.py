@@ -25,8 +25,16 @@ blocks, ``create_dynamic_dp_cp_groups`` in ``megatron/core/parallel_state.py``; 
 lowest free ranks, which is the same layout whenever that is aligned); without ``max_tokens_per_rank`` the
 longest sequence stands for ``max_seqlen_per_dp_cp_rank``; where the whole-micro-batch group would need a
 size the instance does not allow, the largest allowed size tiles the ranks and the sequences go, longest
-first, to the least-loaded group with room. ``max_num_seqs`` and the virtual-pipeline alignment are not
-modelled. The plan is scored by packplace's evaluator under the instance's cost model, not by the workload.
+first, to the least-loaded group with room. ``max_num_seqs`` is not modelled. The plan is scored by
+packplace's evaluator under the instance's cost model, not by the workload.
+
+A fixed ``micro_batches`` above the count it makes is reached as Megatron reaches a multiple of the
+virtual-pipeline group (``align_sample_id_groups`` of ``DefaultDynamicCPScheduler``, same source):
+micro-batches are split from the last towards the first, each at most once; a split keeps the CP groups
+(largest first) that start below half of the ranks in one micro-batch and moves the rest to a new one, and
+each half fills its empty ranks by growing its first group of the smallest size to the next allowed size
+(Megatron doubles it), again while ranks are empty. A micro-batch of one group cannot be split; when the
+splits run out first, Megatron stops (an assertion) and so does this backend (:func:`align_slots`).
 """
 
 from __future__ import annotations
@@ -178,12 +186,71 @@ def megatron_slots(instance: ContextParallelInstance) -> list[list[tuple[int, li
     return slots
 
 
+def _grow(groups: list[tuple[int, list[int]]], sizes: tuple[int, ...], ranks: int
+          ) -> list[tuple[int, list[int]]] | None:
+    """``groups`` with the empty ranks filled Megatron's way: the first group of the smallest size grows to the
+    next allowed size while ranks are empty; None when that overshoots the ranks or no larger size exists."""
+    out = [(size, list(members)) for size, members in groups]
+    while sum(size for size, _ in out) < ranks:
+        free = ranks - sum(size for size, _ in out)
+        smallest = min(size for size, _ in out)
+        larger = [size for size in sizes if size > smallest]
+        if not larger or larger[0] - smallest > free:
+            return None
+        g = next(n for n, (size, _) in enumerate(out) if size == smallest)
+        out[g] = (larger[0], out[g][1])
+    return out
+
+
+def split_slot(slot: list[tuple[int, list[int]]], sizes: tuple[int, ...], ranks: int
+               ) -> tuple[list[tuple[int, list[int]]], list[tuple[int, list[int]]]] | None:
+    """Megatron's split of one micro-batch (``split_group`` of ``align_sample_id_groups``): its groups, largest
+    first, that start below ``ranks // 2`` and the rest, each half's empty ranks filled by :func:`_grow`;
+    ``(kept, moved)``, or None for a micro-batch of one group (or a half that cannot be filled)."""
+    groups = sorted(slot, key=lambda group: -group[0])   # stable: Megatron's groups sit largest first
+    if len(groups) < 2:
+        return None
+    start, cut = 0, 0
+    while start < ranks // 2:
+        start += groups[cut][0]
+        cut += 1
+    kept, moved = _grow(groups[:cut], sizes, ranks), _grow(groups[cut:], sizes, ranks)
+    return None if kept is None or moved is None else (kept, moved)
+
+
+def align_slots(slots: list[list[tuple[int, list[int]]]], count: int, sizes: tuple[int, ...], ranks: int
+                ) -> list[list[tuple[int, list[int]]]] | None:
+    """``slots`` split to ``count`` micro-batches by Megatron's alignment rule (module docstring): from the last
+    micro-batch towards the first, each split at most once, the moved half in its place and the kept half
+    appended; None where Megatron's splits run out first (its assertion)."""
+    out = [list(slot) for slot in slots]
+    remainder, i = count - len(out), len(out) - 1
+    while remainder > 0:
+        if i < 0:
+            return None
+        halves = split_slot(out[i], sizes, ranks)
+        if halves is not None:
+            out[i] = halves[1]
+            out.append(halves[0])
+            remainder -= 1
+        i -= 1
+    return out
+
+
 @register("context_parallel", "megatron")
 def solve(instance: ContextParallelInstance, run: Any) -> Proposal:
     """Megatron-Core's default dynamic-CP scheduler (``default_dynamic_cp``), re-implemented."""
     slots = megatron_slots(instance)
     if slots is None:
         return Proposal(None, UNKNOWN, message="Megatron's scheduler leaves a CP group empty (too few sequences)")
+    if instance.micro_batches is not None and len(slots) < instance.micro_batches:
+        aligned = align_slots(slots, instance.micro_batches, instance.sizes, instance.ranks)
+        if aligned is None:
+            return Proposal(None, UNKNOWN, message=f"Megatron's scheduler makes {len(slots)} micro-batches and its "
+                                                   f"alignment rule cannot split them into "
+                                                   f"{instance.micro_batches} (each split needs a micro-batch "
+                                                   f"of two CP groups or more)")
+        slots = aligned
     if instance.micro_batches is not None and len(slots) != instance.micro_batches:
         return Proposal(None, UNKNOWN, message=f"Megatron's scheduler makes {len(slots)} micro-batches, the "
                                                f"instance fixes {instance.micro_batches}")

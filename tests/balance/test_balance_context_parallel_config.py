@@ -157,3 +157,29 @@ def test_the_shipped_example_runs_with_every_heuristic_backend(capsys, tmp_path)
         steps[backend] = document["objective"]
     # greedy starts from Megatron's plan; one CP size for all is the slowest here
     assert steps["greedy"] <= steps["megatron"] and steps["greedy"] < steps["static"]
+
+
+@pytest.mark.parametrize("lengths,count,objective", [([8, 4, 6, 4], 4, 132.0), ([4, 4, 4, 4], 3, 64.0)])
+def test_a_fixed_micro_batch_count_above_greedys_own_is_reached(tmp_path, capsys, lengths, count, objective):
+    # one rank of 8 tokens: [8, 4, 6, 4] in 4 micro-batches is each alone (64 + 16 + 36 + 16); [4, 4, 4, 4] in 3 is
+    # {4, 4} (32) and two alone (16 + 16); both proven optimal by the bound
+    path = tmp_path / "cp.yaml"
+    path.write_text(yaml.safe_dump(_config(data_parallel_size=1, samples={"lengths": lengths}, context_parallel={
+        "max": 1, "max_tokens_per_rank": 8, "micro_batches": count})))
+    out = tmp_path / "plan.json"
+    code, stdout, err = run_cli(capsys, "balance", "--config", path, "--out", out)
+    assert code == 0, err
+    document = json.loads(out.read_text())
+    assert len(document["report"]["plan"]) == count
+    assert document["objective"] == pytest.approx(objective)
+    assert f"note: {count} micro-batches" in stdout
+
+
+def test_a_fixed_micro_batch_count_the_token_cap_rules_out_names_the_constraint(tmp_path, capsys):
+    path = tmp_path / "cp.yaml"
+    path.write_text(yaml.safe_dump(_config(data_parallel_size=1, samples={"lengths": [8, 8, 8]}, context_parallel={
+        "max": 1, "max_tokens_per_rank": 8, "micro_batches": 2})))
+    code, _, err = run_cli(capsys, "balance", "--config", path)
+    assert code != 0
+    assert one_line(err) == ("packplace balance: infeasible: context_parallel.micro_batches: 2 micro-batches of 1 "
+                             "ranks hold at most 16 tokens (max_tokens_per_rank 8), the sequences have 24")

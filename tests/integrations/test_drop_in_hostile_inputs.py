@@ -17,6 +17,7 @@ from test_megatron_dynamic_cp import _stand_in_data_schedule as _stand_in_dynami
 from test_megatron_scheduler import _stand_in_data_schedule
 
 import packplace.integrations.verl as pv
+from packplace.errors import ConfigError, InfeasibleError
 from packplace.integrations import megatron_planning as planning
 from packplace.integrations import partition
 from packplace.integrations.hyper_parallel import PackplaceBalancingAlgorithm
@@ -151,3 +152,77 @@ def test_valid_calls_of_the_table_succeed():
         if label == "register":
             continue   # needs Megatron-Core (its own tests use a stand-in module)
         call(**valid)
+
+
+#: The balance and context-parallel problems' own field names: a drop-in's message names its caller's arguments.
+INTERNAL_NAMES = ("seq_len", "oversized_policy", "local_batch_size", "data_parallel_size", "max_samples_per_bin",
+                  "equal_count", "max_tokens_per_rank", "context_parallel", "tokens:", "tokens[")
+
+_DCP_SEQUENCES = [planning.SequenceDescriptor(i, n) for i, n in enumerate([17, 4])]
+#: (label, call, exception, the message, exactly) — well-formed input no plan can serve.
+UNSERVABLE = [
+    ("PackplacePackingScheduler: a sequence over the pack cap",
+     lambda: _scheduler().get_groups_and_subsamples(list(enumerate([10, 4, 3]))), ConfigError,
+     "sample_id_seqlens[0][1]: 10 tokens exceed the cap max_seqlen_per_dp_cp_rank x cp_size = 9 tokens per pack"),
+    ("PackplacePackingScheduler.rank_packs: a sequence over the pack cap",
+     lambda: _scheduler().rank_packs([10, 4, 3]), ConfigError,
+     "seqlens[0]: 10 tokens exceed the cap max_seqlen_per_dp_cp_rank x cp_size = 9 tokens per pack"),
+    ("PackplacePackingScheduler: fewer sequences than ranks",
+     lambda: PackplacePackingScheduler(9, 1, 4, None).get_groups_and_subsamples(list(enumerate([1, 4, 3]))),
+     InfeasibleError, "sample_id_seqlens: 3 sequences cannot give each of dp_size=4 ranks a non-empty pack"),
+    # 5 full packs on 2 ranks: one rank would run 3, the other 2
+    ("PackplacePackingScheduler: no common pack count",
+     lambda: PackplacePackingScheduler(9, 1, 2, None).get_groups_and_subsamples(list(enumerate([9] * 5))),
+     InfeasibleError, "sample_id_seqlens: no number of packs per rank in [1, 2] holds all 5 sequences on dp_size=2 "
+                      "ranks within the cap max_seqlen_per_dp_cp_rank x cp_size = 9 tokens per pack; proven"),
+    ("PackplacePackingScheduler: the VPP multiple past the sequences",
+     lambda: PackplacePackingScheduler(9, 1, 2, 4).get_groups_and_subsamples(list(enumerate([9, 9, 1, 1]))),
+     InfeasibleError, "microbatch_group_size_per_vp_stage: 4 needs 4 packs per rank here, and 4 packs on each of "
+                      "dp_size=2 ranks need at least 8 sequences; sample_id_seqlens has 4"),
+    # equal counts put 83 + 18 on one rank, two micro-batches there and one on the other rank
+    ("micro_batch_partitions: no common micro-batch count", lambda: micro_batch_partitions([83, 83, 18], 100, 2),
+     InfeasibleError, "seqlens: no number of micro-batches per rank in [1, 1] holds all 3 sequences on dp_size=2 "
+                      "ranks within the cap max_token_len 100 (equal_size=True); proven"),
+    ("micro_batch_partitions: a length past 2^53", lambda: micro_batch_partitions([2**60] * 4, 2**61, 2),
+     ConfigError, "seqlens[0]: tokens must be at most 2^53, got 1152921504606846976"),
+    ("micro_batch_partitions: no micro-batch may hold a sequence",
+     lambda: micro_batch_partitions([3, 3], 100, 2, max_samples_per_micro_batch=0), ConfigError,
+     "max_samples_per_micro_batch: must be an integer >= 1, got 0"),
+    ("micro_batch_partitions: costs past float64", lambda: micro_batch_partitions([3, 3], 100, 2, costs=[1e308] * 2),
+     ConfigError, "costs: the costs sum to more than float64 holds, above the supported 2^1022 (loads and their "
+                  "sums must stay finite in float64); rescale them to a smaller unit"),
+    ("partition: weights past float64", lambda: partition([1e308] * 3, 2), ConfigError,
+     "weights: the costs sum to more than float64 holds, above the supported 2^1022 (loads and their sums must "
+     "stay finite in float64); rescale them to a smaller unit"),
+    ("PackplacePackingScheduler: a length past 2^53",
+     lambda: PackplacePackingScheduler(2**60, 1, 2, None).get_groups_and_subsamples(list(enumerate([2**59] * 4))),
+     ConfigError, "sample_id_seqlens[0][1]: tokens must be at most 2^53, got 576460752303423488"),
+    ("PackplaceDynamicCPScheduler: a sequence over the whole DP x CP group",
+     lambda: PackplaceDynamicCPScheduler(4, 2, 2, None).get_groups_and_subsamples(list(enumerate([17, 3]))),
+     InfeasibleError, "sample_id_seqlens: sample 0 has 17 tokens, more than the largest CP group holds (4 ranks x "
+                      "max_seqlen_per_dp_cp_rank 4; dp_size x cp_size bound the group)"),
+    ("PackplaceDynamicCPPlanner.build_packs: a sequence over the largest group",
+     lambda: PackplaceDynamicCPPlanner(4, dp_size=2, cp_size=2).build_packs(
+         _DCP_SEQUENCES, planning.PackingConstraints(16)), InfeasibleError,
+     "sequences: sample 0 has 17 tokens, more than the largest CP group holds (4 ranks x max_seqlen_per_dp_cp_rank "
+     "4; dp_size x cp_size and constraints.max_tokens_per_pack bound the group)"),
+    ("PackplaceDynamicCPPlanner.build_packs: too few sequences for groups of one rank",
+     lambda: PackplaceDynamicCPPlanner(4, dp_size=2, cp_size=2).build_packs(
+         [planning.SequenceDescriptor(0, 4)], planning.PackingConstraints(4)), InfeasibleError,
+     "sequences: 1 samples cannot fill the 4 ranks of a micro-batch: every CP group runs at least one, and groups "
+     "of at most 1 ranks (dp_size x cp_size and constraints.max_tokens_per_pack bound them) need 4"),
+    ("PackplaceDynamicCPPlanner.build_plan: a pack over the largest group",
+     lambda: PackplaceDynamicCPPlanner(4).build_plan(
+         [planning.PackDescriptor(i, [i], [n]) for i, n in enumerate([17, 4])],
+         planning.PlacementResources(dp_size=2, cp_size=2)), InfeasibleError,
+     "packs: pack 0 has 17 tokens, more than the largest CP group holds (4 ranks x max_seqlen_per_dp_cp_rank 4; "
+     "resources.dp_size x resources.cp_size bound the group)"),
+]
+
+
+@pytest.mark.parametrize("label,call,exception,message", UNSERVABLE, ids=[u[0] for u in UNSERVABLE])
+def test_input_no_plan_serves_is_refused_in_the_callers_terms(label, call, exception, message):
+    with pytest.raises(exception) as caught:
+        call()
+    assert str(caught.value) == message
+    assert not any(name in message for name in INTERNAL_NAMES), message

@@ -142,7 +142,9 @@ def test_micro_batches_keep_the_cap_the_same_count_and_equal_sizes(data, dp_size
 def test_micro_batches_with_no_common_count_are_refused_with_the_reason():
     # Equal sizes put 2 sequences on one rank and 1 on the other; 369 + 632 > 1000 forces 2 micro-batches on
     # the first rank while the second can hold only 1 non-empty micro-batch: no common count exists.
-    with pytest.raises(InfeasibleError, match=r"local_batch_size: 'auto': no bins per rank in \[1, 1\] can hold"):
+    with pytest.raises(InfeasibleError, match=r"^seqlens: no number of micro-batches per rank in \[1, 1\] holds all 3 "
+                                              r"sequences on dp_size=2 ranks within the cap max_token_len 1000 "
+                                              r"\(equal_size=True\); proven$"):
         micro_batch_partitions([369, 632, 632], 1000, 2)
     # A fourth sequence gives both ranks 2: two micro-batches each exist (no pair of 632 and 369 shares one).
     ranks = micro_batch_partitions([369, 632, 632, 10], 1000, 2)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from packplace.context_parallel import make_instance, solve_context_parallel
 from packplace.errors import ConfigError, InfeasibleError
@@ -318,7 +320,7 @@ def test_padding_and_the_pack_cap_shape_the_packs():
     for pack in packs:
         assert pack.materialized_tokens <= min(16, 8 * pack.metadata["local_cp_size"])
         assert all(p % 4 == 0 for p in pack.padded_sequence_lengths)
-    with pytest.raises(ConfigError, match="^max_tokens_per_pack: allows no CP group"):
+    with pytest.raises(ConfigError, match="^constraints.max_tokens_per_pack: allows no CP group"):
         PackplaceDynamicCPPlanner(8, dp_size=1, cp_size=4, min_cp_size=2, types=planning).build_packs(
             _sequences([5]), planning.PackingConstraints(8))
 
@@ -524,3 +526,76 @@ def test_build_plan_of_packs_reports_a_bound_on_the_sequences_step_time():
                                                                                                        cp_size=4)):
         again = planner.build_plan(list(reversed(packs)), resources)
         assert again.metadata["bound_s"] <= again.metadata["step_time_s"] * (1 + 1e-9)
+
+
+# --- virtual-pipeline alignment: the micro-batch count a multiple of the VPP group -----------------------------
+
+
+def _megatron_aligned_step_time(lengths, dp, cp, cap, multiple):
+    """Megatron's own plan aligned by its own rule (``align_sample_id_groups``) at the multiple above its count,
+    scored by the evaluator; None where its alignment stops (an assertion in Megatron)."""
+    from packplace.context_parallel import ContextParallelEvaluator
+    from packplace.solvers.context_parallel._common import assemble
+    from packplace.solvers.context_parallel.megatron import align_slots, megatron_slots
+
+    instance = make_instance(lengths, dp=dp, context_parallel={
+        "max": cp, "sizes": list(dynamic_cp_sizes(dp * cp)), "max_tokens_per_rank": cap})
+    slots = megatron_slots(instance)
+    if slots is None:
+        return None
+    aligned = align_slots(slots, -(-len(slots) // multiple) * multiple, instance.sizes, instance.ranks)
+    if aligned is None:
+        return None
+    return ContextParallelEvaluator(instance).score(assemble(instance, aligned)).objective
+
+
+def test_the_virtual_pipeline_multiple_is_reached_where_the_token_cap_binds():
+    # one rank, 8 tokens: 8 | 6 | 4+4 is the natural plan (3 micro-batches); VPP 2 needs 4, each sequence alone:
+    # 64 + 36 + 16 + 16 = 132, which cpsat proves optimal. Megatron's own alignment cannot split a micro-batch of
+    # one CP group, so it would stop here.
+    seqlens = list(enumerate([8, 4, 6, 4]))
+    scheduler = PackplaceDynamicCPScheduler(8, 1, 1, 2)
+    groups = scheduler.get_groups_and_subsamples(seqlens)
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=1, cp_size=1, max_seqlen_per_dp_cp_rank=8,
+                                     microbatch_group_size_per_vp_stage=2)
+    assert sorted(ids for mb in groups for ids in mb) == [[0], [1], [2], [3]]
+    assert scheduler.last_result.objective == pytest.approx(132.0)
+    assert _megatron_aligned_step_time([8, 4, 6, 4], 1, 1, 8, 2) is None
+    cpsat = make_instance([8, 4, 6, 4], dp=1, context_parallel={"max": 1, "max_tokens_per_rank": 8,
+                                                                "micro_batches": 4})
+    assert solve_context_parallel(cpsat, "cpsat").objective == pytest.approx(132.0)
+
+
+def test_a_vpp_multiple_past_the_sequences_is_refused_naming_it():
+    # 2 x 8-token sequences on 2 ranks of 8 fit one micro-batch: VPP 2 then takes the multiple below greedy's
+    # first target (its own count, 1, rounds up to 2; 2 works), and a single sequence fills no multiple of 2
+    seqlens = [(0, 8), (1, 8)]
+    groups = PackplaceDynamicCPScheduler(8, 1, 2, 2).get_groups_and_subsamples(seqlens)
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=2, cp_size=1, max_seqlen_per_dp_cp_rank=8,
+                                     microbatch_group_size_per_vp_stage=2)
+    with pytest.raises(InfeasibleError, match=r"^microbatch_group_size_per_vp_stage: no multiple of 2 micro-batches "
+                                              r"fits: 1 sequences fill at most 1 \(one per CP group\), and their 5 "
+                                              r"tokens need at least 1 \(dp_size x cp_size = 1 ranks x "
+                                              r"max_seqlen_per_dp_cp_rank 8 each\)$"):
+        PackplaceDynamicCPScheduler(8, 1, 1, 2).get_groups_and_subsamples([(0, 5)])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2, 4]), cap=st.sampled_from([4, 8]),
+       multiple=st.integers(1, 4), data=st.data())
+def test_the_drop_in_meets_the_vpp_multiple_and_never_loses_to_megatrons_aligned_plan(dp, cp, cap, multiple, data):
+    ranks = dp * cp
+    lengths = data.draw(st.lists(st.integers(1, ranks * cap), min_size=1, max_size=9))
+    seqlens = list(enumerate(lengths))
+    megatron = _megatron_aligned_step_time(lengths, dp, cp, cap, multiple)
+    scheduler = PackplaceDynamicCPScheduler(cap, cp, dp, multiple)
+    try:
+        groups = scheduler.get_groups_and_subsamples(seqlens)
+    except InfeasibleError as error:   # only where Megatron would stop too, and the message names the argument
+        assert megatron is None, str(error)
+        assert str(error).startswith("microbatch_group_size_per_vp_stage: "), str(error)
+        return
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=dp, cp_size=cp, max_seqlen_per_dp_cp_rank=cap,
+                                     microbatch_group_size_per_vp_stage=multiple)
+    if megatron is not None:
+        assert scheduler.last_result.objective <= megatron * (1 + 1e-12)

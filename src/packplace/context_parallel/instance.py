@@ -48,7 +48,8 @@ class ContextParallelInstance:
 
     Raises:
         ConfigError: an invalid field (named with its value).
-        InfeasibleError: a sequence longer than the largest group holds.
+        InfeasibleError: a sequence longer than the largest group holds; too few sequences, or too many
+            tokens, for ``micro_batches``.
     """
 
     keys: tuple[Any, ...]
@@ -108,6 +109,12 @@ class ContextParallelInstance:
                 raise InfeasibleError(
                     f"context_parallel.micro_batches: {self.micro_batches} slots of at least {fewest_groups} "
                     f"non-empty groups need {self.micro_batches * fewest_groups} sequences, got {len(self.tokens)}")
+            total = int(self.tokens.sum())
+            if self.max_tokens_per_rank is not None and total > self.micro_batches * ranks * self.max_tokens_per_rank:
+                raise InfeasibleError(
+                    f"context_parallel.micro_batches: {self.micro_batches} micro-batches of {ranks} ranks hold at "
+                    f"most {self.micro_batches * ranks * self.max_tokens_per_rank} tokens (max_tokens_per_rank "
+                    f"{self.max_tokens_per_rank}), the sequences have {total}")
 
     @property
     def ranks(self) -> int:
@@ -222,7 +229,8 @@ def make_instance(
     Raises:
         ConfigError: one line naming the field and its value (a missing ``dp`` or ``max``, an unknown key,
             a size that does not divide ``D·C``, bad tokens or keys ...).
-        InfeasibleError: a sequence no allowed group holds; too few sequences for ``micro_batches``.
+        InfeasibleError: a sequence no allowed group holds; too few sequences for ``micro_batches``, or more
+            tokens than its micro-batches hold under ``max_tokens_per_rank``.
     """
     if dp is not None and data_parallel_size is not None and dp != data_parallel_size:
         raise ConfigError(f"dp: given as {show(dp)} and as data_parallel_size={show(data_parallel_size)}")

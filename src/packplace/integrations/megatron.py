@@ -34,8 +34,8 @@ import numpy as np
 
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
-from packplace.errors import ConfigError, show
-from packplace.integrations.arguments import number_list, positive_integer
+from packplace.errors import ConfigError, InfeasibleError, show
+from packplace.integrations.arguments import BalanceTerms, callers_terms, number_list, positive_integer
 from packplace.integrations.partition import DEFAULT_SOLVER
 
 
@@ -106,13 +106,25 @@ class PackplacePackingScheduler:
         tokens = np.asarray(lengths, dtype=np.int64)
         costs = sequence_flops(tokens, self.hidden_size)
         multiple = self.microbatch_group_size_per_vp_stage or 1
-        instance = make_instance(tokens, costs, seq_len=self.max_seq_len_all_ranks, data_parallel_size=self.dp_size,
-                                 local_batch_size="auto", name="megatron-packing")
+        terms = BalanceTerms(
+            sequences="seqlens", element="seqlens[{key}]",
+            cap=f"max_seqlen_per_dp_cp_rank x cp_size = {self.max_seq_len_all_ranks} tokens per pack",
+            ranks=f"dp_size={self.dp_size}", unit="pack", count="packs per rank")
+        with callers_terms(terms):
+            instance = make_instance(tokens, costs, seq_len=self.max_seq_len_all_ranks,
+                                     data_parallel_size=self.dp_size, local_batch_size="auto",
+                                     name="megatron-packing")
         if instance.local_batch_size % multiple:
             per_rank = -(-instance.local_batch_size // multiple) * multiple
-            instance = make_instance(tokens, costs, seq_len=self.max_seq_len_all_ranks,
-                                     data_parallel_size=self.dp_size, local_batch_size=per_rank,
-                                     name="megatron-packing")
+            try:
+                instance = make_instance(tokens, costs, seq_len=self.max_seq_len_all_ranks,
+                                         data_parallel_size=self.dp_size, local_batch_size=per_rank,
+                                         name="megatron-packing")
+            except InfeasibleError:
+                raise InfeasibleError(
+                    f"microbatch_group_size_per_vp_stage: {multiple} needs {per_rank} packs per rank here, and "
+                    f"{per_rank} packs on each of dp_size={self.dp_size} ranks need at least "
+                    f"{per_rank * self.dp_size} sequences; seqlens has {len(lengths)}") from None
         result = solve_balance(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed)
         self.last_result = result
         if result.solution is None:
@@ -149,11 +161,13 @@ class PackplacePackingScheduler:
             raise ConfigError("sample_id_seqlens: no samples to pack")
         try:
             packs = self.rank_packs(lengths)
-        except ConfigError as error:
+        except (ConfigError, InfeasibleError) as error:
             message = str(error)
             if message.startswith("seqlens["):   # name the pair's length element as the caller wrote it
                 index, rest = message[len("seqlens["):].split("]", 1)
-                raise ConfigError(f"sample_id_seqlens[{index}][1]{rest}") from None
+                raise type(error)(f"sample_id_seqlens[{index}][1]{rest}") from None
+            if message.startswith("seqlens:") or "; seqlens has " in message:
+                raise type(error)(message.replace("seqlens", "sample_id_seqlens")) from None
             raise
         count = len(packs[0])
         return [[packs[j // self.cp_size][i] for j in range(self.dp_size * self.cp_size)] for i in range(count)]

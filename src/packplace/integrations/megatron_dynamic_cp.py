@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
@@ -51,6 +52,7 @@ from packplace.errors import ConfigError, InfeasibleError, show
 from packplace.integrations import megatron_planning
 from packplace.result import FEASIBLE, OPTIMAL, SolveResult, optimality_level
 from packplace.solvers import available
+from packplace.solvers.context_parallel.megatron import megatron_slots
 
 #: Megatron's packing-scheduler name for dynamic CP (``config.sequence_packing_scheduler``).
 DYNAMIC_CP_SLOT = "default_dynamic_cp"
@@ -129,9 +131,33 @@ def solve_dynamic_cp(instance: ContextParallelInstance, solver: str = DEFAULT_SO
 def _sizes(dp_size: int, cp_size: int, min_cp_size: int, largest: int | None = None) -> list[int]:
     sizes = [s for s in dynamic_cp_sizes(dp_size * cp_size, min_cp_size) if largest is None or s <= largest]
     if not sizes:
-        raise ConfigError(f"max_tokens_per_pack: allows no CP group of at least min_cp_size {min_cp_size} "
-                          f"ranks")
+        raise ConfigError(f"constraints.max_tokens_per_pack: allows no CP group of at least min_cp_size "
+                          f"{min_cp_size} ranks")
     return sizes
+
+
+_TOO_LONG = re.compile(r"tokens: sequence (?P<key>.+?) has (?P<tokens>\d+) tokens, more than the largest CP group "
+                       r"holds \((?P<ranks>\d+) ranks x max_tokens_per_rank (?P<cap>\d+)\)")
+_TOO_FEW = re.compile(r"tokens: (?P<n>\d+) sequences cannot fill the (?P<ranks>\d+) ranks of a micro-batch: every "
+                      r"group runs at least one, and groups of at most (?P<size>\d+) ranks need (?P<need>\d+)")
+
+
+def _callers_message(error: Exception, where: str, item: str, groups: str) -> Exception:
+    """``error`` (the ``context_parallel`` instance's refusal of a too-long or too-short batch) in a drop-in's
+    terms: ``where`` the argument, ``item`` what one entry is (``"sample"``, ``"pack"``), ``groups`` what
+    bounds the largest CP group; any other error as it is."""
+    message = str(error)
+    found = _TOO_LONG.fullmatch(message)
+    if found:
+        return type(error)(f"{where}: {item} {found['key']} has {found['tokens']} tokens, more than the largest "
+                           f"CP group holds ({found['ranks']} ranks x max_seqlen_per_dp_cp_rank {found['cap']}; "
+                           f"{groups} bound the group)")
+    found = _TOO_FEW.fullmatch(message)
+    if found:
+        return type(error)(f"{where}: {found['n']} {item}s cannot fill the {found['ranks']} ranks of a "
+                           f"micro-batch: every CP group runs at least one, and groups of at most {found['size']} "
+                           f"ranks ({groups} bound them) need {found['need']}")
+    return error
 
 
 def build_instance(tokens: Sequence[int], keys: Sequence[Any], *, max_seqlen_per_dp_cp_rank: int, dp_size: int,
@@ -221,8 +247,8 @@ class PackplaceDynamicCPScheduler:
 
         Raises:
             ConfigError: an entry that is not a ``(sample id, length)`` pair, a repeated id, a bad length.
-            InfeasibleError: a sequence longer than the full DP×CP group holds; too few sequences for the
-                virtual-pipeline multiple.
+            InfeasibleError: a sequence longer than the full DP×CP group holds; no plan of a multiple of the
+                virtual-pipeline group (too few sequences, and Megatron's own alignment would stop too).
             RuntimeError: no backend found a plan, or a plan breaks ``max_num_seqs``.
         """
         if isinstance(sample_id_seqlens, (str, bytes, Mapping)) or not hasattr(sample_id_seqlens, "__iter__"):
@@ -246,15 +272,14 @@ class PackplaceDynamicCPScheduler:
                     index, rest = message[len(column):].split("]", 1)
                     raise ConfigError(f"sample_id_seqlens[{index}][{element}]{rest}") from None
             raise
+        except InfeasibleError as error:
+            raise _callers_message(error, "sample_id_seqlens", "sample", "dp_size x cp_size") from None
         self._lengths = dict(zip(instance.keys, instance.tokens.tolist()))
         result = solve_dynamic_cp(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed,
                                   compare_megatron=self.compare_megatron)
         multiple = self.microbatch_group_size_per_vp_stage or 1
-        slots = len(result.solution.micro_batches)
-        if slots % multiple:
-            instance = self._instance(lengths, ids, -(-slots // multiple) * multiple)
-            result = solve_dynamic_cp(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed,
-                                      compare_megatron=self.compare_megatron)
+        if len(result.solution.micro_batches) % multiple:
+            result = self._aligned(instance, lengths, ids, len(result.solution.micro_batches), multiple)
         self.last_result = result
         plan: ContextParallelPlan = result.solution
         if self.max_num_seqs is not None:
@@ -265,6 +290,56 @@ class PackplaceDynamicCPScheduler:
                 raise RuntimeError(f"max_num_seqs: micro-batch {j}'s CP group at rank {first} holds {count} "
                                    f"sequences, more than {self.max_num_seqs} ({result.solver}'s plan)")
         return plan
+
+    def _aligned(self, instance: ContextParallelInstance, lengths: list[int], ids: list[Any], slots: int,
+                 multiple: int) -> SolveResult:
+        """The plan at the next multiple of ``multiple`` above ``slots`` micro-batches (solved again at that
+        fixed count; where none is found there, at the multiples below it down to the token cap's least
+        count), or Megatron's own plan aligned by its own rule (:func:`align_slots`, at the multiple above its
+        count) where that is faster (with ``compare_megatron``) or the solves find none; every plan scored by
+        the evaluator of ``instance``.
+
+        Raises:
+            InfeasibleError: none found: no multiple lies between the token cap's least count and the count
+                the sequences fill (proven; the message names both), or else the solves' reasons.
+        """
+        fewest = instance.ranks // instance.sizes[-1]   # groups a micro-batch needs, each with a sequence
+        most = instance.n // fewest
+        least = max(1, -(-int(instance.tokens.sum()) // (instance.ranks * self.max_seqlen_per_dp_cp_rank)))
+        target = -(-slots // multiple) * multiple
+        options: list[SolveResult] = []
+        reasons: list[str] = []
+        for count in range(min(target, most // multiple * multiple), least - 1, -multiple):
+            if count < 1:
+                break
+            try:
+                options.append(solve_dynamic_cp(self._instance(lengths, ids, count), self.solver,
+                                                time_limit_s=self.time_limit_s, seed=self.seed,
+                                                compare_megatron=self.compare_megatron))
+                break
+            except (InfeasibleError, RuntimeError) as error:
+                reasons.append(str(error))
+        natural = megatron_slots(instance)
+        own = None if natural is None else -(-len(natural) // multiple) * multiple
+        solved = {len(option.solution.micro_batches) for option in options}
+        if own is not None and own <= most and ((self.compare_megatron and own not in solved) or not options):
+            try:
+                options.append(solve_dynamic_cp(self._instance(lengths, ids, own), MEGATRON_BACKEND,
+                                                time_limit_s=self.time_limit_s, seed=self.seed,
+                                                compare_megatron=False))
+            except (InfeasibleError, RuntimeError) as error:
+                reasons.append(str(error))
+        if not options:
+            if most // multiple * multiple < least:
+                raise InfeasibleError(
+                    f"microbatch_group_size_per_vp_stage: no multiple of {multiple} micro-batches fits: "
+                    f"{instance.n} sequences fill at most {most} (one per CP group), and their "
+                    f"{int(instance.tokens.sum())} tokens need at least {least} (dp_size x cp_size = "
+                    f"{instance.ranks} ranks x max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank} each)")
+            raise InfeasibleError(f"microbatch_group_size_per_vp_stage: no plan of a multiple of {multiple} "
+                                  f"micro-batches found ({'; '.join(dict.fromkeys(reasons))})")
+        evaluator = ContextParallelEvaluator(instance)
+        return min(options, key=lambda option: evaluator.score(option.solution).objective)
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> list[list[list[Any]]]:
         """Megatron's slot: ``groups[i][j]`` = the sample ids DP×CP rank ``j`` runs in micro-batch ``i``
@@ -345,9 +420,14 @@ class PackplaceDynamicCPPlanner:
     def _solve(self, tokens: list[int], keys: list[Any], dp: int, cp: int, largest: int | None
                ) -> tuple[ContextParallelInstance, SolveResult]:
         s = self._scheduler
-        instance = build_instance(tokens, keys, max_seqlen_per_dp_cp_rank=self.max_seqlen_per_dp_cp_rank,
-                                  dp_size=dp, cp_size=cp, min_cp_size=self.min_cp_size, largest_size=largest,
-                                  cost=s.cost, gpus_per_node=s.gpus_per_node)
+        try:
+            instance = build_instance(tokens, keys, max_seqlen_per_dp_cp_rank=self.max_seqlen_per_dp_cp_rank,
+                                      dp_size=dp, cp_size=cp, min_cp_size=self.min_cp_size, largest_size=largest,
+                                      cost=s.cost, gpus_per_node=s.gpus_per_node)
+        except InfeasibleError as error:
+            where = ("sequences", "sample", "dp_size x cp_size and constraints.max_tokens_per_pack") \
+                if largest is not None else ("packs", "pack", "resources.dp_size x resources.cp_size")
+            raise _callers_message(error, *where) from None
         result = solve_dynamic_cp(instance, s.solver, time_limit_s=s.time_limit_s, seed=s.seed,
                                   compare_megatron=s.compare_megatron)
         self.last_result = result

@@ -20,7 +20,7 @@ import numpy as np
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
-from packplace.integrations.arguments import number_list, positive_integer
+from packplace.integrations.arguments import BalanceTerms, callers_terms, number_list, positive_integer
 from packplace.integrations.partition import DEFAULT_SOLVER
 
 
@@ -82,11 +82,16 @@ def micro_batch_partitions(
     if isinstance(dp_size, (int, np.integer)) and not isinstance(dp_size, bool) and 0 < len(tokens) < dp_size:
         raise ConfigError(f"seqlens: {len(tokens)} sequences cannot give each of dp_size={int(dp_size)} ranks a "
                           "non-empty micro-batch")
-    instance = make_instance(
-        tokens, _default_costs(tokens) if costs is None else costs, seq_len=max_token_len, data_parallel_size=dp_size,
-        local_batch_size="auto", equal_count=bool(equal_size), max_samples_per_bin=max_samples_per_micro_batch,
-        name="micro-batches",
-    )
+    terms = BalanceTerms(sequences="seqlens", element="seqlens[{key}]", cap=f"max_token_len {cap}",
+                         ranks=f"dp_size={dp_size}", unit="micro-batch", count="micro-batches per rank",
+                         rules={"equal_count": "equal_size", "max_samples_per_bin": "max_samples_per_micro_batch"},
+                         costs="seqlens" if costs is None else "costs")
+    with callers_terms(terms):
+        instance = make_instance(
+            tokens, _default_costs(tokens) if costs is None else costs, seq_len=max_token_len,
+            data_parallel_size=dp_size, local_batch_size="auto", equal_count=bool(equal_size),
+            max_samples_per_bin=max_samples_per_micro_batch, name="micro-batches",
+        )
     result = solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **options)
     if result.solution is None:
         raise RuntimeError(f"micro_batch_partitions: {result.solver} found no assignment "

@@ -12,7 +12,7 @@ from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
-from packplace.integrations.arguments import number_list, positive_integer
+from packplace.integrations.arguments import BalanceTerms, callers_terms, number_list, positive_integer
 
 #: Default backend of the adapters: LPT then pair repair (fast, usually optimal or near it).
 DEFAULT_SOLVER = "repair"
@@ -77,8 +77,9 @@ def partition(
         raise ConfigError(f"weights: {n} values cannot fill k={k} non-empty parts")
     if not isinstance(weights, np.ndarray):
         weights = values
-    instance = make_instance(np.ones(n, dtype=np.int64), weights, seq_len=max(n, 1), data_parallel_size=k,
-                             equal_count=equal_count, name="partition")
+    with callers_terms(BalanceTerms(sequences="weights", element="weights[{key}]")):
+        instance = make_instance(np.ones(n, dtype=np.int64), weights, seq_len=max(n, 1), data_parallel_size=k,
+                                 equal_count=equal_count, name="partition")
     evaluator = BalanceEvaluator(instance)
     candidates = []
     result = solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **options)
