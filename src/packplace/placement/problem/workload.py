@@ -91,9 +91,10 @@ def expected_longest(qs, ts, m: int) -> float:
     return float(np.sum(total))
 
 
-#: Standard deviations (plus as many squared, in ranks) of a binomial past which :func:`expected_order_statistics`
-#: takes its tail as exactly 0 or 1: Bernstein's inequality bounds the mass dropped by ``exp(−z²/4)`` =
-#: ``exp(−49)`` < 1e-21 (a cost bound: the window spans ``O(√n)`` ranks, not ``n``).
+#: ``z`` of the window of a binomial's terms that :func:`expected_order_statistics` sums: ``z·σ + z² + 1`` ranks
+#: either side of the mean, beyond which a tail is taken as exactly 0 or 1; Bernstein's inequality bounds the mass
+#: dropped on each side by ``exp(−z²/4)`` = ``exp(−49)`` < 1e-21 (a cost bound: the window spans ``O(√n)`` ranks,
+#: not ``n``).
 _TAIL_SIGMAS = 14.0
 
 
@@ -147,16 +148,17 @@ def expected_order_statistics(qs, ts, n: int) -> np.ndarray:
         raise ValueError(f"qs and ts must be 1-D of one length (at least 2), got {q.shape} and {t.shape}")
     n = int(n)
     ranks = np.arange(1, n + 1, dtype=float) / (n + 1.0)
-    lower = {u: _rank_tails(n, u, 0) for u in np.unique(q).tolist()}
-    upper = {u: _rank_tails(n, u, 1) for u in np.unique(q).tolist()}
+    breaks = np.unique(q).tolist()
+    own = {u: _rank_tails(n, u, 0) for u in breaks}     # I_u(i, n − i + 1)
+    next_ = {u: _rank_tails(n, u, 1) for u in breaks}   # I_u(i + 1, n − i + 1)
     values = np.zeros(n)
     for u0, u1, t0, t1 in zip(q[:-1].tolist(), q[1:].tolist(), t[:-1].tolist(), t[1:].tolist(), strict=True):
         if u1 <= u0:
             continue
-        mass = lower[u1] - lower[u0]
+        mass = own[u1] - own[u0]
         values += t0 * mass
         if t1 != t0:
-            values += (t1 - t0) / (u1 - u0) * (ranks * (upper[u1] - upper[u0]) - u0 * mass)
+            values += (t1 - t0) / (u1 - u0) * (ranks * (next_[u1] - next_[u0]) - u0 * mass)
     return np.clip(values, float(t.min()), float(t.max()))
 
 
