@@ -5,6 +5,7 @@ time of a stale plan against that hand figure."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -25,9 +26,15 @@ def two_length_workload(prompts: int, samples: int) -> Workload:
     return Workload(prompts, samples, 16, 300, TWO_LENGTHS)
 
 
-def test_two_length_workload_has_half_short_and_half_long_responses():
-    lengths = response_lengths(two_length_workload(8, 4), 32)
-    assert sorted(lengths) == [100.0] * 16 + [300.0] * 16
+def test_two_length_workload_decodes_the_expected_order_statistics_of_half_short_half_long():
+    # the i-th shortest of 32 is 300 when fewer than i of the 32 draws are short: E = 100 + 200·P(Bin(32, ½) < i);
+    # the 16th: 100 + 200·(1 − C(32, 16)/2^32)/2 = 186.005, the 17th 213.995; rounded, the total stays 32 x 200
+    lengths = np.sort(response_lengths(two_length_workload(8, 4), 32))
+    expected = np.array([100 + 200 * sum(math.comb(32, k) for k in range(i)) / 2**32 for i in range(1, 33)])
+    assert np.all(np.abs(lengths - expected) <= 1.0)
+    assert lengths[15] == 186 and lengths[16] == 214
+    assert lengths[:8].tolist() == [100.0] * 8 and lengths[-8:].tolist() == [300.0] * 8
+    assert lengths.sum() == 6400
 
 
 def test_full_engine_streams_one_batch_per_tokens_over_slots():

@@ -34,15 +34,16 @@ LONG_TAIL = Workload(1024, 1, 16, 8192, ((0.9, 500.0), (0.99, 4000.0)))
 HUGE_CACHE = 10**12
 
 
-def test_shares_split_the_stratified_batch_without_replacement():
+def test_shares_split_the_batch_lengths_without_replacement():
     shares = engine_shares(LONG_TAIL, 4, draw=0)
     assert shares.shape == (4, 256)
-    # together the shares are exactly the batch's stratified lengths, only the order is drawn
+    # together the shares are exactly the batch's lengths (its expected order statistics), only the order is drawn
     assert np.array_equal(np.sort(shares.ravel()), np.sort(response_lengths(LONG_TAIL, 1024)))
     assert np.array_equal(engine_shares(LONG_TAIL, 4, draw=0), shares)          # deterministic
     assert not np.array_equal(engine_shares(LONG_TAIL, 4, draw=1), shares)      # another batch
-    # one replica holds the batch's longest response: Q(1023.5/1024), by hand 4000 + 0.9512 x 4192
-    assert shares.max() == math.ceil(4000 + (1023.5 / 1024 - 0.99) / 0.01 * 4192) == 7988
+    # one replica holds the batch's longest response: E[longest of 1,024] rounded up; the top segment is
+    # linear, so by hand ≈ Q(1024/1025) = 4000 + 4192·(1 − 100/1025) = 7783.02 -> 7784
+    assert shares.max() == LONG_TAIL.longest_response(1024) == math.ceil(4000 + 4192 * (1 - 100 / 1025)) == 7784
 
 
 def test_shares_refuse_a_replica_count_that_does_not_divide_the_batch():
@@ -102,7 +103,7 @@ def test_share_schedule_by_hand():
     assert (iterations * running).sum() == 9   # every token once
 
 
-def test_share_schedule_of_the_stratified_lengths_is_the_paged_schedule():
+def test_share_schedule_of_the_workload_lengths_is_the_paged_schedule():
     lengths = response_lengths(LONG_TAIL, 256)
     for kv in (HUGE_CACHE, 40_000):     # no preemption, then vLLM's recompute preemptions
         mine = share_schedule(lengths, 64, LONG_TAIL.context_length, kv)

@@ -95,10 +95,10 @@ def test_a_batch_outgrows_the_cache_its_mean_live_length_admits():
     it, run, gen = continuous_schedule(QWEN_WORKLOAD, 256, 256)
     middle = run * 129.0 + gen + run * (it - 1.0) / 2.0
     decode = float((cost.decode_step_times(QWEN3_32B, 4, 1, (1, 4, 8), 8, run, middle) * it).sum())
-    stratified = cost.schedule_decode(QWEN3_32B, 8, 1, 4, paged_schedule(QWEN_WORKLOAD, 256, 256, high), (1, 4, 8))
-    assert stratified == pytest.approx(decode)
+    one_share = cost.schedule_decode(QWEN3_32B, 8, 1, 4, paged_schedule(QWEN_WORKLOAD, 256, 256, high), (1, 4, 8))
+    assert one_share == pytest.approx(decode)
     # the 8 engines decode drawn shares of the batch and the phase waits for the slowest: one of them holds
-    # the batch's longest response, longer than a stratified share's, so no faster than that share
+    # the batch's longest response, longer than a representative share's, so no faster than that share
     prefill = cost.prefill_time(QWEN3_32B, 4, 256, 256, 1, (1, 4, 8))
     assert times[0.8] == pytest.approx(prefill + cost.slowest_share_decode(QWEN3_32B, 8, 1, 4, 256, high, (1, 4, 8)))
     assert times[0.8] > prefill + decode

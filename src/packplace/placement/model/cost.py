@@ -1438,11 +1438,12 @@ class CostModel:
         :func:`~packplace.placement.model.engine.paged_schedule` gives segments of iterations with a constant
         running set (vLLM's preemptions where the batch outgrows the cache), priced by
         :meth:`schedule_decode`; plus the prefill of every prompt in passes of the running batch
-        (:meth:`prefill_time`). One replica decodes a stratified sample of the lengths; ``dp > 1`` replicas
+        (:meth:`prefill_time`). One replica decodes the expected order statistics of its sequences' lengths
+        (:func:`~packplace.placement.model.engine.response_lengths`); ``dp > 1`` replicas
         decode the fixed shares the frameworks cut before generating, and the phase lasts until the
         slowest share ends (:meth:`slowest_share_decode`; without ``gen_quantiles`` every response has the
-        same length and every share is the stratified one; a batch of more than
-        :data:`~packplace.placement.model.engine.MAX_SHARE_SEQUENCES` keeps the stratified share).
+        same length and every share is alike; a batch of more than
+        :data:`~packplace.placement.model.engine.MAX_SHARE_SEQUENCES` keeps that of one replica's sequences).
 
         With ``dispatch: queue`` the static batches of the whole step go to the first free replica
         (:func:`~packplace.placement.model.engine.static_queue_makespan`), each decoding to its own longest

@@ -28,7 +28,7 @@ from packplace.placement.model.memory import (
     stage_kv_bytes_per_token,
 )
 from packplace.placement.problem.models import ModelSpec
-from packplace.placement.problem.workload import Workload
+from packplace.placement.problem.workload import Workload, expected_order_statistics
 
 #: Batching policies of a rollout engine.
 BATCHING = ("continuous", "static")
@@ -56,8 +56,8 @@ SHARE_SEED = 0
 #: :data:`~packplace.placement.model.dp_balance.LENGTH_DRAWS`).
 SHARE_DRAWS = 4
 #: Most sequences of a batch whose engine shares are drawn (:func:`engine_shares`); a larger batch keeps
-#: every replica's stratified share (drawing and ranking every share would cost memory and time in
-#: proportion to the batch), not a physical constant.
+#: every replica's representative share (:func:`response_lengths` of its size; drawing and ranking every
+#: share would cost memory and time in proportion to the batch), not a physical constant.
 MAX_SHARE_SEQUENCES = 65_536
 #: Engines simulated per drawn batch (:func:`straggler_candidates`): this many with the longest
 #: first-come-first-served makespans on the engine's slots and this many with the most tokens.
@@ -169,14 +169,46 @@ def mean_live_tokens(workload: Workload) -> float:
 
 
 def response_lengths(workload: Workload, count: int) -> np.ndarray:
-    """``count`` response lengths (decode steps, integers ≥ 1) in arrival order: the quantile function at
-    ``(i + 0.5)/count`` (a stratified sample of the length distribution, shape ``(count,)``), shuffled by a
-    fixed seed (requests arrive in an order unrelated to their length)."""
-    qs = (np.arange(count, dtype=float) + 0.5) / count
-    points_q, points_t = workload._quantile_points
-    lengths = np.maximum(1.0, np.ceil(np.interp(qs, points_q, points_t)))
+    """``count`` response lengths (decode steps, integers ≥ 1) in arrival order: the expected order statistics
+    of ``count`` draws rounded to integers (:func:`ordered_lengths`, shape ``(count,)``), shuffled by a fixed
+    seed (requests arrive in an order unrelated to their length)."""
+    lengths = ordered_lengths(workload, count)
     order = np.random.default_rng(ARRIVAL_SEED).permutation(count)
     return lengths[order]
+
+
+def ordered_lengths(workload: Workload, count: int) -> np.ndarray:
+    """The response lengths a batch of ``count`` sequences is simulated on, ascending (decode steps, integers
+    in ``[1, T]``, shape ``(count,)``, read-only): the expected order statistics ``E[X_(i:count)]`` of
+    ``count`` draws from the workload's quantile function
+    (:func:`~packplace.placement.problem.workload.expected_order_statistics`), rounded.
+
+    Rounding: the ``count − 1`` shorter ones by their cumulative sum (each length is the step of the rounded
+    running total, ``round(C_i) − round(C_(i−1))``, so each stays within 1 of its expected value, at least 1
+    and at most ``T``, and their total within 1/2 of theirs), the longest rounded up, which is
+    :meth:`~packplace.placement.problem.workload.Workload.longest_response` of ``count``. The total drives the
+    prefill and decode work and the KV cache's load, and the longest the phase's end: rounding every length
+    up would add up to ``count`` tokens (half a token a response on average), a rounded total keeps the work
+    within 1.5 tokens of ``count`` times the mean; the longest rounded up is the one definition of the decode
+    length of a batch run to its longest, so a continuously batched engine that admits the whole batch ends
+    when a static batch of it would.
+
+    Raises:
+        ValueError: ``count`` below 1.
+    """
+    if int(count) != count or count < 1:
+        raise ValueError(f"ordered_lengths: count must be an integer of at least 1, got {count!r}")
+    return _ordered_lengths(workload, int(count))
+
+
+@lru_cache(maxsize=64)
+def _ordered_lengths(workload: Workload, count: int) -> np.ndarray:
+    qs, ts = workload._quantile_points
+    expected = np.clip(expected_order_statistics(qs, ts, count), 1.0, float(workload.generation_length))
+    totals = np.floor(np.cumsum(expected[:-1]) + 0.5)
+    lengths = np.sort(np.append(np.diff(totals, prepend=0.0), float(workload.longest_response(count))))
+    lengths.setflags(write=False)
+    return lengths
 
 
 def engine_shares(workload: Workload, replicas: int, draw: int = 0) -> np.ndarray:
@@ -192,8 +224,8 @@ def engine_shares(workload: Workload, replicas: int, draw: int = 0) -> np.ndarra
     (openrlhf/trainer/ppo_utils/experience_maker.py). No engine takes work from another, so the slowest
     engine ends the phase.
 
-    The lengths: the batch's ``n`` responses follow the workload's distribution exactly (the quantile
-    function at ``(i + 0.5)/n``, as :func:`response_lengths`), in an order drawn with seed
+    The lengths: the batch's ``n`` responses are the expected order statistics of ``n`` draws from the
+    workload's distribution (:func:`ordered_lengths`, as :func:`response_lengths`), in an order drawn with seed
     ``SHARE_SEED + draw``: a prompt's samples are drawn *independently* of each other, so any
     equal-count split is a uniformly random one and each engine's share is a random ``n/replicas`` of the
     batch's lengths (sampling without replacement). How a prompt's samples correlate in length is left
@@ -214,11 +246,8 @@ def engine_shares(workload: Workload, replicas: int, draw: int = 0) -> np.ndarra
 @lru_cache(maxsize=256)
 def _shares(workload: Workload, replicas: int, draw: int) -> np.ndarray:
     n = workload.sequences
-    qs = (np.arange(n, dtype=float) + 0.5) / n
-    points_q, points_t = workload._quantile_points
-    lengths = np.maximum(1.0, np.ceil(np.interp(qs, points_q, points_t)))
     order = np.random.default_rng(SHARE_SEED + draw).permutation(n)
-    shares = lengths[order].reshape(replicas, n // replicas)
+    shares = ordered_lengths(workload, n)[order].reshape(replicas, n // replicas)
     shares.setflags(write=False)
     return shares
 
@@ -334,11 +363,11 @@ def _straggler_schedules(workload: Workload, replicas: int, slots: int, kv_token
 def share_schedule(lengths: np.ndarray, slots: int, context_length: int, kv_tokens: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """:func:`paged_schedule` of one engine decoding the given ``lengths`` (shape ``(m,)``, in arrival
-    order) instead of a stratified sample of the workload: the segments ``(iterations, running,
-    generated)`` and the tokens recomputed after preemptions, with prompts of ``context_length`` tokens
-    and a paged cache of ``kv_tokens`` tokens. A share of more than :data:`SIMULATED_SEQUENCES` is
-    simulated on that many of its own order statistics (evenly spaced ranks, its longest kept) with the
-    running limit and the time scaled as :func:`continuous_schedule` does.
+    order) instead of the workload's representative lengths (:func:`response_lengths`): the segments
+    ``(iterations, running, generated)`` and the tokens recomputed after preemptions, with prompts of
+    ``context_length`` tokens and a paged cache of ``kv_tokens`` tokens. A share of more than
+    :data:`SIMULATED_SEQUENCES` is simulated on that many of its own order statistics (evenly spaced ranks, its
+    longest kept) with the running limit and the time scaled as :func:`continuous_schedule` does.
 
     Raises:
         ValueError: an empty ``lengths``, ``slots`` or ``kv_tokens`` < 1.

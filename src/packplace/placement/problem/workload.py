@@ -91,6 +91,77 @@ def expected_longest(qs, ts, m: int) -> float:
     return float(np.sum(total))
 
 
+#: ``z`` of the window of a binomial's terms that :func:`expected_order_statistics` sums: ``z·σ + z² + 1`` ranks
+#: either side of the mean, beyond which a tail is taken as exactly 0 or 1; Bernstein's inequality bounds the mass
+#: dropped on each side by ``exp(−z²/4)`` = ``exp(−49)`` < 1e-21 (a cost bound: the window spans ``O(√n)`` ranks,
+#: not ``n``).
+_TAIL_SIGMAS = 14.0
+
+
+def _rank_tails(n: int, u: float, extra: int) -> np.ndarray:
+    """``I_u(i + extra, n − i + 1)`` for ``i = 1..n`` (the regularised incomplete beta of integer arguments):
+    the probability that at least ``i + extra`` of ``n + extra`` uniform draws fall at or below ``u``, the
+    binomial upper tail ``P(Bin(n + extra, u) ≥ i + extra)``. The binomial's probabilities within
+    :data:`_TAIL_SIGMAS` of its mean come from the ratio of consecutive terms,
+    ``p(j)/p(j − 1) = (m − j + 1)/j · u/(1 − u)``, normalised over that window; beyond it a tail is 0 or 1."""
+    if u <= 0.0:
+        return np.zeros(n)
+    if u >= 1.0:
+        return np.ones(n)
+    m = n + extra
+    reach = _TAIL_SIGMAS * float(np.sqrt(m * u * (1.0 - u))) + _TAIL_SIGMAS ** 2 + 1.0
+    lo, hi = max(0, int(np.ceil(m * u - reach))), min(m, int(np.floor(m * u + reach)))
+    j = np.arange(lo + 1, hi + 1, dtype=float)
+    log_p = np.concatenate([[0.0], np.cumsum(np.log((m - j + 1.0) / j) + (np.log(u) - np.log1p(-u)))])
+    p = np.exp(log_p - log_p.max())
+    upper = np.cumsum((p / p.sum())[::-1])[::-1]   # P(J ≥ lo + t), t = 0..hi − lo
+    k = np.arange(1, n + 1) + extra
+    return np.where(k <= lo, 1.0, np.where(k > hi, 0.0, upper[np.clip(k - lo, 0, hi - lo)]))
+
+
+def expected_order_statistics(qs, ts, n: int) -> np.ndarray:
+    """Expected order statistics ``E[X_(i:n)]``, ``i = 1..n`` (shape ``(n,)``), of ``n`` independent draws from
+    the distribution whose quantile function ``Q`` is piecewise linear through the points ``(qs[k], ts[k])``
+    (``qs`` non-decreasing from 0 to 1; a repeated ``q`` is a jump, an atom), exactly.
+
+    The ``i``-th smallest of ``n`` draws is ``Q(U_(i))``, ``U_(i)`` the ``i``-th of ``n`` uniforms, whose density
+    is the Beta density ``f_i(u) = u^(i−1)·(1 − u)^(n−i) / B(i, n − i + 1)`` (David & Nagaraja, *Order
+    Statistics*, 3rd ed., §3.1), so ``E[X_(i:n)] = ∫ Q(u)·f_i(u) du``. On a segment where
+    ``Q(u) = t0 + b·(u − u0)`` between ``u0`` and ``u1`` that is ``t0·[I_u(i, n − i + 1)] +
+    b·(i/(n + 1)·[I_u(i + 1, n − i + 1)] − u0·[I_u(i, n − i + 1)])`` (``I`` the regularised incomplete beta,
+    ``u·f_i(u) = i/(n + 1)·f_{i+1}`` of ``n + 1`` draws; ``I_u(i, n − i + 1)`` is the probability that at least ``i``
+    of ``n`` uniforms fall below ``u``, a binomial tail, :func:`_rank_tails`); a zero-width segment (an atom's
+    jump) adds nothing.
+
+    Properties: ``Σ_i f_i = n``, so the values sum to ``n`` times the mean; the last is
+    :func:`expected_longest` of ``n``; ``n = 1`` gives the mean; they are non-decreasing and lie in
+    ``[Q(0), Q(1)]`` (clipped there against rounding).
+
+    Raises:
+        ValueError: ``n`` below 1, or points of unequal lengths.
+    """
+    if int(n) != n or n < 1:
+        raise ValueError(f"n (draws) must be an integer of at least 1, got {n!r}")
+    q = np.asarray(qs, dtype=float)
+    t = np.asarray(ts, dtype=float)
+    if q.shape != t.shape or q.ndim != 1 or len(q) < 2:
+        raise ValueError(f"qs and ts must be 1-D of one length (at least 2), got {q.shape} and {t.shape}")
+    n = int(n)
+    ranks = np.arange(1, n + 1, dtype=float) / (n + 1.0)
+    breaks = np.unique(q).tolist()
+    own = {u: _rank_tails(n, u, 0) for u in breaks}     # I_u(i, n − i + 1)
+    next_ = {u: _rank_tails(n, u, 1) for u in breaks}   # I_u(i + 1, n − i + 1)
+    values = np.zeros(n)
+    for u0, u1, t0, t1 in zip(q[:-1].tolist(), q[1:].tolist(), t[:-1].tolist(), t[1:].tolist(), strict=True):
+        if u1 <= u0:
+            continue
+        mass = own[u1] - own[u0]
+        values += t0 * mass
+        if t1 != t0:
+            values += (t1 - t0) / (u1 - u0) * (ranks * (next_[u1] - next_[u0]) - u0 * mass)
+    return np.clip(values, float(t.min()), float(t.max()))
+
+
 #: Decode steps kept one by one by :attr:`Workload.decode_grid`; longer generations are chunked.
 DECODE_EXACT_STEPS = 16384
 
