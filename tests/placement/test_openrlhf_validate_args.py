@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from packplace.errors import ConfigError
 from packplace.placement import api
 from packplace.placement.checking.validate import _plan, plan_evaluator
 from packplace.placement.emit import emit
@@ -141,3 +142,28 @@ def test_the_search_keeps_the_asserts(solver):
     assert 1020 % actor == 0
     assert engines_divide(table_release("0.6.0"), actor, placed[GENERATE].strategy.dp)
     assert not emit(instance, result.solution, "openrlhf").refusals
+
+
+@pytest.mark.parametrize(("algorithm", "samples", "refused"), [
+    ("grpo", 1, True), ("dapo", 1, True), ("grpo", 2, False), ("ppo", 1, False)])
+def test_group_norm_needs_two_samples_per_prompt(algorithm, samples, refused):
+    # train_ppo_ray.py asserts n_samples_per_prompt > 1 for group_norm (GRPO / DAPO here) from v0.6.0, the first
+    # release with that estimator, to v0.11.0: a config OpenRLHF refuses at launch is refused when it loads
+    cfg = load_yaml(PUBLISHED)
+    cfg["policy"]["algorithm"] = algorithm
+    cfg["workload"]["samples_per_prompt"] = samples
+    if algorithm != "ppo":
+        cfg["models"] = {"actor": cfg["models"]["actor"], "reward": "rule"}
+        cfg["training"].pop("optimizer_steps")
+    if refused:
+        with pytest.raises(ConfigError, match=r"\[workload\] samples_per_prompt: 1 with " + algorithm +
+                           r": OpenRLHF's group_norm advantage asserts n_samples_per_prompt > 1"):
+            build_instance(cfg)
+    else:
+        build_instance(cfg)
+    # a plan of another framework's config emitted for OpenRLHF says so too
+    if refused:
+        cfg["policy"]["framework"] = "verl"
+        instance = build_instance(cfg)
+        plan = api.solve_placement(instance, "greedy", seed=0, time_limit_s=10).solution
+        assert any("group_norm advantage asserts" in line for line in emit(instance, plan, "openrlhf").refusals)

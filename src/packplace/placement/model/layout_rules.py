@@ -163,6 +163,7 @@ class Context:
             (the current code): the release-bound rules of :func:`_openrlhf`.
         prompts: The step's prompts (``workload.batch_size``, OpenRLHF's ``--rollout_batch_size`` from v0.5.0;
             0: not known, no rule reads it).
+        samples_per_prompt: ``workload.samples_per_prompt`` (0: not known, no rule reads it).
     """
 
     framework: str
@@ -179,6 +180,7 @@ class Context:
     megatron_splits_kv_heads: bool = False
     release: Release | None = None
     prompts: int = 0
+    samples_per_prompt: int = 0
 
     @classmethod
     def of(cls, instance) -> Context:
@@ -193,7 +195,8 @@ class Context:
                 instance.workload.context_length + instance.workload.generation_length,
                 vertex_setting(instance, "actor").context_parallel.degree,
                 _context_parallel_models(instance), _ulysses(instance),
-                _megatron_splits_kv_heads(instance), _openrlhf_release(instance), instance.workload.batch_size)
+                _megatron_splits_kv_heads(instance), _openrlhf_release(instance), instance.workload.batch_size,
+                instance.workload.samples_per_prompt)
         return hit
 
     @property
@@ -337,8 +340,9 @@ def config_refusals(ctx: Context) -> list[str]:
     ``auto`` with ``sharding: zero3`` or Ulysses, which keep the trainer there: :func:`_megatron_only`); a
     ``trainer_backend`` other than ``auto`` for OpenRLHF or DeepSpeed-Chat (both
     train with DeepSpeed); a forced ``megatron`` backend with ``sharding: zero3`` (or verl's Ulysses, or, for
-    NeMo RL, ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, or trained models
-    with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all); for
+    NeMo RL, ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, trained models
+    with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all), or GRPO /
+    DAPO with one sample per prompt (``group_norm`` asserts more); for
     DeepSpeed-Chat, parameter offload without ``sharding: zero3`` (DeepSpeed's ``offload_param`` is a ZeRO-3
     option: deepspeed.ai/docs/config-json, "Parameter offloading")."""
     out = []
@@ -374,6 +378,10 @@ def config_refusals(ctx: Context) -> list[str]:
             out.append(f"[training] offload: optimizer+params with sharding {unsharded[0]}: DeepSpeed offloads "
                        "parameters only under ZeRO stage 3 (its config's offload_param: 'available only "
                        "with ZeRO stage 3'); use sharding zero3 or offload: optimizer")
+    if ctx.framework == "openrlhf" and ctx.algorithm in ("grpo", "dapo") and ctx.samples_per_prompt == 1:
+        out.append(f"[workload] samples_per_prompt: 1 with {ctx.algorithm}: OpenRLHF's group_norm advantage asserts "
+                   f"n_samples_per_prompt > 1 at every release that has it (openrlhf/cli/train_ppo_ray.py, v0.6.0 "
+                   f"lines 415-416 to v0.11.0 lines 612-615; one sample leaves every advantage 0); set 2 or more")
     if ctx.framework == "openrlhf" and ctx.algorithm == "ppo":
         actor, critic = ctx.options("actor"), ctx.options("critic")
         for option in ("sharding", "lora_rank"):
