@@ -123,3 +123,24 @@ def test_the_bound_holds_at_every_chunk(batch):
     ev = plan_evaluator(instance, plan)
     step = ev.step_time(plan)
     assert 0.0 < ev.lower_bound() <= step
+
+
+@pytest.mark.parametrize("version", ["0.5.0", "0.11.0", "0.2.7"])
+def test_a_forward_planned_above_the_chunk_runs_at_it(version):
+    # reference and reward planned at 32 or 64, the critic's forward at 16: every call is one chunk of 16, so
+    # the plan is priced as the one with every forward at 16 (each forward's memory stays its own, larger)
+    instance, at16 = _setup(version)
+    base = plan_evaluator(instance, at16).score(at16)
+    for batch in (32, 64):
+        instance, plan = _setup(version, forward_batch=batch)
+        ev = plan_evaluator(instance, plan)
+        score = ev.score(plan)
+        assert score.step_time == pytest.approx(base.step_time, rel=1e-12), batch
+        if version != "0.2.7":   # outside the loop each forward vertex keeps its own time
+            vp = plan.by_vertex()["reference.infer"]
+            at = vertex_parts(instance, ev.cost, "reference.infer", vp.strategy, 16, vp.allocation.extent)
+            assert score.vertex_time["reference.infer"] == pytest.approx(sum(at.values()))
+            assert score.phases["reference.infer"] == pytest.approx(at)
+            own = vertex_parts(instance, ev.cost, "reference.infer", vp.strategy, batch, vp.allocation.extent)
+            assert sum(own.values()) != pytest.approx(sum(at.values()))    # the planned batch would differ
+        assert 0.0 <= ev.lower_bound() <= score.step_time

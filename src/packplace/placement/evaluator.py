@@ -278,6 +278,7 @@ class PlacementEvaluator:
         #: the actor's old-log-prob forward is timed per micro-rollout chunk in place of its training candidate's
         #: (:meth:`_loop_trainer`; before v0.5.0 the loop's :meth:`micro_rollout_parts` times it instead)
         self.chunk_priced = self.rollout_chunks is not None and self.micro_rollout is None
+        self._chunk_forwards: dict[tuple, dict[str, float]] = {}
         self._chunk_bound: dict[Any, Any] = {}   # (strategy, extent, batch): seconds; the forward micro-batches
         #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
         self.rules = Context.of(instance) if Context.of(instance).ruled or instance.framework == "deepspeed-chat" \
@@ -338,6 +339,13 @@ class PlacementEvaluator:
                 out[i] = (dataclasses.replace(cand, time=sum(parts.values())), lo, hi)
         if self.rollout_chunks is not None and out.__class__ is list:
             out[self.rollout_chunks[1]] = self._loop_trainer(out)
+            if self.chunk_priced:
+                batch = self.micro_rollout_batch(out)
+                for j in self.rollout_chunks[2]:
+                    cand, lo, hi = out[j]
+                    if batch < cand.micro_batch:
+                        out[j] = (dataclasses.replace(cand, time=sum(self.chunk_forward(j, cand, batch).values())),
+                                  lo, hi)
         return out
 
     def micro_rollout_batch(self, res: list) -> int:
@@ -380,16 +388,37 @@ class PlacementEvaluator:
                                                          cand, batch)
         return hit
 
+    def chunk_forward(self, j: int, cand, batch: int) -> dict[str, float]:
+        """The parts of forward vertex ``j``'s candidate ``cand`` run at micro-rollout batch ``batch``: every
+        OpenRLHF release calls the reference, critic and reward forwards one micro-rollout batch at a time (v0.5.0
+        ``experience_maker.py`` ``self.initial_model.forward.remote`` and the others per ``Samples``; v0.8.0-v0.11.0
+        ``async_run_method_batch("forward")`` per item), so a forward planned at a larger micro-batch runs at the
+        smallest (:func:`~packplace.placement.candidates.vertex_parts` at ``batch``; its memory, charged at its own,
+        covers it). Cached."""
+        key = (j, cand.key, batch)
+        hit = self._chunk_forwards.get(key)
+        if hit is None:
+            if len(self._chunk_forwards) >= RESOLVE_CACHE_LIMIT:
+                self._chunk_forwards.clear()
+            hit = self._chunk_forwards[key] = vertex_parts(self.instance, self.cost, self.names[j], cand.strategy,
+                                                           batch, cand.extent)
+        return hit
+
     def chunk_phases(self, res: list) -> dict[int, dict[str, float]]:
-        """``{actor training vertex: parts}`` where :attr:`chunk_priced` and ``res`` runs the actor's old-log-prob
-        forward at another batch than its training micro-batch (the parts add up to the time
-        :meth:`_loop_trainer` gave it), else empty."""
+        """``{vertex: parts}`` where :attr:`chunk_priced` and ``res`` runs a forward at the micro-rollout batch
+        rather than its planned micro-batch: the actor training vertex whose old-log-prob forward does (the parts
+        add up to the time :meth:`_loop_trainer` gave it) and each forward vertex planned above that batch
+        (:meth:`chunk_forward`); empty elsewhere."""
         if not self.chunk_priced:
             return {}
-        train = self.rollout_chunks[1]
+        _, train, forwards = self.rollout_chunks
         cand = res[train][0]
         batch = self.micro_rollout_batch(res)
-        return {} if batch == cand.micro_batch else {train: dict(self.chunk_trainer(cand, batch)[0])}
+        out = {} if batch == cand.micro_batch else {train: dict(self.chunk_trainer(cand, batch)[0])}
+        for j in forwards:
+            if batch < res[j][0].micro_batch:
+                out[j] = dict(self.chunk_forward(j, res[j][0], batch))
+        return out
 
     def micro_rollout_parts(self, res: list) -> dict[int, dict[str, float]]:
         """The parts of the generation, forward and actor-training vertices of ``res`` where the experience runs
@@ -435,7 +464,9 @@ class PlacementEvaluator:
         seconds = []
         for j in forwards:
             cand = res[j][0]
-            parts = self.vertex_phases(self.names[j], cand)
+            # each call is one micro-rollout batch: a forward planned above it runs at it (chunk_forward)
+            parts = (self.chunk_forward(j, cand, mb) if mb < cand.micro_batch
+                     else self.vertex_phases(self.names[j], cand))
             calls = -(-share(cand.strategy.dp) // mb)
             seconds.append((sum(parts.values()) - parts.get("overhead", 0.0)) / calls)
         roles, actor_gpu = self.loop_roles(res, seconds)
@@ -1065,9 +1096,34 @@ class PlacementEvaluator:
         run at any micro-rollout batch a plan may give it (:meth:`_chunk_bound_time`)."""
         out = {name: [(c, c.time) for c in self._bound_candidates(name)] for name in self.names}
         if self.chunk_priced:
-            train = self.names[self.rollout_chunks[1]]
-            out[train] = [(c, self._chunk_bound_time(c)) for c, _ in out[train]]
+            _, train, forwards = self.rollout_chunks
+            out[self.names[train]] = [(c, self._chunk_bound_time(c)) for c, _ in out[self.names[train]]]
+            for j in forwards:
+                out[self.names[j]] = [(c, self._forward_bound_time(j, c)) for c, _ in out[self.names[j]]]
         return out
+
+    def _forward_bound_time(self, j: int, cand) -> float:
+        """The least time forward vertex ``j``'s candidate ``cand`` can take in a plan where :attr:`chunk_priced`:
+        its own, or at any smaller micro-rollout batch a plan may run it at (:meth:`chunk_forward`: another
+        forward's candidate micro-batch, or the prompts of a rank of any actor candidate), for the bounds."""
+        _, train, forwards = self.rollout_chunks
+        if "rank_shares" not in self._chunk_bound:
+            sequences = self.instance.workload.sequences
+            self._chunk_bound["rank_shares"] = frozenset(
+                max(1, sequences // c.strategy.dp) for c in self.table.all[self.names[train]])
+            self._chunk_bound["forward_batches"] = frozenset(
+                c.micro_batch for k in forwards for c in self.table.all[self.names[k]])
+        least = cand.time
+        for b in sorted(self._chunk_bound["forward_batches"] | self._chunk_bound["rank_shares"]):
+            if b >= cand.micro_batch:
+                break
+            key = (j, cand.strategy, cand.extent, b)
+            t = self._chunk_bound.get(key)
+            if t is None:
+                t = self._chunk_bound[key] = sum(vertex_parts(self.instance, self.cost, self.names[j], cand.strategy,
+                                                              b, cand.extent).values())
+            least = min(least, t)
+        return least
 
     def _chunk_bound_time(self, cand) -> float:
         """The least time actor training candidate ``cand`` can take in a plan where :attr:`chunk_priced`: its
