@@ -279,7 +279,9 @@ class PlacementEvaluator:
         #: (:meth:`_loop_trainer`; before v0.5.0 the loop's :meth:`micro_rollout_parts` times it instead)
         self.chunk_priced = self.rollout_chunks is not None and self.micro_rollout is None
         self._chunk_forwards: dict[tuple, dict[str, float]] = {}
-        self._chunk_bound: dict[Any, Any] = {}   # (strategy, extent, batch): seconds; the forward micro-batches
+        # the bounds: (strategy, extent, batch) and (forward, strategy, extent, batch): seconds; "forward_batches",
+        # "rank_shares": the batches a plan may run a chunk at
+        self._chunk_bound: dict[Any, Any] = {}
         #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
         self.rules = Context.of(instance) if Context.of(instance).ruled or instance.framework == "deepspeed-chat" \
             else None   # DeepSpeed-Chat's one rule: no pipeline or expert parallelism
