@@ -31,13 +31,20 @@ MOE = {"model_type": "qwen2_moe", "layers": 8, "hidden_dim": 1024, "ffn_dim": 20
        "head_dim": 64, "num_kv_heads": 4, "num_experts": 8, "experts_per_token": 2, "expert_ffn_dim": 512}
 
 
+def _samples(framework: str) -> int:
+    """Responses per prompt of the tests' GRPO steps: OpenRLHF's ``group_norm`` asserts more than one (the prompts
+    are halved so the step's sequences stay the same)."""
+    return 2 if framework == "openrlhf" else 1
+
+
 def _instance(model, framework: str, gpus: int, sequences: int, seq_len: int, recompute: str,
               backend: str = "auto", preset: str = "h100-sxm", version: str | None = None,
               sharding: str | None = "zero1"):
     """A GRPO instance of one actor; ``sharding`` ``None`` leaves ``training.sharding`` unset (place's default)."""
     config = {"hardware": {"preset": preset, "nodes_per_rack": 1, "gpus_per_node": gpus},
               "models": {"actor": dict(model), "reward": "rule"},
-              "workload": {"batch_size": sequences, "samples_per_prompt": 1, "context_length": seq_len - 1,
+              "workload": {"batch_size": sequences // _samples(framework), "samples_per_prompt": _samples(framework),
+                           "context_length": seq_len - 1,
                            "generation_length": 1},
               "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
               "training": {"recompute": recompute, **({"sharding": sharding} if sharding is not None else {})}}
@@ -455,7 +462,8 @@ def _cp_config(framework, backend, dp, gpus, seq_len):
     H100s, no recompute (the CP contract tests' instance)."""
     return {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
             "models": {"actor": dict(DENSE), "reward": "rule"},
-            "workload": {"batch_size": dp * 2, "samples_per_prompt": 1, "context_length": seq_len - 1,
+            "workload": {"batch_size": dp * 2 // _samples(framework), "samples_per_prompt": _samples(framework),
+                         "context_length": seq_len - 1,
                          "generation_length": 1},
             "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": backend},
             "training": {"recompute": "none", "context_parallel": 2}}

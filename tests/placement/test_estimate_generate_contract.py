@@ -26,10 +26,11 @@ MOE = {"model_type": "qwen2_moe", "layers": 8, "hidden_dim": 1024, "ffn_dim": 20
 def _vertex_and_estimate(model, preset, framework, pp, tp, ep, batch, prompt, new, dp=1):
     """``(the vertex's generation + overhead, the estimate)`` of ``dp`` replicas of ``batch`` sequences each (the
     estimate's per replica: ``dp`` only where it counts, ``pp > 1`` or ``ep``'s expert group)."""
+    samples = 2 if framework == "openrlhf" else 1   # OpenRLHF's group_norm (GRPO) asserts more than one
     instance = build_instance({
         "hardware": {"preset": preset, "nodes_per_rack": 1, "gpus_per_node": dp * pp * tp},
         "models": {"actor": dict(model), "reward": "rule"},
-        "workload": {"batch_size": dp * batch, "samples_per_prompt": 1, "context_length": prompt,
+        "workload": {"batch_size": dp * batch // samples, "samples_per_prompt": samples, "context_length": prompt,
                      "generation_length": new},
         "policy": {"algorithm": "grpo", "framework": framework}})
     cost = get_evaluator(instance).cost

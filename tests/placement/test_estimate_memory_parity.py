@@ -27,6 +27,13 @@ DENSE = MODEL_PRESETS["qwen2.5-1.5b"]
 SEQ = 2048
 
 
+def _samples(framework: str) -> int:
+    """Responses per prompt of the tests' GRPO steps: OpenRLHF's ``group_norm`` asserts more than one (the prompts
+    are halved so the step's sequences stay the same; one sequence becomes two: a pass's memory is its
+    micro-batch's)."""
+    return 2 if framework == "openrlhf" else 1
+
+
 def _config(framework, backend, sharding, gpus, sequences, recompute="none", cp=1, workspace=None,
             seq_len=SEQ, model=None, pack=None, version=None):
     hardware = {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus}
@@ -41,7 +48,8 @@ def _config(framework, backend, sharding, gpus, sequences, recompute="none", cp=
     if version is not None:
         policy["framework_version"] = version
     return {"hardware": hardware, "models": {"actor": dict(model or DENSE), "reward": "rule"},
-            "workload": {"batch_size": sequences, "samples_per_prompt": 1, "context_length": seq_len - 1,
+            "workload": {"batch_size": max(1, sequences // _samples(framework)),
+                         "samples_per_prompt": _samples(framework), "context_length": seq_len - 1,
                          "generation_length": 1},
             "policy": policy, "training": training}
 

@@ -66,8 +66,13 @@ def test_a_colocate_all_plan_prices_the_engine_at_0_4():
     assert engine.pool_bytes <= 0.4 * GPU and engine.fits
     # fits at 0.4 (69.81 GB on every GPU), not at 0.9: the release after the override refuses the same plan
     assert ev.vertex_memory(plan)["actor.train"] / 1e9 == pytest.approx(69.81, abs=0.005)
-    # 419.3497 at a datasheet 80e9: a 34 GB pool; 407.8354 before the start-up profile-run peak left the KV cache
-    assert ev.step_time(plan) == pytest.approx(408.2527, abs=1e-3)
+    # 419.3497 at a datasheet 80e9: a 34 GB pool; 407.8354 before the start-up profile-run peak left the KV cache;
+    # 408.2527 with every forward at its planned micro-batch: they run at the micro-rollout batch 64 (the
+    # reference's), the actor's old-log-prob forward (planned at its training micro-batch 16) its pass 19.4442 ->
+    # 19.3031 s and its ZeRO-3 gather 0.5897 -> 0.1474 s, the reward and critic forwards (planned at 128) 18.9860 ->
+    # 19.0813 s each (twice the gathers); every task on the same GPUs, so they add up
+    assert ev.step_time(plan) == pytest.approx(408.2527 - (19.4442 + 0.5897) + (19.3031 + 0.1474)
+                                               + 2 * (19.0813 - 18.9860), abs=1e-3)
     later = PlacementEvaluator(_instance("0.6.0.post1"))
     assert later.step_time(plan) == float("inf")
     # there the engine's 76.58 GB pool sets the GPUs' peak while it generates: 88.24 GB of 85.09
@@ -100,7 +105,13 @@ def test_the_cpsat_model_takes_the_twin_where_the_evaluator_does():
     assert tables.colocate_all == ev.colocate_all
     flags = {o.colocated for o in tables.options[0]}
     assert flags == {False, True}
-    plan = _plan()
+    # every forward at the actor's training micro-batch, 16: each forward then runs at the batch its candidate is
+    # priced at (the model does not encode the micro-rollout chunk; cpsat is restricted)
+    vertices = _plan().by_vertex()
+    for name in ("reference.infer", "reward.infer", "critic.infer"):
+        vertices[name] = VertexPlan(DP8, 16, vertices[name].allocation)
+    plan = Plan.build(vertices)
+    assert ev.micro_rollout_batch(ev._resolve(plan)) == 16 and ev.chunk_phases(ev._resolve(plan)) == {}
     choice = _choice_of(tables, plan)
     assert choice[0].colocated is True and choice[0].cand is ev._resolve(plan)[0][0]
     step = model_schedule(tables, inst, choice)[2]

@@ -85,6 +85,7 @@ def test_validate_args_critic_world_size_and_powers_of_two():
     assert lines("0.7.0", split(actor=4, ref=4, reward=4, critic=8), "zero2")   # still asserted
     assert lines("0.7.1", split(actor=4, ref=4, reward=4, critic=8), "zero2") == []
     six = split(actor=6, ref=2, reward=2, critic=2)
+    six[GENERATE] = task(GENERATE, 2, 0)   # 2 vLLM engines: 0.5.5.post1 asserts they divide the actor's 6 GPUs
     out = lines("0.5.5", six, "zero2")
     assert len(out) == 1 and "actor world size (6 GPUs) is a power of 2" in out[0]
     assert lines("0.5.5.post1", six, "zero2") == []    # the power-of-2 assertions were dropped there

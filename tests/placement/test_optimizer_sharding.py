@@ -23,11 +23,18 @@ H100_HBM = 3.35e12   # bytes/s, the h100-sxm preset's memory_bandwidth (NVIDIA H
 DENSE = MODEL_PRESETS["qwen2.5-1.5b"]
 
 
+def _samples(framework: str) -> int:
+    """Responses per prompt of the tests' GRPO steps: OpenRLHF's ``group_norm`` asserts more than one (the prompts
+    are halved so the step's sequences stay the same)."""
+    return 2 if framework == "openrlhf" else 1
+
+
 def _instance(sharding: str, gpus: int = 8, framework: str = "nemo-rl", offload: str = "none"):
     return build_instance({
         "hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
         "models": {"actor": dict(DENSE), "reward": "rule"},
-        "workload": {"batch_size": gpus, "samples_per_prompt": 1, "context_length": 2047, "generation_length": 1},
+        "workload": {"batch_size": gpus // _samples(framework), "samples_per_prompt": _samples(framework),
+                     "context_length": 2047, "generation_length": 1},
         "policy": {"algorithm": "grpo", "framework": framework},
         "training": {"recompute": "none", "sharding": sharding, "offload": offload}})
 
@@ -128,7 +135,8 @@ def test_estimates_peak_is_what_place_charges_the_training_vertex(framework, deg
     instance = build_instance({
         "hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
         "models": {"actor": dict(DENSE), "reward": "rule"},
-        "workload": {"batch_size": dp * mb, "samples_per_prompt": 1, "context_length": 2047,
+        "workload": {"batch_size": dp * mb // _samples(framework), "samples_per_prompt": _samples(framework),
+                     "context_length": 2047,
                      "generation_length": 1},
         "policy": {"algorithm": "grpo", "framework": framework},
         "training": {"recompute": recompute, "sharding": sharding}})

@@ -162,7 +162,9 @@ def test_estimate_kv_budget_is_the_evaluators(framework, version, tp):
     inst = build_instance({
         "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
         "models": {"actor": dict(MODEL_PRESETS["llama3.1-8b"]), "reward": "rule"},
-        "workload": {"batch_size": 8, "samples_per_prompt": 1, "context_length": prompt,
+        # OpenRLHF's group_norm (GRPO) asserts more than one response per prompt: 4 x 2, still 8 sequences
+        "workload": {"batch_size": 4 if framework == "openrlhf" else 8,
+                     "samples_per_prompt": 2 if framework == "openrlhf" else 1, "context_length": prompt,
                      "generation_length": final - prompt}, "policy": policy})
     cost = cost_model(inst).for_role("actor")
     model = inst.models["actor"]

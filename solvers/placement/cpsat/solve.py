@@ -9,7 +9,9 @@ hint, ``cp_status`` ``NOT_BUILT``). Restriction: ``top_k``, or a cluster above `
 per vertex its ``top_k`` fastest candidates of each block shape plus the hint's; the status is then at most
 ``feasible`` and CP-SAT's bound goes to ``info["restricted_bound_s"]`` only. The same holds, without the
 ``top_k`` cut, where the evaluator prices the experience as a framework release's serial micro-rollout loop
-(:attr:`~packplace.placement.evaluator.PlacementEvaluator.micro_rollout`), which the model's vertex times do
+(:attr:`~packplace.placement.evaluator.PlacementEvaluator.micro_rollout`), or times the actor's old-log-prob
+forward at the micro-rollout batch the forward vertices set
+(:attr:`~packplace.placement.evaluator.PlacementEvaluator.chunk_priced`), which the model's vertex times do
 not encode. Symmetry breaking: when block
 sizes nest, the first vertex's block is fixed at GPU 0 (:func:`first_block_at_origin`). Time limit: preparation may use
 :data:`BUILD_TIME_SHARE` of ``time_limit_s``; the anneal hint stops after :data:`HINT_EVALUATIONS_PER_S`
@@ -354,12 +356,15 @@ class _ExactPlacement:
         self.most_stale = {model: max(values) for model, values in choices.items()} if self.asynchronous else None
         # the evaluator prices the experience of some releases as a loop the model's vertex times do not encode
         looped = self.ev.micro_rollout is not None
-        self.restricted = top_k is not None or instance.num_gpus > max_gpus or looped
+        self.restricted = top_k is not None or instance.num_gpus > max_gpus or looped or self.ev.chunk_priced
         self.top_k = instance.k_eval if top_k is None and instance.num_gpus > max_gpus else top_k
         self.why_restricted = (f"{instance.num_gpus} GPUs > max_gpus={max_gpus}" if instance.num_gpus > max_gpus
                                else f"top_k={top_k}" if top_k is not None
                                else "the evaluator prices the experience as the framework release's serial loop "
-                                    "over micro-rollout batches, which the model does not encode")
+                                    "over micro-rollout batches, which the model does not encode" if looped
+                               else "the evaluator times the actor's old-log-prob forward at the micro-rollout "
+                                    "batch the forward vertices' micro-batches set, which the model does not "
+                                    "encode")
         self.monotone = False
         self.candidates: dict[str, list] = {}
 

@@ -1592,7 +1592,43 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
     return res, tra
 
 
-def loop_trainer_memory(instance, cost: CostModel, name: str, cand: Candidate, batch: int) -> tuple[float, float]:
+#: The parts of an actor training vertex that are its old-log-prob forward (:func:`chunk_forward_parts`): the
+#: pass itself and, on ZeRO-3 weights, its parameter all-gather (``CostModel.vertex_phases``).
+OLD_LOG_PROB_PARTS = ("old_log_prob", "gather")
+
+
+def chunk_forward_parts(instance, cost: CostModel, name: str, strategy: Strategy, extent: tuple[int, int, int],
+                        batch: int) -> dict[str, float]:
+    """The old-log-prob forward of actor training vertex ``name`` (``strategy`` on a block of ``extent``) run at
+    micro-batch ``batch``: :data:`OLD_LOG_PROB_PARTS` of :func:`vertex_parts` at ``batch``, over the step's
+    sequences. The one pricing of that forward where the framework runs it per micro-rollout batch rather than at
+    the training micro-batch (:func:`~packplace.placement.evaluator.rollout_chunk_vertices`): the loop of OpenRLHF
+    before v0.5.0 takes it per step, later releases in place of the candidate's own (:func:`chunk_trainer`); its
+    memory at ``batch`` is :func:`loop_trainer_memory`'s."""
+    parts = vertex_parts(instance, cost, name, strategy, batch, extent)
+    return {k: parts[k] for k in OLD_LOG_PROB_PARTS if k in parts}
+
+
+def chunk_trainer(instance, cost: CostModel, name: str, cand: Candidate, batch: int
+                  ) -> tuple[dict[str, float], float, bool]:
+    """``(parts, transient bytes, fits)`` of actor training candidate ``cand`` of vertex ``name`` where the framework
+    runs its old-log-prob forward per micro-rollout batch of ``batch`` sequences instead of at ``cand.micro_batch``
+    (OpenRLHF from v0.5.0: ``experience_maker.py`` ``make_experience`` per ``micro_rollout_batch_size`` chunk at
+    v0.5.0-v0.7.x, ``actor_model_group.async_run_method_batch(method_name="forward")`` over the same chunks at
+    v0.8.0-v0.11.0): the candidate's parts (:func:`vertex_parts`, they add up to its time) with that forward's
+    (:func:`chunk_forward_parts`) at ``batch``, and its memory at ``batch`` (:func:`loop_trainer_memory`). Time and
+    memory read the one ``batch``. The candidate's own where ``batch`` is its micro-batch or the vertex runs no
+    such forward."""
+    parts = vertex_parts(instance, cost, name, cand.strategy, cand.micro_batch, cand.extent)
+    if batch != cand.micro_batch and needs_old_log_prob(instance, name):
+        for k in OLD_LOG_PROB_PARTS:
+            parts.pop(k, None)
+        parts.update(chunk_forward_parts(instance, cost, name, cand.strategy, cand.extent, batch))
+    transient, fits = loop_trainer_memory(instance, cost, name, cand, batch)
+    return parts, transient, fits
+
+
+def loop_trainer_memory(instance, cost: CostModel, name: str, cand: Candidate, batch: int) -> tuple[float, bool]:
     """``(transient bytes, fits)`` per GPU of actor training candidate ``cand`` of vertex ``name`` where the
     framework runs its old-log-prob forward per micro-rollout batch of ``batch`` sequences, not at its training
     micro-batch (:func:`~packplace.placement.evaluator.rollout_chunk_vertices`): OpenRLHF 0.2.7 (commit 391e1de4)

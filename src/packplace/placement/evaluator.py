@@ -29,14 +29,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from packplace.placement.candidates import (
+    OLD_LOG_PROB_PARTS,
     CandidateTable,
+    chunk_forward_parts,
+    chunk_trainer,
     engine_refusal_line,
     explain,
     gb,
     global_batch,
     inference_sharded,
-    loop_trainer_memory,
     memory_budget,
+    needs_old_log_prob,
     sequences_together,
     shared_weights_trainer,
     train_state_kept,
@@ -271,7 +274,14 @@ class PlacementEvaluator:
         self._loop: dict[tuple, dict[int, dict[str, float]]] = {}
         #: the vertices whose micro-batches set the actor's old-log-prob chunk (:func:`rollout_chunk_vertices`)
         self.rollout_chunks = rollout_chunk_vertices(instance)
-        self._loop_memory: dict[tuple, tuple[float, bool]] = {}
+        self._loop_memory: dict[tuple, tuple[dict[str, float], float, bool]] = {}
+        #: the actor's old-log-prob forward is timed per micro-rollout chunk in place of its training candidate's
+        #: (:meth:`_loop_trainer`; before v0.5.0 the loop's :meth:`micro_rollout_parts` times it instead)
+        self.chunk_priced = self.rollout_chunks is not None and self.micro_rollout is None
+        self._chunk_forwards: dict[tuple, dict[str, float]] = {}
+        # the bounds: (strategy, extent, batch) and (forward, strategy, extent, batch): seconds; "forward_batches",
+        # "rank_shares": the batches a plan may run a chunk at
+        self._chunk_bound: dict[Any, Any] = {}
         #: the framework's layout rules between tasks (:mod:`packplace.placement.model.layout_rules`), or None
         self.rules = Context.of(instance) if Context.of(instance).ruled or instance.framework == "deepspeed-chat" \
             else None   # DeepSpeed-Chat's one rule: no pipeline or expert parallelism
@@ -331,6 +341,13 @@ class PlacementEvaluator:
                 out[i] = (dataclasses.replace(cand, time=sum(parts.values())), lo, hi)
         if self.rollout_chunks is not None and out.__class__ is list:
             out[self.rollout_chunks[1]] = self._loop_trainer(out)
+            if self.chunk_priced:
+                batch = self.micro_rollout_batch(out)
+                for j in self.rollout_chunks[2]:
+                    cand, lo, hi = out[j]
+                    if batch < cand.micro_batch:
+                        out[j] = (dataclasses.replace(cand, time=sum(self.chunk_forward(j, cand, batch).values())),
+                                  lo, hi)
         return out
 
     def micro_rollout_batch(self, res: list) -> int:
@@ -343,25 +360,67 @@ class PlacementEvaluator:
                                         (res[j][0].micro_batch for j in forwards))
 
     def _loop_trainer(self, res: list) -> tuple:
-        """``res``'s actor training entry with its memory at the old-log-prob forward of the micro-rollout
-        chunks (:attr:`rollout_chunks`): each actor rank runs that forward over a whole micro-rollout batch
+        """``res``'s actor training entry at the old-log-prob forward of the micro-rollout chunks
+        (:attr:`rollout_chunks`): each actor rank runs that forward over a whole micro-rollout batch
         (:meth:`micro_rollout_batch`) beside its training state, which may exceed the training micro-batch the
-        candidate charges it at (:func:`~packplace.placement.candidates.loop_trainer_memory`). The reference,
-        critic and reward servers each run one call of that batch at a time, at most their own micro-batch,
-        which their memory covers."""
+        candidate charges it at; its memory and, where :attr:`chunk_priced` (from v0.5.0; the loop of earlier
+        releases times the forward itself), its time at that batch
+        (:func:`~packplace.placement.candidates.chunk_trainer`: one batch for both). The reference, critic and
+        reward servers each run one call of that batch at a time, at most their own micro-batch, which their
+        memory covers."""
         cand, lo, hi = res[self.rollout_chunks[1]]
         batch = self.micro_rollout_batch(res)
-        if batch <= cand.micro_batch:
+        if batch == cand.micro_batch or (batch < cand.micro_batch and not self.chunk_priced):
             return cand, lo, hi
+        _, transient, fits = hit = self.chunk_trainer(cand, batch)
+        cand = dataclasses.replace(cand, transient_bytes=transient, fits=fits)
+        if self.chunk_priced:
+            cand = dataclasses.replace(cand, time=sum(hit[0].values()))
+        return cand, lo, hi
+
+    def chunk_trainer(self, cand, batch: int) -> tuple[dict[str, float], float, bool]:
+        """:func:`~packplace.placement.candidates.chunk_trainer` of the actor training candidate ``cand`` at
+        micro-rollout batch ``batch`` (cached)."""
         key = (cand.key, batch)
         hit = self._loop_memory.get(key)
         if hit is None:
             if len(self._loop_memory) >= RESOLVE_CACHE_LIMIT:
                 self._loop_memory.clear()
-            hit = self._loop_memory[key] = loop_trainer_memory(self.instance, self.cost, self.names[
-                self.rollout_chunks[1]], cand, batch)
-        transient, fits = hit
-        return dataclasses.replace(cand, transient_bytes=transient, fits=fits), lo, hi
+            hit = self._loop_memory[key] = chunk_trainer(self.instance, self.cost, self.names[self.rollout_chunks[1]],
+                                                         cand, batch)
+        return hit
+
+    def chunk_forward(self, j: int, cand, batch: int) -> dict[str, float]:
+        """The parts of forward vertex ``j``'s candidate ``cand`` run at micro-rollout batch ``batch``: every
+        OpenRLHF release calls the reference, critic and reward forwards one micro-rollout batch at a time (v0.5.0
+        ``experience_maker.py`` ``self.initial_model.forward.remote`` and the others per ``Samples``; v0.8.0-v0.11.0
+        ``async_run_method_batch("forward")`` per item), so a forward planned at a larger micro-batch runs at the
+        smallest (:func:`~packplace.placement.candidates.vertex_parts` at ``batch``; its memory, charged at its own,
+        covers it). Cached."""
+        key = (j, cand.key, batch)
+        hit = self._chunk_forwards.get(key)
+        if hit is None:
+            if len(self._chunk_forwards) >= RESOLVE_CACHE_LIMIT:
+                self._chunk_forwards.clear()
+            hit = self._chunk_forwards[key] = vertex_parts(self.instance, self.cost, self.names[j], cand.strategy,
+                                                           batch, cand.extent)
+        return hit
+
+    def chunk_phases(self, res: list) -> dict[int, dict[str, float]]:
+        """``{vertex: parts}`` where :attr:`chunk_priced` and ``res`` runs a forward at the micro-rollout batch
+        rather than its planned micro-batch: the actor training vertex whose old-log-prob forward does (the parts
+        add up to the time :meth:`_loop_trainer` gave it) and each forward vertex planned above that batch
+        (:meth:`chunk_forward`); empty elsewhere."""
+        if not self.chunk_priced:
+            return {}
+        _, train, forwards = self.rollout_chunks
+        cand = res[train][0]
+        batch = self.micro_rollout_batch(res)
+        out = {} if batch == cand.micro_batch else {train: dict(self.chunk_trainer(cand, batch)[0])}
+        for j in forwards:
+            if batch < res[j][0].micro_batch:
+                out[j] = dict(self.chunk_forward(j, res[j][0], batch))
+        return out
 
     def micro_rollout_parts(self, res: list) -> dict[int, dict[str, float]]:
         """The parts of the generation, forward and actor-training vertices of ``res`` where the experience runs
@@ -402,12 +461,14 @@ class PlacementEvaluator:
         engine.workload = dataclasses.replace(w, batch_size=mb, samples_per_prompt=1)
         s = gcand.strategy
         generate = engine.generate_time(self.model_specs[gen], 1, s.pp, s.tp, mb, gcand.extent, s.ep)
-        own = vertex_parts(self.instance, self.cost, self.names[train], tcand.strategy, mb, tcand.extent)
-        actor = (own.get("old_log_prob", 0.0) + own.get("gather", 0.0)) / steps
+        actor = sum(chunk_forward_parts(self.instance, self.cost, self.names[train], tcand.strategy, tcand.extent,
+                                        mb).values()) / steps
         seconds = []
         for j in forwards:
             cand = res[j][0]
-            parts = self.vertex_phases(self.names[j], cand)
+            # each call is one micro-rollout batch: a forward planned above it runs at it (chunk_forward)
+            parts = (self.chunk_forward(j, cand, mb) if mb < cand.micro_batch
+                     else self.vertex_phases(self.names[j], cand))
             calls = -(-share(cand.strategy.dp) // mb)
             seconds.append((sum(parts.values()) - parts.get("overhead", 0.0)) / calls)
         roles, actor_gpu = self.loop_roles(res, seconds)
@@ -417,7 +478,7 @@ class PlacementEvaluator:
         out = {gen: {"micro_rollout": loop, **{k: v for k, v in self.vertex_phases(self.names[gen], gcand).items()
                                                if k != "generation"}}}
         out[train] = {k: v for k, v in self.vertex_phases(self.names[train], tcand).items()
-                      if k not in ("old_log_prob", "gather")}
+                      if k not in OLD_LOG_PROB_PARTS}
         for j in forwards:
             out[j] = {k: 0.0 for k in self.vertex_phases(self.names[j], res[j][0])}
         if len(self._loop) >= RESOLVE_CACHE_LIMIT:
@@ -811,7 +872,7 @@ class PlacementEvaluator:
         if not (math.isfinite(objective) and math.isfinite(step)):
             violations.append(f"step time is not finite ({objective} seconds); the plan cannot be scored")
         w = self.instance.workload
-        loop = self.micro_rollout_parts(res) if self.micro_rollout is not None else {}
+        loop = self.micro_rollout_parts(res) if self.micro_rollout is not None else self.chunk_phases(res)
         score = PlacementScore(
             feasible=not violations, violations=violations,
             step_time=objective if not violations else INF, makespan=max(end),
@@ -949,7 +1010,7 @@ class PlacementEvaluator:
         Each steady-state time simulates a rollout stream, the costly part of the bound; once ``deadline``
         (``time.perf_counter()`` seconds) has passed, the candidates not yet priced count as 0 seconds
         (a valid, weaker bound). The flag is True when that happened."""
-        out = {name: [(c, c.time) for c in self._bound_candidates(name)] for name in self.names}
+        out = self._candidate_times()
         cut = False
         for b, (_, stale) in self.stale_engines().items():
             if stale:
@@ -987,8 +1048,7 @@ class PlacementEvaluator:
         bounds both the step time and the period."""
         total = self.num_gpus
         bound = 0.0
-        times = times if times is not None else {n: [(c, c.time) for c in self._bound_candidates(n)]
-                                                 for n in self.names}
+        times = times if times is not None else self._candidate_times()
         for i, name in enumerate(self.names):
             part = min((t for c, t in times[name] if c.gpus < total), default=INF)
             whole = min((t for c, t in times[name] if c.gpus == total), default=INF)
@@ -1032,13 +1092,74 @@ class PlacementEvaluator:
             self._bound = bound
         return bound
 
+    def _candidate_times(self) -> dict[str, list[tuple[Any, float]]]:
+        """Per vertex, ``(candidate, seconds)`` of every candidate the bounds count (:meth:`_bound_candidates`):
+        its time, and where :attr:`chunk_priced` the actor trainer's at the fastest its old-log-prob forward can
+        run at any micro-rollout batch a plan may give it (:meth:`_chunk_bound_time`)."""
+        out = {name: [(c, c.time) for c in self._bound_candidates(name)] for name in self.names}
+        if self.chunk_priced:
+            _, train, forwards = self.rollout_chunks
+            out[self.names[train]] = [(c, self._chunk_bound_time(c)) for c, _ in out[self.names[train]]]
+            for j in forwards:
+                out[self.names[j]] = [(c, self._forward_bound_time(j, c)) for c, _ in out[self.names[j]]]
+        return out
+
+    def _forward_bound_time(self, j: int, cand) -> float:
+        """The least time forward vertex ``j``'s candidate ``cand`` can take in a plan where :attr:`chunk_priced`:
+        its own, or at any smaller micro-rollout batch a plan may run it at (:meth:`chunk_forward`: another
+        forward's candidate micro-batch, or the prompts of a rank of any actor candidate), for the bounds."""
+        _, train, forwards = self.rollout_chunks
+        if "rank_shares" not in self._chunk_bound:
+            sequences = self.instance.workload.sequences
+            self._chunk_bound["rank_shares"] = frozenset(
+                max(1, sequences // c.strategy.dp) for c in self.table.all[self.names[train]])
+            self._chunk_bound["forward_batches"] = frozenset(
+                c.micro_batch for k in forwards for c in self.table.all[self.names[k]])
+        least = cand.time
+        for b in sorted(self._chunk_bound["forward_batches"] | self._chunk_bound["rank_shares"]):
+            if b >= cand.micro_batch:
+                break
+            key = (j, cand.strategy, cand.extent, b)
+            t = self._chunk_bound.get(key)
+            if t is None:
+                t = self._chunk_bound[key] = sum(vertex_parts(self.instance, self.cost, self.names[j], cand.strategy,
+                                                              b, cand.extent).values())
+            least = min(least, t)
+        return least
+
+    def _chunk_bound_time(self, cand) -> float:
+        """The least time actor training candidate ``cand`` can take in a plan where :attr:`chunk_priced`: its
+        time with its old-log-prob forward at the fastest of the micro-rollout batches a plan may give it
+        (:func:`~packplace.placement.model.framework.micro_rollout_batch_size` of any forward vertex's
+        candidate micro-batch, at most the sequences of ``cand``'s ranks), for the bounds."""
+        _, train, forwards = self.rollout_chunks
+        name = self.names[train]
+        if not needs_old_log_prob(self.instance, name):
+            return cand.time
+        if "forward_batches" not in self._chunk_bound:
+            self._chunk_bound["forward_batches"] = frozenset(
+                c.micro_batch for j in forwards for c in self.table.all[self.names[j]])
+        cap = max(1, self.instance.workload.sequences // cand.strategy.dp)
+        batches = {min(b, cap) for b in self._chunk_bound["forward_batches"]}
+        own = sum(v for k, v in self.vertex_phases(name, cand).items() if k in OLD_LOG_PROB_PARTS)
+        least = INF
+        for b in sorted(batches):
+            key = (cand.strategy, cand.extent, b)
+            t = self._chunk_bound.get(key)
+            if t is None:
+                t = self._chunk_bound[key] = sum(chunk_forward_parts(self.instance, self.cost, name, cand.strategy,
+                                                                     cand.extent, b).values())
+            least = min(least, t)
+        return cand.time if least == INF else cand.time - own + least
+
     def _lower_bound(self, deadline: float | None) -> tuple[float, bool]:
         """:meth:`lower_bound` and whether ``deadline`` cut its pricing."""
-        fastest = [min((c.time for c in self._bound_candidates(name)), default=INF) for name in self.names]
+        base = self._candidate_times()
+        fastest = [min((t for _, t in base[name]), default=INF) for name in self.names]
         longest: dict[int, float] = {}
         for i in range(len(self.names)):
             longest[i] = fastest[i] + max((longest[p] for p in self.preds[i]), default=0.0)
-        works = [min((c.time * c.gpus for c in self._bound_candidates(name)), default=INF) for name in self.names]
+        works = [min((t * c.gpus for c, t in base[name]), default=INF) for name in self.names]
         allowed = self.instance.optimizer.get("staleness_candidates", {})
         published = {self.models[self.vertex_model[a]] for a, _ in self.pubs}
         if not any(t > 0 for m, values in allowed.items() if m in published for t in values):

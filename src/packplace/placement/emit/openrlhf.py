@@ -179,7 +179,7 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
         note.append(f"rollout.micro_batch_size {micro} is the smallest of the planned inference micro-batches ("
                     + ", ".join(f"{t.name} {t.micro_batch}" for t in forwards)
                     + f"), at most the {view.sequences // train.strategy.dp} sequences an actor rank holds: "
-                      f"OpenRLHF uses one for every forward")
+                      f"OpenRLHF uses one for every forward (a plan searched for OpenRLHF is priced so)")
     why = micro_rollout_refusal("openrlhf", view.framework_version, view.sequences, train.strategy.dp, micro)
     if why is not None:
         refuse.append(why)

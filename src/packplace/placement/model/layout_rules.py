@@ -37,8 +37,10 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   critic+reward, or everything (``--train.colocate_all``, from v0.5.8; the vLLM engines on GPUs of their
   own before); ``train_dpo`` holds the reference in the training processes. Per release (``policy.
   framework_version``; none named: the current code, which has none of these): the actor and critic world sizes
-  powers of 2 through v0.5.5, the critic's dividing the actor's before v0.7.1 (``_validate_args``), and under
-  ZeRO-3 before v0.7.1 the reference and reward groups' sizes dividing the actor's (:func:`_openrlhf_sizes`).
+  powers of 2 through v0.5.5, the critic's dividing the actor's before v0.7.1 (``_validate_args``), from
+  v0.5.5.post1 to v0.7.0.post1 the actor's dividing the step's prompts and the vLLM engine count dividing it
+  (from v0.6.0 either way: :func:`_openrlhf_batches`), and under ZeRO-3 before v0.7.1 the reference and reward
+  groups' sizes dividing the actor's (:func:`_openrlhf_sizes`).
 
 * **DeepSpeed-Chat** (``applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py`` and its
   ``training_scripts``): every model in a DeepSpeed ZeRO engine (``--actor_zero_stage``,
@@ -159,6 +161,9 @@ class Context:
             ``False``: tp must divide them (:func:`kv_head_refusal`).
         release: The OpenRLHF release ``policy.framework_version`` names (:func:`table_release`), else ``None``
             (the current code): the release-bound rules of :func:`_openrlhf`.
+        prompts: The step's prompts (``workload.batch_size``, OpenRLHF's ``--rollout_batch_size`` from v0.5.0;
+            0: not known, no rule reads it).
+        samples_per_prompt: ``workload.samples_per_prompt`` (0: not known, no rule reads it).
     """
 
     framework: str
@@ -174,6 +179,8 @@ class Context:
     ulysses: int = 1
     megatron_splits_kv_heads: bool = False
     release: Release | None = None
+    prompts: int = 0
+    samples_per_prompt: int = 0
 
     @classmethod
     def of(cls, instance) -> Context:
@@ -188,7 +195,8 @@ class Context:
                 instance.workload.context_length + instance.workload.generation_length,
                 vertex_setting(instance, "actor").context_parallel.degree,
                 _context_parallel_models(instance), _ulysses(instance),
-                _megatron_splits_kv_heads(instance), _openrlhf_release(instance))
+                _megatron_splits_kv_heads(instance), _openrlhf_release(instance), instance.workload.batch_size,
+                instance.workload.samples_per_prompt)
         return hit
 
     @property
@@ -332,8 +340,9 @@ def config_refusals(ctx: Context) -> list[str]:
     ``auto`` with ``sharding: zero3`` or Ulysses, which keep the trainer there: :func:`_megatron_only`); a
     ``trainer_backend`` other than ``auto`` for OpenRLHF or DeepSpeed-Chat (both
     train with DeepSpeed); a forced ``megatron`` backend with ``sharding: zero3`` (or verl's Ulysses, or, for
-    NeMo RL, ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, or trained models
-    with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all); for
+    NeMo RL, ``offload: optimizer+params`` or a LoRA value model); for OpenRLHF, parameter offload, trained models
+    with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all), or GRPO /
+    DAPO with one sample per prompt (``group_norm`` asserts more); for
     DeepSpeed-Chat, parameter offload without ``sharding: zero3`` (DeepSpeed's ``offload_param`` is a ZeRO-3
     option: deepspeed.ai/docs/config-json, "Parameter offloading")."""
     out = []
@@ -369,6 +378,10 @@ def config_refusals(ctx: Context) -> list[str]:
             out.append(f"[training] offload: optimizer+params with sharding {unsharded[0]}: DeepSpeed offloads "
                        "parameters only under ZeRO stage 3 (its config's offload_param: 'available only "
                        "with ZeRO stage 3'); use sharding zero3 or offload: optimizer")
+    if ctx.framework == "openrlhf" and ctx.algorithm in ("grpo", "dapo") and ctx.samples_per_prompt == 1:
+        out.append(f"[workload] samples_per_prompt: 1 with {ctx.algorithm}: OpenRLHF's group_norm advantage asserts "
+                   f"n_samples_per_prompt > 1 at every release that has it (openrlhf/cli/train_ppo_ray.py, v0.6.0 "
+                   f"lines 415-416 to v0.11.0 lines 612-615; one sample leaves every advantage 0); set 2 or more")
     if ctx.framework == "openrlhf" and ctx.algorithm == "ppo":
         actor, critic = ctx.options("actor"), ctx.options("critic")
         for option in ("sharding", "lora_rank"):
@@ -658,6 +671,16 @@ OPENRLHF_POWER_OF_TWO_DROPPED = parse_version("0.5.5.post1")
 #: ``critic_actors[i % len(critic_actors)]``, ``initial_actors[i % len(...)]`` and each reward group's
 #: ``actors[i % len(actors)]``), both present through v0.7.0.post1.
 OPENRLHF_ROUND_ROBIN_DROPPED = (0, 7, 1)
+#: The first OpenRLHF release whose ``_validate_args`` (openrlhf/cli/train_ppo_ray.py, commit 1f95a170 "Fix
+#: _validate_args") asserts ``args.rollout_batch_size % actor_world_size == 0`` and ``actor_world_size %
+#: args.vllm_num_engines == 0`` (lines 28-30 and 34-37 at v0.5.5.post1), in place of the powers of 2; both held
+#: through v0.7.0.post1, the last release with ``_validate_args`` (v0.7.1 drops the function:
+#: :data:`OPENRLHF_ROUND_ROBIN_DROPPED`).
+OPENRLHF_ROLLOUT_DIVIDES = OPENRLHF_POWER_OF_TWO_DROPPED
+#: The first OpenRLHF release whose engine assert also takes engines that the actor world size divides:
+#: ``actor_world_size % args.vllm_num_engines == 0 or args.vllm_num_engines % actor_world_size == 0``
+#: (openrlhf/cli/train_ppo_ray.py lines 34-37 at v0.6.0; v0.5.9.post1 has the first condition only).
+OPENRLHF_ENGINES_EITHER_WAY = (0, 6)
 
 
 def _world(task: Placed) -> int:
@@ -690,6 +713,8 @@ def _openrlhf_sizes(ctx: Context, tasks: Mapping[str, Placed]) -> list[str]:
     if critic is not None and actor % _world(critic):
         out.append(f"{critic.layout} and {train.layout}: OpenRLHF {release} asserts actor_world_size % "
                    f"critic_world_size == 0, got {actor} and {_world(critic)} (train_ppo_ray.py _validate_args)")
+    if release >= OPENRLHF_ROLLOUT_DIVIDES:
+        out += _openrlhf_batches(ctx, tasks)
     if ctx.options("actor").sharding == "zero3":
         for group, name in (("reference", REFERENCE), ("reward", REWARD)):
             task = tasks.get(name)
@@ -698,6 +723,36 @@ def _openrlhf_sizes(ctx: Context, tasks: Mapping[str, Placed]) -> list[str]:
             out.append(f"{task.layout} and {train.layout}: under ZeRO-3 OpenRLHF {release} sends actor rank i's "
                        f"forwards to {group} server i % {_world(task)}, so {group} group size {_world(task)} must "
                        f"divide the {actor} actor ranks (uneven stage-3 forwards hang)")
+    return out
+
+
+def engines_divide(release: Release, actor: int, engines: int) -> bool:
+    """Whether OpenRLHF at ``release`` (from :data:`OPENRLHF_ROLLOUT_DIVIDES`, before
+    :data:`OPENRLHF_ROUND_ROBIN_DROPPED`) takes ``engines`` vLLM engines beside an actor world of ``actor`` GPUs:
+    ``_validate_args`` asserts the engines divide the actor world, from :data:`OPENRLHF_ENGINES_EITHER_WAY` or the
+    actor world divides the engines."""
+    return actor % engines == 0 or (release >= OPENRLHF_ENGINES_EITHER_WAY and engines % actor == 0)
+
+
+def _openrlhf_batches(ctx: Context, tasks: Mapping[str, Placed]) -> list[str]:
+    """The ``_validate_args`` asserts of OpenRLHF v0.5.5.post1-v0.7.0.post1 (:data:`OPENRLHF_ROLLOUT_DIVIDES`) on the
+    actor world size (its GPUs: DeepSpeed's ``--ring_attn_size``, which v0.7.0.post1 divides it by, is never
+    emitted): ``rollout_batch_size % actor_world_size == 0`` (the step's prompts) and the vLLM engines against it
+    (:func:`engines_divide`). Its third, ``zero_stage != 3 or vllm_num_engines > 0``, every plan keeps (the
+    generation vertex is the vLLM engines)."""
+    release, train, gen = ctx.release, tasks[TRAIN], tasks.get(GENERATE)
+    if release is None:
+        return []
+    actor, out = _world(train), []
+    if ctx.prompts and ctx.prompts % actor:
+        out.append(f"{train.layout}: OpenRLHF {release} asserts rollout_batch_size % actor_world_size == 0, got "
+                   f"{ctx.prompts} prompts and {actor} actor GPUs (train_ppo_ray.py _validate_args, "
+                   f"0.5.5.post1-0.7.0.post1)")
+    if gen is not None and not engines_divide(release, actor, gen.strategy.dp):
+        either = " or vllm_num_engines % actor_world_size" if release >= OPENRLHF_ENGINES_EITHER_WAY else ""
+        out.append(f"{gen.layout} and {train.layout}: OpenRLHF {release} asserts actor_world_size % "
+                   f"vllm_num_engines{either} == 0, got {actor} actor GPUs and {gen.strategy.dp} engines "
+                   f"(train_ppo_ray.py _validate_args)")
     return out
 
 
@@ -930,12 +985,16 @@ class _Fixer:
 
     def _openrlhf_sizes(self, ctx: Context, names: list[str]) -> None:
         """Resize the groups that break :func:`_openrlhf_sizes`: the actor to a power-of-2 world where the release
-        asks one, then the critic, reference and reward to a size that divides the actor's (the critic a power of
-        2 too), each on its fastest memory-feasible candidate with a block off the other groups' GPUs (its
-        colocated partner follows it)."""
+        asks one (a world dividing the step's prompts where it asserts that: :func:`_openrlhf_batches`), then the
+        critic, reference and reward to a size that divides the actor's (the critic a power of 2 too), each on its
+        fastest memory-feasible candidate with a block off the other groups' GPUs (its colocated partner follows
+        it; the actor's, every group on its GPUs), then the vLLM engines to a count the release takes beside the
+        actor's world (:func:`engines_divide`)."""
         if not _openrlhf_sizes(ctx, placed_of(self.instance, Plan.build(self.vertices))):
             return
-        pow2 = ctx.release is not None and ctx.release < OPENRLHF_POWER_OF_TWO_DROPPED
+        release = ctx.release
+        pow2 = release is not None and release < OPENRLHF_POWER_OF_TWO_DROPPED
+        divides = release is not None and OPENRLHF_ROLLOUT_DIVIDES <= release < OPENRLHF_ROUND_ROBIN_DROPPED
         partner = {TRAIN: REFERENCE, CRITIC_TRAIN: REWARD}
 
         def world(name: str) -> int:
@@ -946,7 +1005,9 @@ class _Fixer:
             n = s.dp * s.pp * s.tp
             if name in (TRAIN, CRITIC_TRAIN) and pow2 and n & (n - 1):
                 return False
-            return name == TRAIN or (world(TRAIN) % n == 0 and (name != CRITIC_TRAIN or s.tp == tp))
+            if name == TRAIN:
+                return not (divides and ctx.prompts and ctx.prompts % n)
+            return world(TRAIN) % n == 0 and (name != CRITIC_TRAIN or s.tp == tp)
 
         tp = self.vertices[TRAIN].strategy.tp
         for name in (TRAIN, CRITIC_TRAIN, REFERENCE, REWARD):
@@ -954,12 +1015,19 @@ class _Fixer:
                 continue
             if name == REWARD and CRITIC_TRAIN in names and self.span(REWARD) == self.span(CRITIC_TRAIN):
                 continue   # it follows the critic
-            mate = partner.get(name)
-            together = mate in names and self.span(mate) == self.span(name)
-            avoid = [o for o in names if o != name and not (together and o == mate)]
-            if self._resize(name, avoid, lambda c, name=name: fits(name, c.strategy)) and together:
-                self.follow(mate, name)
+            # the groups on its GPUs move with it: its colocated partner, and for the actor every group
+            # colocated with it (--colocate_all_models)
+            mates = [o for o in names if o != name and self.span(o) == self.span(name)
+                     and (name == TRAIN or o == partner.get(name))]
+            avoid = [o for o in names if o != name and o not in mates]
+            if self._resize(name, avoid, lambda c, name=name: fits(name, c.strategy)):
+                for mate in mates:
+                    self.follow(mate, name, same_tp=mate == CRITIC_TRAIN)
         self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
+        if divides and GENERATE in names and release is not None and \
+                not engines_divide(release, world(TRAIN), self.vertices[GENERATE].strategy.dp):
+            self._resize(GENERATE, [o for o in names if o != GENERATE],
+                         lambda c: engines_divide(release, world(TRAIN), c.strategy.dp))
 
     def _resize(self, name: str, avoid: list[str], keep) -> bool:
         """``name`` on its fastest memory-feasible candidate that ``keep(candidate)`` accepts with a block sharing
