@@ -56,22 +56,28 @@ def test_handlers_from_the_module_import_and_ignored_once_the_command_has_finish
 def test_an_error_a_received_signal_caused_is_the_interruption(monkeypatch, capfd):
     # a signal inside a lazy import's initialisation surfaces as "ImportError: initialization failed";
     # once packplace.interrupt has recorded the signal, the console script exits 128 + 2 with one line
-    import packplace.cli
+    import importlib
+
     import packplace_console
-    from packplace import interrupt
+
+    # the modules the console script reads (sys.modules), whatever other tests in this process imported
+    cli = importlib.import_module("packplace.cli")
+    interrupt = importlib.import_module("packplace.interrupt")
 
     def broken_by_a_signal() -> int:
         monkeypatch.setattr(interrupt._state, "signum", signal.SIGINT)
         raise ImportError("initialization failed")
 
-    monkeypatch.setattr(packplace.cli, "main", broken_by_a_signal)
+    monkeypatch.setattr(cli, "main", broken_by_a_signal)
+    # no --json document from an earlier in-process command (cli.main clears it; the stand-in does not)
+    monkeypatch.setattr(cli, "_written", [])
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         assert packplace_console.main() == 130
         assert capfd.readouterr().err == "packplace: interrupted by SIGINT\n"
         # without a received signal the error is the error
         monkeypatch.setattr(interrupt._state, "signum", None)
-        monkeypatch.setattr(packplace.cli, "main", lambda: (_ for _ in ()).throw(ImportError("real")))
+        monkeypatch.setattr(cli, "main", lambda: (_ for _ in ()).throw(ImportError("real")))
         with pytest.raises(ImportError, match="real"):
             packplace_console.main()
     finally:
