@@ -119,8 +119,9 @@ def test_figures_the_docs_quote():
     assert round(gke["ratio"]["generation"], 2) == 0.54 and round(gke["ratio"]["step"], 2) == 0.54
     kv = phases.kv_budget_delta()
     # with the pool at the H100's CUDA total (the preset since "The GPU's memory as CUDA reports it") the engine's
-    # cache no longer binds at 0.80: no gain where 11% was published (265.3 -> 217.7 s, 0.720, at the old 80e9)
-    assert [round(p["step"], 1) for p in kv["predicted"]] == [217.7, 217.7]
+    # cache no longer binds at 0.80: no gain where 11% was published (265.3 -> 217.7 s, 0.720, at the old 80e9;
+    # 217.5 s at both since continuous batching takes the expected order statistics of the lengths)
+    assert [round(p["step"], 1) for p in kv["predicted"]] == [217.5, 217.5]
     assert round(kv["predicted_exposed_ratio"], 3) == 1.000
     fop = phases.force_on_policy_delta()
     assert [round(x, 1) for x in fop["predicted_reduction_pct"]] == [47.3, 49.8]
