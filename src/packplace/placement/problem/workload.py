@@ -64,6 +64,19 @@ def rule_verifier_for(framework: str | None) -> str:
     return FRAMEWORK_RULE_VERIFIER.get(framework or "", DEFAULT_RULE_VERIFIER)
 
 
+def _quantile_arrays(qs, ts) -> tuple[np.ndarray, np.ndarray]:
+    """A piecewise-linear quantile function's points as float arrays ``(q, t)``, each of shape ``(k,)``, k ≥ 2.
+
+    Raises:
+        ValueError: points of unequal lengths, not 1-D, or fewer than 2.
+    """
+    q = np.asarray(qs, dtype=float)
+    t = np.asarray(ts, dtype=float)
+    if q.shape != t.shape or q.ndim != 1 or len(q) < 2:
+        raise ValueError(f"qs and ts must be 1-D of one length (at least 2), got {q.shape} and {t.shape}")
+    return q, t
+
+
 def expected_longest(qs, ts, m: int) -> float:
     """Expected largest of ``m`` independent draws from the distribution whose quantile function is piecewise
     linear through the points ``(qs[i], ts[i])`` (``qs`` non-decreasing from 0 to 1; a repeated ``q`` is a jump:
@@ -76,10 +89,7 @@ def expected_longest(qs, ts, m: int) -> float:
     """
     if int(m) != m or m < 1:
         raise ValueError(f"m (sequences per micro-batch) must be an integer of at least 1, got {m!r}")
-    q = np.asarray(qs, dtype=float)
-    t = np.asarray(ts, dtype=float)
-    if q.shape != t.shape or q.ndim != 1 or len(q) < 2:
-        raise ValueError(f"qs and ts must be 1-D of one length (at least 2), got {q.shape} and {t.shape}")
+    q, t = _quantile_arrays(qs, ts)
     u0, u1, t0, t1 = q[:-1], q[1:], t[:-1], t[1:]
     width = u1 - u0
     keep = width > 0.0
@@ -142,10 +152,7 @@ def expected_order_statistics(qs, ts, n: int) -> np.ndarray:
     """
     if int(n) != n or n < 1:
         raise ValueError(f"n (draws) must be an integer of at least 1, got {n!r}")
-    q = np.asarray(qs, dtype=float)
-    t = np.asarray(ts, dtype=float)
-    if q.shape != t.shape or q.ndim != 1 or len(q) < 2:
-        raise ValueError(f"qs and ts must be 1-D of one length (at least 2), got {q.shape} and {t.shape}")
+    q, t = _quantile_arrays(qs, ts)
     n = int(n)
     ranks = np.arange(1, n + 1, dtype=float) / (n + 1.0)
     breaks = np.unique(q).tolist()
