@@ -495,8 +495,9 @@ def solve_with(
     ``run.reserve(reserve_s)``, at least 1 ms.
     ``refine_bound``: called after the backend (not after a signal), it returns a valid lower bound
     computed in the time the backend left; the larger of it and ``analytic_bound`` is the result's
-    analytic bound. The front-end that computes its costly bound this way gives the backend its budget
-    first.
+    analytic bound. A signal during it ends the refinement, not the call: the result is the backend's
+    answer with ``analytic_bound`` (``interrupted`` set). The front-end that computes its costly bound
+    this way gives the backend its budget first.
     ``wall_s`` is the backend's seconds; the front-ends replace it with the whole call's.
 
     Raises:
@@ -528,8 +529,13 @@ def solve_with(
     interrupted = interrupt.requested() is not None
     wall_s = backend_run.elapsed()
     if refine_bound is not None and not interrupted:
-        refined = float(refine_bound())
-        analytic_bound = refined if analytic_bound is None else max(analytic_bound, refined)
+        try:  # a signal here stops the refinement only: the backend's answer stands, with the bound so far
+            refined: float | None = float(refine_bound())
+        except interrupt.Interrupted:
+            refined = None
+        if refined is not None:
+            analytic_bound = refined if analytic_bound is None else max(analytic_bound, refined)
+        interrupted = interrupt.requested() is not None
     if proposal.solution is not None and normalize is not None:
         proposal.solution = normalize(proposal.solution)
 

@@ -97,3 +97,32 @@ def test_a_time_out_is_not_reported_as_a_dead_end(work_clock):
     assert proposal.hit_time_limit and proposal.solution is None
     assert proposal.message.startswith("lpt stopped by the time limit (time limit reached after 0 of 1500 samples)")
     assert "dead end" not in proposal.message
+
+
+def test_a_signal_while_the_bound_is_refined_keeps_the_backends_answer(monkeypatch, work_clock):
+    # the refinement runs after the backend has its answer: a signal there ends the refinement, not the call
+    import signal
+
+    from packplace import interrupt
+
+    inst = _lockstep_instance(1500)
+    original = lockstep._held_cost
+    refining = []
+
+    def signalled(*args, **kwargs):
+        refining.append(work_clock.now)
+        if len(refining) == 3:  # the signal lands inside the third held-cost program
+            interrupt._state.signum = signal.SIGTERM
+            raise interrupt.Interrupted(signal.SIGTERM)
+        work_clock.now += 0.1
+        return original(*args, **kwargs)
+
+    pytest.importorskip("scipy.optimize")
+    monkeypatch.setattr(lockstep, "_held_cost", signalled)
+    monkeypatch.setattr(interrupt._state, "signum", None)
+    result = packplace.balance(inst, "lpt", time_limit_s=60)
+    assert len(refining) == 3
+    assert result.interrupted and result.solution is not None and result.status == "feasible"
+    assert result.bound <= result.objective
+    assert result.bound == pytest.approx(BalanceEvaluator(inst).lower_bound(deadline=0.0))  # the cheap part
+    assert "a signal cut the lower bound short" in result.message

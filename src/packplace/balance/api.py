@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from packplace import interrupt
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import ensure_reference_bins_checked
 from packplace.balance.quick import quick_packing
@@ -107,7 +108,11 @@ def solve_balance(
     bound_note: list[str] = []
 
     def refine_bound() -> float:  # until the finish reserve: the share kept for it and what the backend left
-        bound = evaluator.lower_bound(deadline=None if run.deadline is None else run.deadline - finish_reserve)
+        try:
+            bound = evaluator.lower_bound(deadline=None if run.deadline is None else run.deadline - finish_reserve)
+        except interrupt.Interrupted:  # solve_with keeps the backend's answer and the cheap bound
+            bound_note.append("a signal cut the lower bound short (weaker, still valid)")
+            raise
         if evaluator.bound_cut:
             bound_note.append("the time limit cut the lower bound short (weaker, still valid)")
         return bound
