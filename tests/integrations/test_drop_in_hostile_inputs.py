@@ -226,3 +226,10 @@ def test_input_no_plan_serves_is_refused_in_the_callers_terms(label, call, excep
         call()
     assert str(caught.value) == message
     assert not any(name in message for name in INTERNAL_NAMES), message
+
+
+@pytest.mark.parametrize("dp_size", [0, -1, 2.0, True, "2"])
+def test_micro_batch_partitions_names_its_own_dp_size(dp_size):
+    # its own argument, not the balance problem's data_parallel_size
+    with pytest.raises(ConfigError, match=r"^dp_size: must be an integer >= 1, got "):
+        micro_batch_partitions([1, 2, 3], 100, dp_size)

@@ -71,6 +71,7 @@ def micro_batch_partitions(
     """
     tokens = number_list(seqlens, "seqlens", integers=True, minimum=1)
     cap = positive_integer(max_token_len, "max_token_len")
+    dp_size = positive_integer(dp_size, "dp_size")
     if tokens and max(tokens) > cap:
         raise ConfigError(f"max_token_len: must be at least the longest sequence {max(tokens)}, got {cap}")
     if not tokens:
@@ -79,8 +80,8 @@ def micro_batch_partitions(
         costs = number_list(costs, "costs")
         if len(costs) != len(tokens):
             raise ConfigError(f"costs: {len(costs)} costs for {len(tokens)} seqlens")
-    if isinstance(dp_size, (int, np.integer)) and not isinstance(dp_size, bool) and 0 < len(tokens) < dp_size:
-        raise ConfigError(f"seqlens: {len(tokens)} sequences cannot give each of dp_size={int(dp_size)} ranks a "
+    if len(tokens) < dp_size:
+        raise ConfigError(f"seqlens: {len(tokens)} sequences cannot give each of dp_size={dp_size} ranks a "
                           "non-empty micro-batch")
     terms = BalanceTerms(sequences="seqlens", element="seqlens[{key}]", cap=f"max_token_len {cap}",
                          ranks=f"dp_size={dp_size}", unit="micro-batch", count="micro-batches per rank",
