@@ -42,7 +42,13 @@ from packplace.placement.model.framework import (
     micro_rollout_refusal,
     table_release,
 )
-from packplace.placement.model.layout_rules import config_refusals
+from packplace.placement.model.layout_rules import (
+    OPENRLHF_ASYNC,
+    OPENRLHF_ASYNC_QUEUE,
+    OPENRLHF_COLOCATE_ALL,
+    OPENRLHF_DS_TENSOR_PARALLEL,
+    config_refusals,
+)
 
 #: ``--ds.zero_stage`` per packplace sharding.
 ZERO_STAGE = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -83,11 +89,14 @@ NOTE_FLAT_NAMES = {"--actor.eps_clip_low_high": "--eps_clip_low_high",
 #: (``openrlhf/cli/train_ppo_ray.py`` at every tag from v0.5.0 to v0.10.1; the others of :data:`FLAT_NAMES` are
 #: defined at all of them). ``--enforce_eager`` from v0.4.4 (:data:`~packplace.placement.model.framework.
 #: FRAMEWORK_VERSIONS`); ``--n_samples_per_prompt`` from v0.3.2 (``examples/train_ppo_ray.py`` at v0.2.7-v0.3.1 has
-#: none: one response per prompt).
+#: none: one response per prompt). The ones the search keeps too (colocate-all, DeepSpeed TP, asynchrony) are the
+#: layout rules' constants (:mod:`packplace.placement.model.layout_rules`), so that the search never plans an
+#: option this drops.
 FLAT_SINCE = {
     "--n_samples_per_prompt": (0, 3, 2), "--enforce_eager": (0, 4, 4), "--advantage_estimator": (0, 5, 1),
-    "--colocate_all_models": (0, 5, 8), "--vllm_enable_sleep": (0, 5, 8), "--vllm_gpu_memory_utilization": (0, 5, 8),
-    "--ds_tensor_parallel_size": (0, 7, 4), "--async_train": (0, 8), "--async_queue_size": (0, 9, 1),
+    "--colocate_all_models": OPENRLHF_COLOCATE_ALL, "--vllm_enable_sleep": (0, 5, 8),
+    "--vllm_gpu_memory_utilization": (0, 5, 8), "--ds_tensor_parallel_size": OPENRLHF_DS_TENSOR_PARALLEL,
+    "--async_train": OPENRLHF_ASYNC, "--async_queue_size": OPENRLHF_ASYNC_QUEUE,
 }
 #: The ``--advantage_estimator`` value ``group_norm`` (GRPO's group-normalised advantage) from v0.6.0: the
 #: option's ``choices`` at v0.5.3-v0.5.9 are ``gae``, ``reinforce``, ``rloo``.
@@ -95,8 +104,10 @@ GROUP_NORM_SINCE = (0, 6)
 #: Values of options that a release without the option runs anyway (its default): no refusal when dropped.
 #: Before ``--advantage_estimator`` GAE is the only estimator (``ppo_utils/experience_maker.py`` at v0.2.7
 #: ``get_advantages_and_returns``); before ``--n_samples_per_prompt`` one response per prompt.
+#: Before ``--async_queue_size`` the asynchronous trainer's queue holds one batch (:data:`~packplace.placement.model.
+#: layout_rules.OPENRLHF_ASYNC_QUEUE`).
 FLAT_DEFAULTS = {"--ds_tensor_parallel_size": 1, "--vllm_gpu_memory_utilization": 0.9, "--advantage_estimator": "gae",
-                 "--n_samples_per_prompt": 1}
+                 "--n_samples_per_prompt": 1, "--async_queue_size": 1}
 #: The first release with the ``openrlhf.cli`` package (v0.3.6: ``openrlhf/cli/train_ppo_ray.py``,
 #: ``train_dpo.py``); before it the scripts are ``examples/train_ppo_ray.py`` and ``examples/train_dpo.py``, run
 #: from the repository root (``examples/scripts/train_ppo_llama_ray.sh`` at v0.3.5: ``python3

@@ -39,8 +39,11 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   framework_version``; none named: the current code, which has none of these): the actor and critic world sizes
   powers of 2 through v0.5.5, the critic's dividing the actor's before v0.7.1 (``_validate_args``), from
   v0.5.5.post1 to v0.7.0.post1 the actor's dividing the step's prompts and the vLLM engine count dividing it
-  (from v0.6.0 either way: :func:`_openrlhf_batches`), and under ZeRO-3 before v0.7.1 the reference and reward
-  groups' sizes dividing the actor's (:func:`_openrlhf_sizes`).
+  (from v0.6.0 either way: :func:`_openrlhf_batches`), under ZeRO-3 before v0.7.1 the reference and reward
+  groups' sizes dividing the actor's (:func:`_openrlhf_sizes`), the trained models at tp 1 before v0.7.4
+  (:data:`OPENRLHF_DS_TENSOR_PARALLEL`, :func:`strategy_refusal`), and staleness 0 before v0.8.0, at most 1
+  before v0.9.1 (:func:`openrlhf_most_stale`: the config's ``staleness_candidates`` are narrowed to it,
+  :func:`release_staleness`).
 
 * **DeepSpeed-Chat** (``applications/DeepSpeed-Chat/training/step3_rlhf_finetuning/main.py`` and its
   ``training_scripts``): every model in a DeepSpeed ZeRO engine (``--actor_zero_stage``,
@@ -497,7 +500,8 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
     parallelism; with sequence packing the policy's passes need the longest sequence, rounded up to the
     trainer's pad multiple, within both packs
     (:func:`~packplace.placement.model.sequence_packing.packing_refusal`). OpenRLHF: vLLM engines take a
-    tensor-parallel size only, DeepSpeed trains without pipeline parallelism, the reference and reward
+    tensor-parallel size only, DeepSpeed trains without pipeline parallelism (and before v0.7.4,
+    :data:`OPENRLHF_DS_TENSOR_PARALLEL`, without tensor parallelism), the reference and reward
     forwards run data-parallel only. Generation in verl
     and NeMo RL: every strategy (vLLM's tensor, pipeline and expert parallelism). OpenRLHF's DeepSpeed models
     have no expert parallelism either (``openrlhf/utils/deepspeed/deepspeed.py`` ``DeepspeedStrategy``: ZeRO,
@@ -521,6 +525,9 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
                     "--ds.tensor_parallel_size of the trained models)")
         if kind != "generate" and s.pp > 1:
             return "OpenRLHF trains with DeepSpeed ZeRO and no pipeline parallelism"
+        if kind != "generate" and s.tp > 1 and ctx.release is not None and ctx.release < OPENRLHF_DS_TENSOR_PARALLEL:
+            return (f"OpenRLHF {ctx.release} trains with DeepSpeed ZeRO and no tensor parallelism "
+                    f"(--ds_tensor_parallel_size from 0.7.4)")
         if kind != "generate" and s.ep > 1:
             return ("OpenRLHF's DeepSpeed strategy (openrlhf/utils/deepspeed/deepspeed.py DeepspeedStrategy: ZeRO, "
                     "ring attention, --ds.tensor_parallel_size) has no expert parallelism")
@@ -663,6 +670,16 @@ OPENRLHF_SHARED = (("actor", "reference"), ("reward", "critic"))
 #: (openrlhf/trainer/ray/vllm_engine.py ``create_vllm_engines``: a GPU or a placement group per engine) and only
 #: ``--colocate_actor_ref`` and ``--colocate_critic_reward`` pair groups.
 OPENRLHF_COLOCATE_ALL = (0, 5, 8)
+#: The first OpenRLHF release with DeepSpeed tensor parallelism of the trained models (``--ds_tensor_parallel_size``,
+#: v0.7.4: openrlhf/cli/train_ppo_ray.py; absent at v0.7.3): before it the actor and critic train at tp 1.
+OPENRLHF_DS_TENSOR_PARALLEL = (0, 7, 4)
+#: The first OpenRLHF release with asynchronous training (``--async_train``, v0.8.0: openrlhf/cli/train_ppo_ray.py
+#: and openrlhf/trainer/ppo_trainer_async.py; absent at v0.7.5): before it every step is synchronous (staleness 0).
+OPENRLHF_ASYNC = (0, 8)
+#: The first OpenRLHF release with ``--async_queue_size`` (v0.9.1: openrlhf/cli/train_ppo_ray.py; absent at v0.9.0).
+#: From :data:`OPENRLHF_ASYNC` to it the rollout queue holds one batch (``ppo_trainer_async.py`` at v0.8.0:
+#: ``Queue(maxsize=os.environ.get("OPENRLHF_ASYNC_QUEUE_SIZE", 1))``), so a plan's staleness is at most 1.
+OPENRLHF_ASYNC_QUEUE = (0, 9, 1)
 #: The first OpenRLHF release whose ``_validate_args`` (openrlhf/cli/train_ppo_ray.py; examples/train_ppo_ray.py
 #: before v0.4) no longer asserts that the actor and critic world sizes are powers of 2 (present v0.1.x-v0.5.5).
 OPENRLHF_POWER_OF_TWO_DROPPED = parse_version("0.5.5.post1")
@@ -681,6 +698,25 @@ OPENRLHF_ROLLOUT_DIVIDES = OPENRLHF_POWER_OF_TWO_DROPPED
 #: ``actor_world_size % args.vllm_num_engines == 0 or args.vllm_num_engines % actor_world_size == 0``
 #: (openrlhf/cli/train_ppo_ray.py lines 34-37 at v0.6.0; v0.5.9.post1 has the first condition only).
 OPENRLHF_ENGINES_EITHER_WAY = (0, 6)
+
+
+def openrlhf_most_stale(release: Release | None) -> int | None:
+    """The largest staleness OpenRLHF at ``release`` runs: 0 before :data:`OPENRLHF_ASYNC`, 1 before
+    :data:`OPENRLHF_ASYNC_QUEUE` (its queue of one batch); ``None`` (no limit) from it or without a release."""
+    if release is None or release >= OPENRLHF_ASYNC_QUEUE:
+        return None
+    return 0 if release < OPENRLHF_ASYNC else 1
+
+
+def release_staleness(framework: str, version: str | None,
+                      candidates: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """``optimizer.staleness_candidates`` without the values the framework release cannot run
+    (:func:`openrlhf_most_stale`; unchanged for other frameworks or without a release): the search then never
+    tries them, and the evaluator refuses a plan that has them."""
+    most = openrlhf_most_stale(table_release(version)) if framework == "openrlhf" and version is not None else None
+    if most is None:
+        return dict(candidates)
+    return {model: tuple(t for t in values if t <= most) or (0,) for model, values in candidates.items()}
 
 
 def _world(task: Placed) -> int:
@@ -770,6 +806,11 @@ def _openrlhf(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str,
             out.append(f"{ref.layout} on other GPUs than actor.train: train_dpo holds the reference in the training "
                        f"processes")
         return out
+    most, stale = openrlhf_most_stale(ctx.release), max(staleness.values(), default=0)
+    if most is not None and stale > most:
+        out.append(f"staleness {stale}: OpenRLHF {ctx.release} " + (
+            "trains synchronously (--async_train from 0.8.0)" if most == 0 else
+            "queues one rollout batch (--async_queue_size from 0.9.1): staleness at most 1"))
     critic, critic_infer = tasks.get(CRITIC_TRAIN), tasks.get(CRITIC_INFER)
     if critic is not None and critic_infer is not None and (
             not _same(critic, critic_infer) or critic.strategy != critic_infer.strategy):
@@ -825,7 +866,8 @@ def conform(instance, table, plan: Plan) -> Plan:
     block shape (and strategy where the rule says so), the fastest one that needs no more memory than its
     current one, else the one with least memory. A rollout or reward engine that shares some but not all
     of the trainer's GPUs, or that must share them (verl, staleness 0) or must not (NeMo RL, staleness ≥ 1),
-    moves onto the trainer's block, or to the first free block of its shape. OpenRLHF groups
+    moves onto the trainer's block, or to the first free block of its shape. An OpenRLHF staleness above what the
+    release runs (:func:`openrlhf_most_stale`) is lowered to it. OpenRLHF groups
     that share GPUs outside the allowed pairs move to free blocks, else (from v0.5.8, or no release named)
     everything colocates on the actor's block; groups whose sizes break the release's rules
     (:func:`_openrlhf_sizes`) move to their fastest candidate of a size that keeps them, on a free block. The
@@ -842,9 +884,11 @@ def conform(instance, table, plan: Plan) -> Plan:
     vertices = plan.by_vertex()
     if TRAIN not in vertices or not refusals(ctx, placed_of(instance, plan), dict(plan.staleness)):
         return plan
-    fix = _Fixer(instance, table, vertices, dict(plan.staleness))
+    most = openrlhf_most_stale(ctx.release) if ctx.framework == "openrlhf" else None
+    staleness = {m: t if most is None else min(t, most) for m, t in plan.staleness}
+    fix = _Fixer(instance, table, vertices, staleness)
     fix.run(ctx)
-    out = Plan.build(fix.vertices, dict(plan.staleness))
+    out = Plan.build(fix.vertices, staleness)
     return out
 
 

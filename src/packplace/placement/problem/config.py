@@ -58,6 +58,7 @@ from packplace.placement.model.layout_rules import (
     Context,
     check_config,
     megatron_field_refusal,
+    release_staleness,
 )
 from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, ROUTER_DTYPES, SHARDING, TrainingOptions, lora_params
 from packplace.placement.model.nemo_rl_releases import release_for
@@ -876,6 +877,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
             raise ConfigError(f"[training.{role}] optimizer_steps: {options.optimizer_steps} does not divide the "
                               f"step's {units[0]} {units[1]}: each optimizer step trains a whole global batch")
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
+    # the staleness the framework release runs (OpenRLHF's asynchronous training from 0.8.0)
+    optimizer["staleness_candidates"] = release_staleness(policy["framework"], policy.get("framework_version"),
+                                                          optimizer["staleness_candidates"])
     if hardware.decode_step_overhead is None:  # unset: the framework engine's per-step cost
         hardware = replace(hardware, decode_step_overhead=profile(policy["framework"]).decode_step_overhead)
     instance = PlacementInstance(cluster, hardware, models, workload, algorithm,

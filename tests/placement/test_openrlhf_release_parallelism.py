@@ -1,0 +1,140 @@
+"""OpenRLHF's release-bound trainer parallelism and asynchrony (``layout_rules``: ``strategy_refusal``,
+``_openrlhf``, ``release_staleness``, ``conform``):
+
+* DeepSpeed tensor parallelism of the trained models (``--ds_tensor_parallel_size``) from v0.7.4: before it the
+  actor and critic (and the critic's value forward) train at tp 1;
+* asynchronous training (``--async_train``, staleness >= 1) from v0.8.0, with a queue of one batch (staleness at
+  most 1) until ``--async_queue_size`` in v0.9.1.
+
+Every solver keeps them on the 8B PPO config at a pinned release, the evaluator refuses a plan that breaks them,
+and the emitter's command for the solvers' plans has no refusal line.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from packplace.placement import api
+from packplace.placement.emit import emit
+from packplace.placement.emit.openrlhf import FLAT_SINCE
+from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.framework import table_release
+from packplace.placement.model.layout_rules import (
+    CRITIC_INFER,
+    CRITIC_TRAIN,
+    GENERATE,
+    OPENRLHF_ASYNC,
+    OPENRLHF_ASYNC_QUEUE,
+    OPENRLHF_DS_TENSOR_PARALLEL,
+    REFERENCE,
+    TRAIN,
+    Context,
+    Placed,
+    openrlhf_most_stale,
+    placed_of,
+    plan_refusals,
+    refusals,
+    release_staleness,
+    strategy_refusal,
+)
+from packplace.placement.model.memory import TrainingOptions
+from packplace.placement.problem.config import build_instance, load_yaml
+from packplace.placement.problem.plan import Strategy
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+PPO_8B = os.path.join(ROOT, "configs", "placement", "ppo_llama3.1-8b_4x8xh100.yaml")
+
+
+def ctx(version: str | None) -> Context:
+    opts = TrainingOptions()
+    return Context("openrlhf", "ppo", {"actor": opts, "critic": opts}, True,
+                   release=None if version is None else table_release(version))
+
+
+def instance(version: str | None):
+    cfg = load_yaml(PPO_8B)
+    cfg["policy"] = {**cfg["policy"], "framework": "openrlhf"}
+    if version is not None:
+        cfg["policy"]["framework_version"] = version
+    return build_instance(cfg)
+
+
+def test_the_emitter_and_the_rules_share_the_release_numbers():
+    assert FLAT_SINCE["--ds_tensor_parallel_size"] is OPENRLHF_DS_TENSOR_PARALLEL == (0, 7, 4)
+    assert FLAT_SINCE["--async_train"] is OPENRLHF_ASYNC == (0, 8)
+    assert FLAT_SINCE["--async_queue_size"] is OPENRLHF_ASYNC_QUEUE == (0, 9, 1)
+
+
+@pytest.mark.parametrize("name, kind", [(TRAIN, "train"), (CRITIC_TRAIN, "train"), (CRITIC_INFER, "infer")])
+def test_deepspeed_tensor_parallelism_from_0_7_4(name, kind):
+    tp8 = Strategy(4, 1, 8, 1)
+    for version in ("0.2.7", "0.6.0", "0.7.3"):
+        why = strategy_refusal(ctx(version), name, kind, tp8)
+        assert why is not None and "--ds_tensor_parallel_size from 0.7.4" in why, (version, why)
+        assert strategy_refusal(ctx(version), name, kind, Strategy(32, 1, 1, 1)) is None
+    for version in ("0.7.4", "0.7.4.post1", "0.8.0", "0.11.0", None):
+        assert strategy_refusal(ctx(version), name, kind, tp8) is None, version
+    # vLLM engines take a tensor-parallel size at every release
+    assert strategy_refusal(ctx("0.2.7"), GENERATE, "generate", tp8) is None
+
+
+def test_staleness_by_release():
+    assert [openrlhf_most_stale(None if v is None else table_release(v))
+            for v in ("0.6.0", "0.7.5", "0.8.0", "0.9.0", "0.9.1", None)] == [0, 0, 1, 1, None, None]
+    tasks = {TRAIN: Placed(TRAIN, Strategy(8, 1, 1, 1), 0, 8, 8),
+             GENERATE: Placed(GENERATE, Strategy(8, 1, 1, 1), 8, 16, 8),
+             REFERENCE: Placed(REFERENCE, Strategy(8, 1, 1, 1), 0, 8, 8)}
+    assert refusals(ctx("0.6.0"), tasks, {}) == []
+    out = refusals(ctx("0.7.5"), tasks, {"actor": 1})
+    assert out == ["staleness 1: OpenRLHF 0.7.5 trains synchronously (--async_train from 0.8.0)"]
+    assert refusals(ctx("0.8.0"), tasks, {"actor": 1}) == []
+    assert "staleness at most 1" in refusals(ctx("0.9.0"), tasks, {"actor": 2})[0]
+    assert refusals(ctx("0.9.1"), tasks, {"actor": 2}) == []
+    assert refusals(ctx(None), tasks, {"actor": 3}) == []
+
+
+def test_the_config_keeps_the_staleness_the_release_runs():
+    asked = {"actor": (0, 1, 2), "critic": (1,)}
+    assert release_staleness("openrlhf", "0.6.0", asked) == {"actor": (0,), "critic": (0,)}
+    assert release_staleness("openrlhf", "0.8.0", asked) == {"actor": (0, 1), "critic": (1,)}
+    assert release_staleness("openrlhf", "0.9.1", asked) == asked
+    assert release_staleness("openrlhf", None, asked) == asked
+    assert release_staleness("verl", "0.2.0", asked) == asked
+    assert instance("0.6.0").optimizer["staleness_candidates"] == {"actor": (0,), "critic": (0,), "ac_share": (0,)}
+    assert instance(None).optimizer["staleness_candidates"] == {"actor": (0, 1), "critic": (0, 1), "ac_share": (0,)}
+
+
+@pytest.mark.parametrize("solver", ["greedy", "anneal", "cpsat", "concurrent"])
+def test_every_solver_keeps_the_release_at_0_6_0(solver, work_clock):
+    inst = instance("0.6.0")
+    result = api.solve_placement(inst, solver, seed=0, time_limit_s=20)
+    plan = result.solution
+    assert plan is not None and plan_refusals(inst, plan) == []
+    placed = placed_of(inst, plan)
+    assert placed[TRAIN].strategy.tp == 1 and placed[CRITIC_TRAIN].strategy.tp == 1
+    assert plan.staleness == ()
+    emitted = emit(inst, plan, "openrlhf")
+    assert emitted.refusals == [] and "cannot run as planned" not in emitted.text()
+    assert "--async_train" not in emitted.settings and "--ds_tensor_parallel_size" not in emitted.settings
+
+
+def test_the_evaluator_refuses_what_0_6_0_lacks_and_takes_it_later(work_clock):
+    old, newer = instance("0.6.0"), instance("0.8.0")
+    tp8 = api.solve_placement(newer, "greedy", seed=0, time_limit_s=20).solution
+    assert tp8 is not None and placed_of(newer, tp8)[TRAIN].strategy.tp > 1   # allowed from 0.7.4
+    synchronous = api.solve_placement(old, "greedy", seed=0, time_limit_s=20).solution
+    assert synchronous is not None
+    stale = synchronous.with_staleness("actor", 1)
+    assert PlacementEvaluator(newer).step_time(stale) < float("inf")
+    for plan in (tp8, stale, tp8.with_staleness("actor", 1)):
+        emitted = emit(newer, plan, "openrlhf")
+        assert emitted.refusals == [], emitted.refusals
+    assert emit(newer, stale, "openrlhf").settings["--async_train"] is True
+    ev_old = PlacementEvaluator(old)
+    for refused, why in ((tp8, "--ds_tensor_parallel_size from 0.7.4"), (stale, "--async_train from 0.8.0")):
+        assert ev_old.step_time(refused) == float("inf")
+        score = ev_old.score(refused)
+        assert not score.feasible and any(why in v for v in score.violations), score.violations
+        assert any(why in line for line in emit(old, refused, "openrlhf").refusals)
