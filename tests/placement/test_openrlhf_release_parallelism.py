@@ -19,7 +19,7 @@ import pytest
 from packplace.placement import api
 from packplace.placement.emit import emit
 from packplace.placement.emit.openrlhf import FLAT_SINCE
-from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.evaluator import PlacementEvaluator, get_table
 from packplace.placement.model.framework import table_release
 from packplace.placement.model.layout_rules import (
     CRITIC_INFER,
@@ -32,6 +32,7 @@ from packplace.placement.model.layout_rules import (
     TRAIN,
     Context,
     Placed,
+    conform,
     openrlhf_most_stale,
     placed_of,
     plan_refusals,
@@ -126,15 +127,54 @@ def test_the_evaluator_refuses_what_0_6_0_lacks_and_takes_it_later(work_clock):
     assert tp8 is not None and placed_of(newer, tp8)[TRAIN].strategy.tp > 1   # allowed from 0.7.4
     synchronous = api.solve_placement(old, "greedy", seed=0, time_limit_s=20).solution
     assert synchronous is not None
-    stale = synchronous.with_staleness("actor", 1)
+    stale = synchronous.with_staleness("actor", 1)   # vLLM on GPUs of its own
     assert PlacementEvaluator(newer).step_time(stale) < float("inf")
-    for plan in (tp8, stale, tp8.with_staleness("actor", 1)):
+    for plan in (tp8, stale):
         emitted = emit(newer, plan, "openrlhf")
         assert emitted.refusals == [], emitted.refusals
     assert emit(newer, stale, "openrlhf").settings["--async_train"] is True
+    # asynchronous with the vLLM engines on the trainers' GPUs: refused at every release that has --async_train
+    # (it refuses --vllm_enable_sleep; under it --colocate_all_models colocates the DeepSpeed models only), and
+    # conform keeps the layout, synchronous
+    shared = tp8.with_staleness("actor", 1)
+    gen, train = placed_of(newer, shared)[GENERATE], placed_of(newer, shared)[TRAIN]
+    assert not (gen.hi <= train.lo or train.hi <= gen.lo)
+    for inst in (newer, instance(None)):
+        score = PlacementEvaluator(inst).score(shared)
+        assert not score.feasible and any("GPUs of their own" in v for v in score.violations), score.violations
+        assert any("GPUs of their own" in line for line in emit(inst, shared, "openrlhf").refusals)
+        kept = conform(inst, get_table(inst), shared)
+        assert not any(dict(kept.staleness).values()) and plan_refusals(inst, kept) == []
+        assert placed_of(inst, kept)[GENERATE] == placed_of(inst, shared)[GENERATE]
     ev_old = PlacementEvaluator(old)
     for refused, why in ((tp8, "--ds_tensor_parallel_size from 0.7.4"), (stale, "--async_train from 0.8.0")):
         assert ev_old.step_time(refused) == float("inf")
         score = ev_old.score(refused)
         assert not score.feasible and any(why in v for v in score.violations), score.violations
         assert any(why in line for line in emit(old, refused, "openrlhf").refusals)
+
+
+def test_asynchronous_with_every_deepspeed_model_on_the_same_gpus_emits_colocate_all_without_sleep(work_clock):
+    # --colocate_all_models under --async_train colocates the DeepSpeed models only (train_ppo_ray.py from 0.8.0),
+    # and --async_train refuses --vllm_enable_sleep: the vLLM engines keep GPUs of their own
+    import dataclasses
+
+    from packplace.placement.problem.plan import Plan
+
+    newer = instance("0.8.0")
+    plan = api.solve_placement(instance("0.6.0"), "greedy", seed=0, time_limit_s=20).solution
+    vertices = dict(plan.vertices)
+    actor = vertices[TRAIN].allocation
+    together = {name: dataclasses.replace(vp, allocation=actor) if name != GENERATE else vp
+                for name, vp in vertices.items()}
+    shared = Plan.build(together, {"actor": 1})
+    placed = placed_of(newer, shared)
+    assert all(placed[name].lo == placed[TRAIN].lo for name in placed if name != GENERATE)
+    assert placed[GENERATE].hi <= placed[TRAIN].lo or placed[TRAIN].hi <= placed[GENERATE].lo
+    assert plan_refusals(newer, shared) == []
+    emitted = emit(newer, shared, "openrlhf")
+    assert emitted.refusals == [], emitted.refusals
+    assert emitted.settings["--colocate_all_models"] is True and emitted.settings["--async_train"] is True
+    assert "--vllm_enable_sleep" not in emitted.settings
+    # synchronous, the same DeepSpeed sharing without the engines is no OpenRLHF layout
+    assert any("OpenRLHF colocates only" in line for line in plan_refusals(newer, Plan.build(together)))

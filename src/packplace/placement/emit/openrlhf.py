@@ -212,6 +212,11 @@ def _colocation(out: EmittedPlan, view: PlanView) -> None:
         out.settings["--train.colocate_all"] = True
         out.settings["--vllm.enable_sleep"] = True
         return
+    if view.staleness.get("actor", 0) and critic is not None and same_gpus(train, ref, reward, critic):
+        # asynchronous (vLLM on GPUs of its own): --colocate_all_models colocates the DeepSpeed models only,
+        # without --vllm_enable_sleep, which --async_train refuses (train_ppo_ray.py from 0.8.0)
+        out.settings["--train.colocate_all"] = True
+        return
     if ref is not None and same_gpus(train, ref):
         out.settings["--train.colocate_actor_ref"] = True
     if reward is not None and critic is not None and same_gpus(reward, critic):

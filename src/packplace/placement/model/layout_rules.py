@@ -821,6 +821,15 @@ def _openrlhf(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str,
                    f"--ds.tensor_parallel_size")
     out += _openrlhf_sizes(ctx, tasks)
     groups = openrlhf_groups(ctx, tasks)
+    gen = tasks.get(GENERATE)
+    if stale and gen is not None:  # asynchronous: the vLLM engines on GPUs of their own
+        shared = [t.name for name, t in tasks.items() if name != GENERATE and not _disjoint(gen, t)]
+        if shared:
+            out.append(f"{gen.layout} shares GPUs with {', '.join(shared)} at staleness {stale}: OpenRLHF's "
+                       f"asynchronous training gives the vLLM engines GPUs of their own (train_ppo_ray.py from "
+                       f"0.8.0: --async_train refuses --vllm_enable_sleep, and --colocate_all_models colocates "
+                       f"the DeepSpeed models only)")
+        groups = [(group, t) for group, t in groups if group != "vLLM"]
     colocate_all = ctx.release is None or ctx.release >= OPENRLHF_COLOCATE_ALL
     if colocate_all and _same(*(t for _, t in groups)):
         return out
@@ -993,6 +1002,11 @@ class _Fixer:
         if ctx.algorithm == "dpo":
             self.follow(REFERENCE, TRAIN)
             return
+        if GENERATE in self.vertices and any(self.staleness.values()):
+            placed = placed_of(self.instance, Plan.build(self.vertices))
+            if any(not _disjoint(placed[GENERATE], t) for name, t in placed.items() if name != GENERATE):
+                for model in self.staleness:  # asynchronous needs vLLM on GPUs of its own: synchronous here
+                    self.staleness[model] = 0
         if CRITIC_TRAIN in self.vertices:
             critic = self.vertices[CRITIC_TRAIN]
             if critic.strategy.tp != self.vertices[TRAIN].strategy.tp:
