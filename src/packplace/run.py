@@ -457,6 +457,16 @@ def check_options(spec: SolverSpec, params: dict[str, Any]) -> None:
         )
 
 
+def _refined(refine_bound: Callable[[], float], bound: float | None) -> float | None:
+    """The larger of ``bound`` and what ``refine_bound()`` returns; ``bound`` where a signal stops the
+    refinement (the backend's answer stands, with the bound so far)."""
+    try:
+        refined = float(refine_bound())
+    except interrupt.Interrupted:
+        return bound
+    return refined if bound is None else max(bound, refined)
+
+
 def solve_with(
     *,
     problem: str,
@@ -529,12 +539,7 @@ def solve_with(
     interrupted = interrupt.requested() is not None
     wall_s = backend_run.elapsed()
     if refine_bound is not None and not interrupted:
-        try:  # a signal here stops the refinement only: the backend's answer stands, with the bound so far
-            refined: float | None = float(refine_bound())
-        except interrupt.Interrupted:
-            refined = None
-        if refined is not None:
-            analytic_bound = refined if analytic_bound is None else max(analytic_bound, refined)
+        analytic_bound = _refined(refine_bound, analytic_bound)
         interrupted = interrupt.requested() is not None
     if proposal.solution is not None and normalize is not None:
         proposal.solution = normalize(proposal.solution)
