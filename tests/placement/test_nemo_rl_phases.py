@@ -115,8 +115,10 @@ def test_force_on_policy_e2e_and_profile_restored():
 def test_figures_the_docs_quote():
     """docs/calibration-and-validation.md, "NeMo RL phases against the team's published phase timings"."""
     gke = next(r for r in phases.phase_rows() if r["id"] == "gke-b200-llama3.1-8b")
-    # with the Blackwell vLLM KV-read fraction (0.434); 0.45 and 0.49 without it
-    assert round(gke["ratio"]["generation"], 2) == 0.54 and round(gke["ratio"]["step"], 2) == 0.54
+    # with the Blackwell vLLM KV-read fraction (0.434); 0.45 and 0.49 without it; the step 0.54 before the
+    # DTensor passes' flash-attn 2 on Blackwell (FLASH_ATTN2_ATTENTION_FRACTION), which leaves the generation
+    assert round(gke["ratio"]["generation"], 2) == 0.54 and round(gke["ratio"]["step"], 2) == 0.56
+    assert round(gke["ratio"]["logprobs_and_training"], 2) == 0.65
     kv = phases.kv_budget_delta()
     # with the pool at the H100's CUDA total (the preset since "The GPU's memory as CUDA reports it") the engine's
     # cache no longer binds at 0.80: no gain where 11% was published (265.3 -> 217.7 s, 0.720, at the old 80e9;
