@@ -281,6 +281,48 @@ def resolve_layer_windows(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ..
     return bins, kept
 
 
+def prefer_lockstep(evaluator: BalanceEvaluator, candidates: list[tuple[tuple[Any, ...], ...]], deadline: float | None,
+                    max_moves: int | None = None) -> tuple[tuple[tuple[Any, ...], ...], int, int]:
+    """Among assignments of one instance (D ranks × m bins, no rank rules, no padding), the one the
+    evaluator's ``lockstep`` objective scores lowest whose makespan is at most the first's, then
+    levelled within ranks.
+
+    A candidate with a violation or a makespan above the first's is left out; ties go to the earlier
+    candidate. The chosen one is levelled within ranks (:func:`level_layers` with ``within_ranks``:
+    samples keep their rank, so the rank totals stay as they were up to float summation, and the
+    lockstep time does not rise), and the levelled plan is kept when the evaluator scores its lockstep
+    lower and its makespan at most the first's. One levelling, not one per candidate: it costs more
+    than scoring them. The solver proposes the candidates, the evaluator scores them.
+
+    Args:
+        evaluator: The instance's evaluator (any objective: ``lockstep`` and ``makespan`` are asked by name).
+        candidates: Rank-major bins of keys; the first is the reference (feasible).
+        deadline: :data:`packplace.run.clock` value the levelling stops at, or None.
+        max_moves: Cap on the levelling moves (None: none).
+
+    Returns:
+        (the chosen bins, its position in ``candidates``, the levelling moves kept).
+    """
+    ceiling = evaluator.objective(candidates[0], "makespan")
+    best: tuple[float, int] | None = None
+    for k, bins in enumerate(candidates):
+        if evaluator.violations(bins) or evaluator.objective(bins, "makespan") > ceiling:
+            continue
+        value = evaluator.objective(bins, "lockstep")
+        if best is None or value < best[0]:
+            best = (value, k)
+    assert best is not None  # reason: the first candidate is feasible and at its own makespan
+    value, k = best
+    chosen = candidates[k]
+    if passed(deadline):
+        return chosen, k, 0
+    levelled, moves = level_layers(evaluator, chosen, deadline, max_moves=max_moves, within_ranks=True)
+    if (moves and not evaluator.violations(levelled) and evaluator.objective(levelled, "makespan") <= ceiling
+            and evaluator.objective(levelled, "lockstep") < value):
+        return levelled, k, moves
+    return chosen, k, 0
+
+
 #: A bin's exchange offers: cost sums, token sums, the bin (repeated) and the member sets, one per set.
 Offer = tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, ...]]]
 
@@ -533,4 +575,4 @@ def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs:
     return i, int(peer_of[k]), given_sets[k]
 
 
-__all__ = ["level_layers", "lockstep_aware", "resolve_layer_windows", "solve_lockstep"]
+__all__ = ["level_layers", "lockstep_aware", "prefer_lockstep", "resolve_layer_windows", "solve_lockstep"]

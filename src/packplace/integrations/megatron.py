@@ -8,7 +8,10 @@ order, then splits packs until their count is a multiple of the data-parallel si
 fills the same slot: every pack within ``max_seqlen_per_dp_cp_rank · cp_size`` tokens, the same
 number of packs per DP rank (the fewest that pack, a multiple of the virtual-pipeline group),
 and per-rank FLOPs balanced by a packplace balance solver; each rank's packs run heaviest first,
-so micro-batch i pairs the i-th heaviest packs of all ranks. Plug it in with one call, which adds a
+so micro-batch i pairs the i-th heaviest packs of all ranks. Megatron's pipelines synchronise every
+micro-batch, so with ``repair`` (the default) the scheduler asks for ``tie_break="lockstep"``: among
+the answers at the makespan optimum, the one with the lowest lockstep time (Σ over micro-batch index of
+the slowest rank's pack). Plug it in with one call, which adds a
 scheduler name next to Megatron's own (``dp_balanced`` stays as it is)::
 
     from packplace.integrations.megatron import register
@@ -125,7 +128,9 @@ class PackplacePackingScheduler:
                     f"microbatch_group_size_per_vp_stage: {multiple} needs {per_rank} packs per rank here, and "
                     f"{per_rank} packs on each of dp_size={self.dp_size} ranks need at least "
                     f"{per_rank * self.dp_size} sequences; seqlens has {len(lengths)}") from None
-        result = solve_balance(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed)
+        # ranks synchronise every micro-batch: among makespan-optimal answers, the lowest lockstep time
+        tie = {"tie_break": "lockstep"} if self.solver == "repair" else {}
+        result = solve_balance(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed, **tie)
         self.last_result = result
         if result.solution is None:
             raise RuntimeError(f"megatron packing: {result.solver} found no assignment ({result.status}: "
