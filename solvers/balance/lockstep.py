@@ -451,27 +451,28 @@ def _transfer(state: _Levelling, i: int, source: int, target: int) -> None:
 
 
 def _find_move(state: _Levelling, sources: list[int], room: np.ndarray) -> tuple[int, int, int] | None:
-    """The first layer's first bin (of ``sources``) with a move: (sample, source, best-fit target), or None."""
-    costs, tokens, load, used, sizes = state.costs, state.tokens, state.load, state.used, state.sizes
-    indices, per_rank, cap_samples = state.indices, state.per_rank, state.cap_samples
+    """The first layer's first bin (of ``sources``) with a move: (sample, source, best-fit target), or None.
+    Within ranks (``per_rank``) only the source's rank's bins are looked at (the others are not allowed)."""
+    costs, tokens, cap_samples = state.costs, state.tokens, state.cap_samples
+    per_rank = state.per_rank
     for source in sources:
-        if sizes[source] < 2:
+        if state.sizes[source] < 2:
             continue
+        lo = 0 if per_rank is None else source - source % per_rank
+        hi = len(room) if per_rank is None else lo + per_rank
+        load, used, sizes, near = state.load[lo:hi], state.used[lo:hi], state.sizes[lo:hi], room[lo:hi]
         items = sorted(state.contents[source], key=lambda k: (-costs[k], k))
         c = costs[items][:, None]
-        allowed = indices != source
-        if per_rank is not None:
-            allowed &= indices // per_rank == source // per_rank
-        fits = ((room >= c) & (load + c < load[source]) & (used + tokens[items][:, None] <= state.seq_len)
-                & allowed)
+        fits = ((near >= c) & (load + c < state.load[source]) & (used + tokens[items][:, None] <= state.seq_len)
+                & (state.indices[lo:hi] != source))
         if cap_samples is not None:
             fits &= sizes < cap_samples
         for name, limit in state.limits.items():
-            fits &= state.spent[name] + state.usage[name][items][:, None] <= limit
+            fits &= state.spent[name][lo:hi] + state.usage[name][items][:, None] <= limit
         rows = np.flatnonzero(fits.any(axis=1))
         if rows.size:
             k = int(rows[0])  # the costliest sample that fits somewhere, into its best fit
-            return items[k], source, int(np.argmin(np.where(fits[k], room - c[k], np.inf)))
+            return items[k], source, lo + int(np.argmin(np.where(fits[k], near - c[k], np.inf)))
     return None
 
 
