@@ -460,7 +460,11 @@ def _find_move(state: _Levelling, sources: list[int], room: np.ndarray) -> tuple
             continue
         lo = 0 if per_rank is None else source - source % per_rank
         hi = len(room) if per_rank is None else lo + per_rank
-        load, used, sizes, near = state.load[lo:hi], state.used[lo:hi], state.sizes[lo:hi], room[lo:hi]
+        near = room[lo:hi]
+        least = min(float(costs[k]) for k in state.contents[source])
+        if least > float(near.max()):  # not even its cheapest sample fits under any bin's ceiling
+            continue
+        load, used, sizes = state.load[lo:hi], state.used[lo:hi], state.sizes[lo:hi]
         items = sorted(state.contents[source], key=lambda k: (-costs[k], k))
         c = costs[items][:, None]
         fits = ((near >= c) & (load + c < state.load[source]) & (used + tokens[items][:, None] <= state.seq_len)
@@ -540,11 +544,11 @@ def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs:
         if offer is None:
             items = contents[peer]
             sets = [(u,) for u in items] + [(u, v) for a, u in enumerate(items) for v in items[a + 1:]]
-            item_costs = costs[items].tolist()
-            item_tokens = tokens[items].tolist()
-            where = {u: k for k, u in enumerate(items)}
-            offer = (np.array([sum(item_costs[where[u]] for u in g) for g in sets]),
-                     np.array([sum(item_tokens[where[u]] for u in g) for g in sets], dtype=np.int64),
+            first, second = np.triu_indices(len(items), 1)  # the pairs in the order of ``sets``
+            item_costs = costs[items].astype(float)
+            item_tokens = tokens[items].astype(np.int64)
+            offer = (np.concatenate((item_costs, item_costs[first] + item_costs[second])),
+                     np.concatenate((item_tokens, item_tokens[first] + item_tokens[second])),
                      np.full(len(sets), peer, dtype=np.int64), sets)
             offers[peer] = offer
         parts_cost.append(offer[0])
@@ -556,24 +560,20 @@ def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs:
     given_cost = np.concatenate(parts_cost)
     given_tokens = np.concatenate(parts_tokens)
     peer_of = np.concatenate(parts_peer)
-    best: tuple[float, int, int] | None = None
-    for i in contents[source]:
-        delta = float(costs[i]) - given_cost
-        new_source = top - delta
-        new_peer = load[peer_of] + delta
-        fits = ((delta > 0) & (new_peer < top) & (new_peer <= ceiling[peer_of])
-                & (used[source] - int(tokens[i]) + given_tokens <= seq_len)
-                & (used[peer_of] + int(tokens[i]) - given_tokens <= seq_len))
-        if not fits.any():
-            continue
-        worst = np.where(fits, np.maximum(new_source, new_peer), np.inf)
-        k = int(np.argmin(worst))
-        if best is None or worst[k] < best[0]:
-            best = (float(worst[k]), i, k)
-    if best is None:
+    items = contents[source]
+    # one row per sample i of the source, one column per offered set U (all at once: the first (row,
+    # column) of the least worst is the first i's best set, as a scan over the samples would find)
+    delta = costs[items].astype(float)[:, None] - given_cost[None, :]
+    new_peer = load[peer_of][None, :] + delta
+    item_tokens = tokens[items].astype(np.int64)[:, None]
+    fits = ((delta > 0) & (new_peer < top) & (new_peer <= ceiling[peer_of][None, :])
+            & (used[source] - item_tokens + given_tokens[None, :] <= seq_len)
+            & (used[peer_of][None, :] + item_tokens - given_tokens[None, :] <= seq_len))
+    if not fits.any():
         return None
-    _, i, k = best
-    return i, int(peer_of[k]), given_sets[k]
+    worst = np.where(fits, np.maximum(top - delta, new_peer), np.inf)
+    row, k = divmod(int(np.argmin(worst)), worst.shape[1])
+    return items[row], int(peer_of[k]), given_sets[k]
 
 
 __all__ = ["level_layers", "lockstep_aware", "prefer_lockstep", "resolve_layer_windows", "solve_lockstep"]
