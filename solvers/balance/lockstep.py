@@ -528,6 +528,16 @@ def _layers(load: np.ndarray, ranks: int, per_rank: int | None
     return first.tolist(), maxima[index_of], lambda b: np.arange(b - b % per_rank, b - b % per_rank + per_rank)
 
 
+@functools.lru_cache(maxsize=64)
+def _pairs(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (a, b), a < b, of the pairs of ``count`` items in row-major order (the order of
+    :func:`_best_swap`'s two-sample sets)."""
+    first, second = np.triu_indices(count, 1)
+    first.setflags(write=False)  # shared by every call of this count
+    second.setflags(write=False)
+    return first, second
+
+
 def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs: np.ndarray, tokens: np.ndarray,
                load: np.ndarray, used: np.ndarray, seq_len: int, offers: dict[int, Offer], ceiling: np.ndarray
                ) -> tuple[int, int, tuple[int, ...]] | None:
@@ -544,7 +554,7 @@ def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs:
         if offer is None:
             items = contents[peer]
             sets = [(u,) for u in items] + [(u, v) for a, u in enumerate(items) for v in items[a + 1:]]
-            first, second = np.triu_indices(len(items), 1)  # the pairs in the order of ``sets``
+            first, second = _pairs(len(items))
             item_costs = costs[items].astype(float)
             item_tokens = tokens[items].astype(np.int64)
             offer = (np.concatenate((item_costs, item_costs[first] + item_costs[second])),
