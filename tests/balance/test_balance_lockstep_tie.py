@@ -115,3 +115,15 @@ def test_scheduler_runs_each_rank_heaviest_first_at_the_lower_lockstep():
     assert costs.sum(axis=1).max() <= ev.objective(plain, "makespan")
     assert lockstep < ev.objective(plain, "lockstep") * (1 - 1e-3)
     assert lockstep == pytest.approx(ev.objective(scheduler.last_result.solution, "lockstep"), rel=1e-12)
+
+
+def test_scheduler_tie_break_none_is_the_plain_makespan_answer():
+    instance = _mix(1, 256, 8)
+    lengths = [int(s.tokens) for s in instance.samples]
+    plain = PackplacePackingScheduler(16384, 1, 8, None, tie_break=None)
+    plain.get_groups_and_subsamples(list(enumerate(lengths)))
+    ev, bins, _ = _compare(instance)
+    assert ev.objective(plain.last_result.solution, "lockstep") == ev.objective(bins, "lockstep")
+    assert "lockstep tie-break" not in plain.last_result.message
+    with pytest.raises(ConfigError, match=r"^tie_break: must be 'lockstep' or None, got 'makespan'"):
+        PackplacePackingScheduler(16384, 1, 8, None, tie_break="makespan")
