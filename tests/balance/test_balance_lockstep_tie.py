@@ -14,6 +14,7 @@ from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.errors import ConfigError
 from packplace.integrations.megatron import PackplacePackingScheduler, sequence_flops
+from packplace.run import clock
 from packplace.solvers.balance.lockstep import prefer_lockstep
 
 # samples 0..5 cost (= tokens) 4, 4, 3, 1, 2, 2: total 16 on D = 2 ranks of m = 2 bins, makespan 8 at best
@@ -54,6 +55,15 @@ def test_prefer_lockstep_never_raises_the_makespan():
     assert (ev.objective(chosen, "makespan"), ev.objective(chosen, "lockstep")) == (8.0, 8.0)
 
 
+def test_prefer_lockstep_past_its_deadline_scores_without_levelling():
+    # a deadline already passed: the candidates are still scored (A's 8 beats C's 11), none is levelled
+    ev = BalanceEvaluator(_instance())
+    c = ((0, 2), (3,), (1,), (4, 5))
+    a = ((0,), (1,), (2, 3), (4, 5))
+    assert prefer_lockstep(ev, [c], clock() - 1.0) == (c, 0, 0)
+    assert prefer_lockstep(ev, [c, a], clock() - 1.0) == (a, 1, 0)
+
+
 def test_tie_break_is_checked():
     with pytest.raises(ConfigError, match=r"tie_break: must be None or 'lockstep', got 'rounds'"):
         solve_balance(_instance(), "repair", tie_break="rounds")
@@ -77,7 +87,7 @@ def _compare(instance):
 
 def test_tie_break_lowers_lockstep_at_the_same_makespan_on_an_rl_mix():
     # 256 sequences on 8 ranks (m = 7): the plain answer reaches the makespan bound and runs 3.9% above it
-    # in lockstep; the tie-break's plan (lpt's fine-tuned, levelled) 2.7%, at no higher makespan
+    # in lockstep; the tie-break's plan (the answer itself levelled within ranks) 2.7%, at no higher makespan
     instance = _mix(2, 256, 8)
     ev, plain, tied = _compare(instance)
     bound = ev.lower_bound("makespan")
@@ -86,6 +96,21 @@ def test_tie_break_lowers_lockstep_at_the_same_makespan_on_an_rl_mix():
     assert ev.objective(tied, "makespan") <= ev.objective(plain, "makespan")
     assert ev.objective(plain, "lockstep") > 1.039 * bound
     assert ev.objective(tied, "lockstep") < 1.028 * bound
+
+
+def test_tie_break_takes_the_other_start_where_it_runs_lower():
+    # 512 sequences on 8 ranks (m = 15): the plain answer (karmarkar_karp's, fine-tuned) runs 1.9% above the
+    # makespan bound in lockstep; lpt's answer fine-tuned to its makespan and levelled, 1.1%
+    instance = _mix(0, 512, 8)
+    ev = BalanceEvaluator(instance)
+    bound = ev.lower_bound("makespan")
+    plain = solve_balance(instance, "repair")
+    tied = solve_balance(instance, "repair", tie_break="lockstep")
+    assert "started from karmarkar_karp's answer" in plain.message
+    assert "lockstep tie-break: lpt's answer fine-tuned, levelled within ranks" in tied.message
+    assert ev.objective(tied.solution, "makespan") <= ev.objective(plain.solution, "makespan") <= bound * (1 + 1e-6)
+    assert ev.objective(plain.solution, "lockstep") > 1.018 * bound
+    assert ev.objective(tied.solution, "lockstep") < 1.011 * bound
 
 
 @settings(max_examples=25, deadline=None)

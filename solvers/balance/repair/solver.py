@@ -307,7 +307,8 @@ class _Repair:
                                                max_moves=LEVELLING_MOVES_PER_BIN * instance.num_bins)
         if which == 0 and not moves:
             return answer, []
-        return list(chosen), [f"lockstep tie-break: {names[which]}, levelled within ranks ({moves} moves)"]
+        levelled = f", levelled within ranks ({moves} moves)" if moves else ""
+        return list(chosen), [f"lockstep tie-break: {names[which]}{levelled}"]
 
 
 def _fine_tunable(instance: BalanceInstance) -> bool:
