@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import packplace
 from packplace.balance import make_instance
 from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator
@@ -152,3 +153,68 @@ def test_scheduler_tie_break_none_is_the_plain_makespan_answer():
     assert "lockstep tie-break" not in plain.last_result.message
     with pytest.raises(ConfigError, match=r"^tie_break: must be 'lockstep' or None, got 'makespan'"):
         PackplacePackingScheduler(16384, 1, 8, None, tie_break="makespan")
+
+
+def _cut_at(monkeypatch, work_clock, module, name: str) -> list[int]:
+    """Make the deadline pass on the work clock at the first call of ``module.name`` (1,000 s later);
+    returns a list whose length counts those calls."""
+    calls: list[int] = []
+    original = getattr(module, name)
+
+    def late(*args, **kwargs):
+        if not calls:
+            work_clock.now += 1000.0
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, late)
+    return calls
+
+
+def test_tie_break_finished_on_the_work_clock_is_not_cut(work_clock):
+    # 256 sequences on 8 ranks (m = 7), a 100 s limit that the work clock (1 us a reading) never reaches:
+    # the tie-break runs its course, levels the answer, and the result is not marked as cut
+    instance = _mix(2, 256, 8)
+    result = packplace.balance(instance, solver="repair", tie_break="lockstep", time_limit_s=100)
+    assert not result.hit_time_limit
+    assert "lockstep tie-break: the answer, levelled within ranks" in result.message
+    assert "cut the lockstep tie-break short" not in result.message
+
+
+def test_tie_break_cut_before_its_levelling_is_marked(monkeypatch, work_clock):
+    # the same call with the deadline passing as the tie-break scores its candidates: nothing is levelled,
+    # the answer is the candidate with the lower lockstep time (the unlevelled answer here), still valid
+    # and at no higher makespan than the plain answer, and the result says the time limit cut it
+    from packplace.solvers.balance.repair import solver
+
+    instance = _mix(2, 256, 8)
+    ev, plain, _ = _compare(instance)
+    calls = _cut_at(monkeypatch, work_clock, solver, "prefer_lockstep")
+    result = packplace.balance(instance, solver="repair", tie_break="lockstep", time_limit_s=100)
+    assert len(calls) == 1
+    assert result.hit_time_limit
+    assert result.status == "optimal"  # the makespan objective is at its bound: the cut is the tie-break's
+    assert "the time limit cut the lockstep tie-break short" in result.message
+    assert "levelled within ranks" not in result.message
+    assert not ev.violations(result.solution)
+    assert ev.objective(result.solution, "makespan") <= ev.objective(plain, "makespan")
+    assert ev.objective(result.solution, "lockstep") <= ev.objective(plain, "lockstep")
+
+
+def test_tie_break_cut_inside_its_levelling_is_marked(monkeypatch, work_clock):
+    # the deadline passes at the levelling's first move: that move is kept (the levelling checks the
+    # deadline before each move), the plan is valid, lower in lockstep than the plain answer at no higher
+    # makespan, and the result is marked as cut by the time limit
+    from packplace.solvers.balance import lockstep
+
+    instance = _mix(2, 256, 8)
+    ev, plain, _ = _compare(instance)
+    calls = _cut_at(monkeypatch, work_clock, lockstep, "_transfer")
+    result = packplace.balance(instance, solver="repair", tie_break="lockstep", time_limit_s=100)
+    assert len(calls) == 1  # one move, then the deadline
+    assert result.hit_time_limit
+    assert "lockstep tie-break: the answer, levelled within ranks (1 moves)" in result.message
+    assert "the time limit cut the lockstep tie-break short" in result.message
+    assert not ev.violations(result.solution)
+    assert ev.objective(result.solution, "makespan") <= ev.objective(plain, "makespan")
+    assert ev.objective(result.solution, "lockstep") < ev.objective(plain, "lockstep")

@@ -110,7 +110,8 @@ def solve(
             ``makespan`` without padding or budgets, the answer's makespan becomes a ceiling, the other
             start whose bins cost least in lockstep is fine-tuned to it, and the lower lockstep time of
             the two, levelled within ranks, is returned (:meth:`_Repair.lockstep_tie`); the makespan is
-            never higher than the answer's.
+            never higher than the answer's. Cut short by the deadline, the plan is still valid and
+            ``hit_time_limit`` is set (the message says so).
 
     Returns:
         A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and
@@ -202,8 +203,8 @@ class _Repair:
             if steps else [])
         if keep or self.kk_cut:
             cut = ["the time limit cut karmarkar_karp off"] if self.kk_cut else []
-            answer, tie = self.lockstep_tie(tuned, tuned_key, origin=name)
-            return Proposal(answer, FEASIBLE, iterations=0, hit_time_limit=timed_out or self.kk_cut,
+            answer, tie, tie_cut = self.lockstep_tie(tuned, tuned_key, origin=name)
+            return Proposal(answer, FEASIBLE, iterations=0, hit_time_limit=timed_out or self.kk_cut or tie_cut,
                             message="; ".join([*self.messages, *notes, *cut, *tie]))
         self.stepped = (tuned_key, tuned, (self.messages if name == "lpt" else []) + notes)
         return None
@@ -273,22 +274,24 @@ class _Repair:
         if self.kk_cut:
             hit_time_limit = True
             messages.append("the time limit cut karmarkar_karp off")
-        answer, tie = self.lockstep_tie(bins, key)
+        answer, tie, tie_cut = self.lockstep_tie(bins, key)
         return Proposal(answer, FEASIBLE, iterations=iterations,
-                        hit_time_limit=hit_time_limit, message="; ".join([*messages, *tie]))
+                        hit_time_limit=hit_time_limit or tie_cut, message="; ".join([*messages, *tie]))
 
     def lockstep_tie(self, bins: list[list[int]], key: tuple[float, float], origin: str | None = None
-                     ) -> tuple[list[tuple], list[str]]:
-        """The answer's bins of keys and a note: ``bins`` themselves, or with ``tie_break="lockstep"`` on a
-        fine-tunable instance, the plan of
+                     ) -> tuple[list[tuple], list[str], bool]:
+        """The answer's bins of keys, notes and whether the deadline cut the tie-break short: ``bins``
+        themselves, or with ``tie_break="lockstep"`` on a fine-tunable instance, the plan of
         :func:`~packplace.solvers.balance.lockstep.prefer_lockstep` among ``bins`` and the other start
         (``origin``, the start ``bins`` came from, left out) whose bins cost least in lockstep, fine-tuned
         towards ``bins``' makespan (a bounded number of exchanges): the lower lockstep time whose evaluator
-        makespan is at most ``bins``', levelled within ranks."""
+        makespan is at most ``bins``', levelled within ranks. Cut (the deadline passed before the
+        tie-break ended: the other start not fine-tuned or only in part, the levelling skipped or
+        stopped early), the plan is still valid, at most ``bins``' makespan, and a note says so."""
         instance, prepared = self.instance, self.prepared
         answer = keys_of(prepared, bins)
         if self.tie_break != "lockstep" or not _fine_tunable(instance):
-            return answer, []
+            return answer, [], False
         ranks, per_rank, deadline = instance.data_parallel_size, instance.local_batch_size, self.run.deadline
         candidates = [tuple(tuple(b) for b in answer)]
         names = ["the answer"]
@@ -305,10 +308,13 @@ class _Repair:
             names.append(f"{name}'s answer fine-tuned")
         chosen, which, moves = prefer_lockstep(self.run.evaluator, candidates, deadline,
                                                max_moves=LEVELLING_MOVES_PER_BIN * instance.num_bins)
+        # the levelling and the fine-tuning stop at the deadline: past it, the tie-break did not finish
+        cut = passed(deadline)
+        notes = ["the time limit cut the lockstep tie-break short"] if cut else []
         if which == 0 and not moves:
-            return answer, []
+            return answer, notes, cut
         levelled = f", levelled within ranks ({moves} moves)" if moves else ""
-        return list(chosen), [f"lockstep tie-break: {names[which]}{levelled}"]
+        return list(chosen), [f"lockstep tie-break: {names[which]}{levelled}", *notes], cut
 
 
 def _fine_tunable(instance: BalanceInstance) -> bool:
