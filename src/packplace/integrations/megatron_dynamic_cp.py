@@ -357,8 +357,9 @@ class PackplaceDynamicCPScheduler:
         """A plan whose every CP group holds at most ``cap`` (``max_num_seqs``) sequences: solved again at fixed
         micro-batch counts (multiples of ``multiple``; :func:`cap_counts`) from the least the cap and the token
         cap allow upward to the most the sequences fill, ``solver``'s and (``compare_megatron``) Megatron's
-        plans at each; the first count with a plan within the cap and :data:`CAP_ALTERNATIVES` counts after it
-        compete and the evaluator's least step time is kept (fewer micro-batches on a tie). The solves share
+        plans at each, a plan's crowded groups split where they can be (:func:`split_crowded`); the first count
+        with a plan within the cap and the counts of the schedule up to :data:`CAP_ALTERNATIVES` multiples
+        above it compete and the evaluator's least step time is kept (fewer micro-batches on a tie). The solves share
         one ``time_limit_s``. The result's objective is the evaluator's on ``instance``, its bound the
         instance's at the least count (every plan within the caps has at least that many micro-batches).
 
