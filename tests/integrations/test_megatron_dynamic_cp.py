@@ -161,14 +161,110 @@ def test_max_num_seqs_is_kept_or_refused():
     scheduler = PackplaceDynamicCPScheduler(100, 1, 2, None, 8)
     protocol.check_dynamic_cp_groups(scheduler.get_groups_and_subsamples(seqlens), seqlens, dp_size=2, cp_size=1,
                                      max_seqlen_per_dp_cp_rank=100, max_num_seqs=8)
+    # one rank, 2 sequences a micro-batch at most: the free plan (all 8 in one micro-batch) breaks the cap, and
+    # the re-plan starts at ceil(8 / (1 group x 2)) = 4 micro-batches: 2 + 2 + 2 + 2 at 8 x 10^2 = 800, the
+    # uncapped optimum (so proven optimal); it must not raise where such a plan exists
     crowded = PackplaceDynamicCPScheduler(100, 1, 1, None, 2)
-    plan = None
+    plan = crowded.plan(seqlens)
+    assert [[len(g.keys) for g in slot] for slot in plan.micro_batches] == [[2], [2], [2], [2]]
+    assert sorted(k for g in plan.groups for k in g.keys) == list(range(8))
+    result = crowded.last_result
+    assert (result.objective, result.bound, result.status) == (800.0, 800.0, "optimal")
+    assert result.info["max_num_seqs"]["counts"] == (4, 8) and result.info["max_num_seqs"]["micro_batches"] == 4
+    protocol.check_dynamic_cp_groups(crowded.get_groups_and_subsamples(seqlens), seqlens, dp_size=1, cp_size=1,
+                                     max_seqlen_per_dp_cp_rank=100, max_num_seqs=2)
+
+
+def test_max_num_seqs_beyond_every_count_is_refused_as_proven():
+    # one rank, one sequence a micro-batch, micro-batches in pairs: 3 sequences fill at most 2 micro-batches
+    # (each needs one), which hold 2 x 1 group x 1 = 2 sequences
+    with pytest.raises(InfeasibleError, match=r"^max_num_seqs: no plan keeps every CP group within max_num_seqs 1 "
+                                              r"\(proven\): 3 sequences fill at most 2 micro-batches \(multiples of "
+                                              r"microbatch_group_size_per_vp_stage 2\) of at most 1 CP groups "
+                                              r"\(min_cp_size 1 of 1 ranks\), 2 sequences at most$"):
+        PackplaceDynamicCPScheduler(100, 1, 1, 2, 1).plan(list(enumerate([10] * 3)))
+    # 4 sequences fill 4 = 2 x 2 micro-batches of one each: a plan exists and comes back
+    plan = PackplaceDynamicCPScheduler(100, 1, 1, 2, 1).plan(list(enumerate([10] * 4)))
+    assert [[len(g.keys) for g in slot] for slot in plan.micro_batches] == [[1]] * 4
+
+
+def test_split_crowded_halves_a_group_until_it_keeps_the_cap():
+    from packplace.context_parallel.plan import plan_from_slots
+    from packplace.integrations.megatron_dynamic_cp import build_instance, split_crowded
+
+    instance = build_instance([40, 30, 20, 10, 90], list(range(5)), max_seqlen_per_dp_cp_rank=40, dp_size=4,
+                              cp_size=1)
+    plan = plan_from_slots([[(0, 4, [0, 1, 2, 3])], [(0, 4, [4])]])
+    # longest first to the half of fewer tokens: 40 | 30, 20 -> 30's half, 10 -> the 40's; then each half of
+    # 2 ranks splits again into single ranks, longest first (40 tokens each at most)
+    split = split_crowded(plan, instance, 1)
+    assert split == plan_from_slots([[(0, 1, [0]), (1, 1, [3]), (2, 1, [1]), (3, 1, [2])], [(0, 4, [4])]])
+    assert split_crowded(plan, instance, 2) == plan_from_slots([[(0, 2, [0, 3]), (2, 2, [1, 2])], [(0, 4, [4])]])
+    # 90 tokens fit no half (2 ranks x 40): the group stays
+    tight = plan_from_slots([[(0, 4, [4, 3])], [(0, 4, [0, 1, 2])]])
+    assert split_crowded(tight, instance, 1).micro_batches[0] == tight.micro_batches[0]
+
+
+def test_max_num_seqs_re_plan_shares_the_time_limit(monkeypatch):
+    from packplace.integrations import megatron_dynamic_cp as module
+
+    now = [0.0]
+    limits = []
+    original = module.solve_context_parallel
+
+    def spending(instance, solver, *, time_limit_s=None, seed=0):   # every solve spends its whole share
+        limits.append(time_limit_s)
+        now[0] += time_limit_s
+        return original(instance, solver, time_limit_s=time_limit_s, seed=seed)
+
+    monkeypatch.setattr(module, "clock", lambda: now[0])
+    monkeypatch.setattr(module, "solve_context_parallel", spending)
+    scheduler = PackplaceDynamicCPScheduler(100, 1, 1, None, 2, time_limit_s=8.0)
+    plan = scheduler.plan(list(enumerate([10] * 8)))
+    assert len(plan.micro_batches) == 4
+    # the first plan's two solves (greedy, megatron) at 8 s each, as before; then the re-plan's counts 4, 5, 6,
+    # 7, 8 share one 8 s: 8 s over 4 counts and 2 backends, then the 6 s left likewise; it stops after count 5
+    assert limits == [8.0, 8.0, 1.0, 1.0, 0.75, 0.75] and sum(limits[2:]) <= 8.0
+
+    # the budget gone before the re-plan's first solve (the clock past its deadline): refused, not proven
+    readings = iter([0.0])
+    monkeypatch.setattr(module, "clock", lambda: next(readings, 100.0))
+    crowded = PackplaceDynamicCPScheduler(100, 1, 1, None, 1, time_limit_s=8.0)
+    with pytest.raises(InfeasibleError, match=r"^max_num_seqs: no plan found keeping every CP group within "
+                                              r"max_num_seqs 1 at no micro-batches of the counts 8 to 8 "
+                                              r"\(time_limit_s ran out; not proven infeasible"):
+        crowded.plan(list(enumerate([10] * 8)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
+       max_num_seqs=st.integers(1, 3), multiple=st.sampled_from([None, 2, 3]), min_cp_size=st.sampled_from([1, 2]),
+       data=st.data())
+def test_every_plan_keeps_max_num_seqs_and_holds_each_sequence_once(dp, cp, cap, max_num_seqs, multiple,
+                                                                    min_cp_size, data):
+    ranks = dp * cp
+    min_cp_size = min(min_cp_size, ranks)
+    lengths = data.draw(st.lists(st.integers(1, ranks * cap), min_size=1, max_size=10))
+    seqlens = list(enumerate(lengths))
+    scheduler = PackplaceDynamicCPScheduler(cap, cp, dp, multiple, max_num_seqs, min_cp_size=min_cp_size)
     try:
-        plan = crowded.plan(seqlens)
-    except RuntimeError as error:
-        assert str(error).startswith("max_num_seqs: micro-batch ")
-    if plan is not None:
-        assert all(len(g.keys) <= 2 for g in plan.groups)
+        groups = scheduler.get_groups_and_subsamples(seqlens)
+    except InfeasibleError as error:
+        message = str(error)
+        # without a virtual-pipeline multiple, one sequence per micro-batch always fits: never refused
+        assert multiple is not None, message
+        if message.startswith("max_num_seqs: "):
+            most = len(lengths) // multiple * multiple
+            groups_most = ranks // min_cp_size
+            assert ("(proven)" in message) == (len(lengths) > most * groups_most * max_num_seqs), message
+        else:
+            assert message.startswith("microbatch_group_size_per_vp_stage: "), message
+        return
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=dp, cp_size=cp, max_seqlen_per_dp_cp_rank=cap,
+                                     min_cp_size=min_cp_size, microbatch_group_size_per_vp_stage=multiple,
+                                     max_num_seqs=max_num_seqs)
+    result = scheduler.last_result
+    assert result.bound <= result.objective * (1 + 1e-9)
 
 
 def test_bad_arguments_and_entries_are_refused_in_one_line():
