@@ -695,3 +695,101 @@ def test_the_drop_in_meets_the_vpp_multiple_and_never_loses_to_megatrons_aligned
                                      microbatch_group_size_per_vp_stage=multiple)
     if megatron is not None:
         assert scheduler.last_result.objective <= megatron * (1 + 1e-12)
+
+
+# A comm-heavy group time (a = 0, b = 1, B = 1, alpha = 10, beta = 20): a group of 2 ranks with T tokens and
+# Q = sum s^2 takes Q/4 + max(Q/4, 10 + 20 T/2); one rank takes Q.
+_RING_HEAVY = {"linear_s_per_token": 0.0, "attention_s_per_token2": 1.0, "ring_bytes_per_token": 1.0,
+               "ring_messages": 1, "alpha_intra_s": 10.0, "beta_intra_s_per_byte": 20.0}
+
+
+def _cpsat_at(lengths, dp, cp, cap, count, cost):
+    """cpsat's plan of ``lengths`` at exactly ``count`` micro-batches (None where no such plan exists)."""
+    try:
+        instance = make_instance(lengths, dp=dp, context_parallel={
+            "max": cp, "sizes": list(dynamic_cp_sizes(dp * cp)), "max_tokens_per_rank": cap, "micro_batches": count},
+            cost=cost)
+    except InfeasibleError:
+        return None
+    result = solve_context_parallel(instance, "cpsat", time_limit_s=20)
+    return result if result.solution is not None else None
+
+
+def test_a_vpp_plan_proven_at_its_count_is_not_claimed_optimal_over_every_multiple():
+    # 2 ranks of 8 tokens, VPP 2, sequences 12, 12, 2, 2 (each 12 needs both ranks). Free, 3 micro-batches win:
+    # {12} | {12} | {2}, {2} on one rank each = 166 + 166 + 4 = 336, so the multiple above is 4, each sequence
+    # alone: 166 + 166 + 31 + 31 = 394 (a 2 alone on 2 ranks: 1 + max(1, 10 + 20) = 31), which cpsat proves
+    # optimal at 4. But 2 micro-batches are allowed too: {12, 2, 2} | {12} = (38 + max(38, 10 + 160)) + 166 = 374.
+    # The bound over every multiple is the instance's at 2 micro-batches: the work bound, the 12s' works
+    # 72 + 240 each and the 2s' 4 each, over 2 ranks = 316.
+    lengths = [12, 12, 2, 2]
+    at_two, at_four = _cpsat_at(lengths, 1, 2, 8, 2, _RING_HEAVY), _cpsat_at(lengths, 1, 2, 8, 4, _RING_HEAVY)
+    assert (at_two.objective, at_two.status) == (pytest.approx(374.0), "optimal")
+    assert (at_four.objective, at_four.status) == (pytest.approx(394.0), "optimal")
+    alone = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat", compare_megatron=False)
+    plan = alone.plan(list(enumerate(lengths)))
+    result = alone.last_result
+    assert len(plan.micro_batches) == 4 and result.objective == pytest.approx(394.0)
+    assert (result.bound, result.status) == (pytest.approx(316.0), "feasible")   # was 394, "optimal"
+    assert result.info["micro_batch_multiple"] == {"multiple": 2, "counts": (2, 4)}
+    # with Megatron's plan compared, its own count rounds up to 2 and its plan there (374) is kept; same bound
+    compared = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat")
+    assert len(compared.plan(list(enumerate(lengths))).micro_batches) == 2
+    result = compared.last_result
+    assert (result.objective, result.bound, result.status) == (pytest.approx(374.0), pytest.approx(316.0), "feasible")
+
+
+def test_a_vpp_plan_at_the_only_allowed_multiple_keeps_its_proof():
+    # the batch above with VPP 4: 28 tokens need 2 micro-batches and 4 sequences fill at most 4, so 4 is the one
+    # multiple, and cpsat's proof there (394, each sequence alone) holds over all of them; the instance's bound at
+    # 4 alone is its slot bound, 166 + 4 + 4 + 166 = 340
+    scheduler = PackplaceDynamicCPScheduler(8, 2, 1, 4, cost=_RING_HEAVY, solver="cpsat", compare_megatron=False)
+    assert len(scheduler.plan(list(enumerate([12, 12, 2, 2]))).micro_batches) == 4
+    result = scheduler.last_result
+    assert (result.objective, result.bound, result.status) == (pytest.approx(394.0), pytest.approx(394.0), "optimal")
+    assert result.info["micro_batch_multiple"]["counts"] == (4, 4)
+    # greedy proves nothing at 4: the bound is the slot bound and the plan is not claimed optimal
+    greedy = PackplaceDynamicCPScheduler(8, 2, 1, 4, cost=_RING_HEAVY, compare_megatron=False)
+    greedy.plan(list(enumerate([12, 12, 2, 2])))
+    result = greedy.last_result
+    assert (result.objective, result.bound, result.status) == (pytest.approx(394.0), pytest.approx(340.0), "feasible")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
+       micro_batches=st.integers(1, 5), cost=st.sampled_from([None, _RING_HEAVY]), data=st.data())
+def test_the_lower_bound_only_rises_with_the_micro_batch_count(dp, cp, cap, micro_batches, cost, data):
+    # the rule both re-plans rest on: the instance's bound at the least allowed count holds at every count above
+    from packplace.context_parallel.bounds import lower_bound
+
+    lengths = data.draw(st.lists(st.integers(1, dp * cp * cap), min_size=micro_batches + 1, max_size=9))
+    spec = {"max": cp, "sizes": list(dynamic_cp_sizes(dp * cp)), "max_tokens_per_rank": cap}
+    try:
+        fewer = make_instance(lengths, dp=dp, context_parallel={**spec, "micro_batches": micro_batches}, cost=cost)
+    except InfeasibleError:   # too many tokens for that count
+        return
+    more = make_instance(lengths, dp=dp, context_parallel={**spec, "micro_batches": micro_batches + 1}, cost=cost)
+    assert lower_bound(fewer) <= lower_bound(more)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
+       multiple=st.sampled_from([2, 3]), cost=st.sampled_from([None, _RING_HEAVY]),
+       solver=st.sampled_from(["cpsat", "greedy"]), compare=st.booleans(), data=st.data())
+def test_the_vpp_bound_holds_over_every_allowed_multiple(dp, cp, cap, multiple, cost, solver, compare, data):
+    ranks = dp * cp
+    lengths = data.draw(st.lists(st.integers(1, ranks * cap), min_size=2, max_size=6))
+    scheduler = PackplaceDynamicCPScheduler(cap, cp, dp, multiple, cost=cost, solver=solver, compare_megatron=compare)
+    try:
+        plan = scheduler.plan(list(enumerate(lengths)))
+    except InfeasibleError:
+        return
+    result = scheduler.last_result
+    assert len(plan.micro_batches) % multiple == 0
+    first = -(-max(1, -(-sum(lengths) // (ranks * cap))) // multiple) * multiple
+    plans = [_cpsat_at(lengths, dp, cp, cap, count, cost) for count in range(first, len(lengths) + 1, multiple)]
+    best = min(p.objective for p in plans if p is not None)   # at least the optimum of its count
+    assert result.bound <= best * (1 + 1e-9)
+    assert result.bound <= result.objective * (1 + 1e-9)
+    if result.status == "optimal":
+        assert result.objective <= best * (1 + 1e-6)

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from packplace.context_parallel.api import DEFAULT_SOLVER, solve_context_parallel
-from packplace.context_parallel.bounds import minimum_slots
+from packplace.context_parallel.bounds import lower_bound, minimum_slots
 from packplace.context_parallel.evaluator import ContextParallelEvaluator
 from packplace.context_parallel.instance import ContextParallelInstance, make_instance
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
@@ -432,7 +432,8 @@ class PackplaceDynamicCPScheduler:
         fixed count; where none is found there, at the multiples below it down to the token cap's least
         count), or Megatron's own plan aligned by its own rule (:func:`align_slots`, at the multiple above its
         count) where that is faster (with ``compare_megatron``) or the solves find none; every plan scored by
-        the evaluator of ``instance``.
+        the evaluator of ``instance``. Its bound and status hold over every multiple the drop-in may choose
+        (:func:`_over_every_multiple`), not only over the count it was solved at.
 
         Raises:
             InfeasibleError: none found: no multiple lies between the token cap's least count and the count
@@ -474,7 +475,9 @@ class PackplaceDynamicCPScheduler:
             raise InfeasibleError(f"microbatch_group_size_per_vp_stage: no plan of a multiple of {multiple} "
                                   f"micro-batches found ({'; '.join(dict.fromkeys(reasons))})")
         evaluator = ContextParallelEvaluator(instance)
-        return min(options, key=lambda option: evaluator.score(option.solution).objective)
+        objective, best = min(((evaluator.score(option.solution).objective, option) for option in options),
+                              key=lambda pair: pair[0])
+        return _over_every_multiple(best, objective, evaluator, multiple, least, most)
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> list[list[list[Any]]]:
         """Megatron's slot: ``groups[i][j]`` = the sample ids DP×CP rank ``j`` runs in micro-batch ``i``
@@ -491,6 +494,32 @@ class PackplaceDynamicCPScheduler:
             out.append(ranks)
         return out
 
+
+
+def _over_every_multiple(result: SolveResult, objective: float, evaluator: ContextParallelEvaluator, multiple: int,
+                         least: int, most: int) -> SolveResult:
+    """``result`` (a plan solved at one fixed multiple of ``multiple`` micro-batches) with ``objective`` (the
+    evaluator's) and a bound and status over every multiple the drop-in may choose: those from the least at or
+    above ``least`` (the token cap's count) to the most at or below ``most`` (one sequence per micro-batch at
+    least). A fixed-count solve's bound holds at its own count only, and another multiple may have the better
+    plan; the instance's bound at the least multiple holds at all of them, because it only rises with the
+    count (:func:`~packplace.context_parallel.bounds.lower_bound`: the slot bound adds the smallest solo times
+    of more slots, the work and leader bounds do not depend on it). The status is ``optimal`` where the
+    objective meets that bound, or where one multiple is allowed and the solve proved it there."""
+    first = -(-least // multiple) * multiple
+    last = most // multiple * multiple
+    instance = dataclasses.replace(evaluator.instance, micro_batches=first)
+    bound = lower_bound(instance)
+    if first == last and len(result.solution.micro_batches) == first:   # the one count: its solve's proof holds
+        bound = max(bound, result.bound)
+        status = result.status if result.status == OPTIMAL else FEASIBLE
+    else:
+        status = FEASIBLE
+    if objective <= optimality_level(bound):
+        status = OPTIMAL
+    return dataclasses.replace(result, objective=objective, bound=bound, status=status,
+                               info={**result.info, "micro_batch_multiple": {"multiple": multiple,
+                                                                             "counts": (first, last)}})
 
 
 def _field(item: Any, name: str, where: str) -> Any:
