@@ -162,6 +162,9 @@ def test_cpsat_proves_the_brute_force_optimum_at_0_6_0_no_heuristic_beats_it():
     assert result.status == "optimal", result.message
     assert not result.info["restricted"] and "does not encode" not in result.message
     assert result.objective == ev.step_time(result.solution)
+    # the model's claimed step time is the evaluator's within its ticks rounding
+    claim, rounding = result.info["model_step_time_s"], result.info["rounding_s"]
+    assert claim - rounding - 1e-9 <= result.objective <= claim + 1e-9
     assert brute - 1e-12 <= result.objective <= brute + result.info["rounding_s"]
     assert result.bound <= result.objective
     for heuristic in ("greedy", "anneal"):
@@ -178,3 +181,24 @@ def test_before_v0_5_0_the_serial_loop_still_restricts_the_claim():
         assert exact.restricted is looped
         if looped:
             assert "serial loop over micro-rollout batches, which the model does not encode" in exact.why_restricted
+
+
+def test_the_periodic_model_carries_the_chunk_and_agrees_with_the_evaluator():
+    # OpenRLHF 0.9.1 runs staleness 1 (--async_train, --async_queue_size) and times the chunk: the periodic model
+    # takes the chunk options too; its plan's period is the evaluator's (no discrepancy), CP-SAT proves its model's
+    # optimum, which relaxes OpenRLHF's layout rules between tasks (so the answer is the better of its plan moved
+    # onto them and the hint, feasible), and the answer is no worse than anneal's
+    cfg = {"hardware": {**HW, "gpus_per_node": 4, "memory_per_gpu": 20e9}, "models": {"actor": SMALL, "reward": SMALL},
+           "workload": dict(batch_size=4, samples_per_prompt=2, context_length=256, generation_length=256),
+           "policy": {"algorithm": "grpo", "gpu_memory_utilization": 0.4, "framework": "openrlhf",
+                      "framework_version": "0.9.1"},
+           "optimizer": {"e_max": 4000, "staleness_candidates": {"actor": [0, 1]}}}
+    inst = build_instance(cfg)
+    ev = PlacementEvaluator(inst)
+    assert ev.chunk_priced and inst.notes == ()
+    result = packplace.place(inst, "cpsat", time_limit_s=30, seed=0)
+    assert result.info["cp_status"] == "OPTIMAL" and not result.info.get("discrepancy"), result.message
+    assert not result.info["restricted"] and result.info["objective_kind"] == "period"
+    assert result.solution.staleness == (("actor", 1),)
+    assert result.objective == ev.step_time(result.solution)
+    assert result.bound <= result.objective <= packplace.place(inst, "anneal", seed=0, time_limit_s=30).objective
