@@ -27,8 +27,10 @@ from packplace.integrations.megatron_dynamic_cp import (
     DYNAMIC_CP_SLOT,
     PackplaceDynamicCPPlanner,
     PackplaceDynamicCPScheduler,
+    build_instance,
     dynamic_cp_sizes,
     install,
+    solve_dynamic_cp,
     uninstall,
 )
 from packplace.solvers import available
@@ -719,20 +721,24 @@ def test_a_vpp_plan_proven_at_its_count_is_not_claimed_optimal_over_every_multip
     # 2 ranks of 8 tokens, VPP 2, sequences 12, 12, 2, 2 (each 12 needs both ranks). Free, 3 micro-batches win:
     # {12} | {12} | {2}, {2} on one rank each = 166 + 166 + 4 = 336, so the multiple above is 4, each sequence
     # alone: 166 + 166 + 31 + 31 = 394 (a 2 alone on 2 ranks: 1 + max(1, 10 + 20) = 31), which cpsat proves
-    # optimal at 4. But 2 micro-batches are allowed too: {12, 2, 2} | {12} = (38 + max(38, 10 + 160)) + 166 = 374.
+    # optimal at 4. But 2 micro-batches are allowed too: {12, 2, 2} | {12} = (38 + max(38, 10 + 160)) + 166 = 374,
+    # as is {12, 2} | {12, 2} = 2 x (37 + max(37, 10 + 140)); cpsat proves 374 optimal at 2.
     # The bound over every multiple is the instance's at 2 micro-batches: the work bound, the 12s' works
     # 72 + 240 each and the 2s' 4 each, over 2 ranks = 316.
     lengths = [12, 12, 2, 2]
     at_two, at_four = _cpsat_at(lengths, 1, 2, 8, 2, _RING_HEAVY), _cpsat_at(lengths, 1, 2, 8, 4, _RING_HEAVY)
     assert (at_two.objective, at_two.status) == (pytest.approx(374.0), "optimal")
     assert (at_four.objective, at_four.status) == (pytest.approx(394.0), "optimal")
+    # the multiple above packplace's 3 (4) and the one below (2) compete: 374 at 2 is kept (it had been 394 at 4,
+    # the multiple below tried only where 4 had no plan)
     alone = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat", compare_megatron=False)
     plan = alone.plan(list(enumerate(lengths)))
     result = alone.last_result
-    assert len(plan.micro_batches) == 4 and result.objective == pytest.approx(394.0)
-    assert (result.bound, result.status) == (pytest.approx(316.0), "feasible")   # was 394, "optimal"
-    assert result.info["micro_batch_multiple"] == {"multiple": 2, "counts": (2, 4)}
-    # with Megatron's plan compared, its own count rounds up to 2 and its plan there (374) is kept; same bound
+    assert len(plan.micro_batches) == 2 and result.objective == pytest.approx(374.0)
+    assert sorted(k for g in plan.groups for k in g.keys) == [0, 1, 2, 3]
+    assert (result.bound, result.status) == (pytest.approx(316.0), "feasible")   # 374 is 2's optimum, not the bound
+    assert result.info["micro_batch_multiple"] == {"multiple": 2, "counts": (2, 4), "tried": [4, 2]}
+    # with Megatron's plan compared (at 4 and 2 as well), 374 at 2 again; same bound
     compared = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat")
     assert len(compared.plan(list(enumerate(lengths))).micro_batches) == 2
     result = compared.last_result
@@ -753,6 +759,83 @@ def test_a_vpp_plan_at_the_only_allowed_multiple_keeps_its_proof():
     greedy.plan(list(enumerate([12, 12, 2, 2])))
     result = greedy.last_result
     assert (result.objective, result.bound, result.status) == (pytest.approx(394.0), pytest.approx(340.0), "feasible")
+
+
+def test_cap_counts_steps_up_or_down_then_doubles_its_stride():
+    from packplace.integrations.megatron_dynamic_cp import cap_counts
+
+    # four counts in a row, then strides 2, 4, 8 multiples, the other end last
+    assert cap_counts(1, 20) == [1, 2, 3, 4, 6, 10, 18, 20]
+    assert cap_counts(2, 20, 2, downward=True) == [20, 18, 16, 14, 10, 2]
+    assert cap_counts(2, 4, 2, downward=True) == [4, 2]
+    assert cap_counts(6, 4, 2) == cap_counts(6, 4, 2, downward=True) == []
+
+
+def test_the_vpp_re_plan_shares_the_time_limit(monkeypatch):
+    from packplace.integrations import megatron_dynamic_cp as module
+
+    now = [0.0]
+    limits = []
+    original = module.solve_context_parallel
+
+    def spending(instance, solver, *, time_limit_s=None, seed=0):   # every solve spends its whole share
+        limits.append((solver, instance.micro_batches, time_limit_s))
+        now[0] += time_limit_s or 0.0
+        return original(instance, solver, time_limit_s=time_limit_s, seed=seed)
+
+    monkeypatch.setattr(module, "clock", lambda: now[0])
+    monkeypatch.setattr(module, "solve_context_parallel", spending)
+    lengths = list(enumerate([12, 12, 2, 2]))
+    scheduler = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat", compare_megatron=False,
+                                            time_limit_s=8.0)
+    assert len(scheduler.plan(lengths).micro_batches) == 2
+    # the first plan's solve at 8 s, as before; then the counts 4 and 2 share one 8 s: 8 s over 2 counts, then
+    # the 4 s left over the one count still to try
+    assert limits == [("cpsat", None, 8.0), ("cpsat", 4, 4.0), ("cpsat", 2, 4.0)]
+    assert not scheduler.last_result.hit_time_limit
+
+    # the budget gone before the re-plan's first solve: no count solved, Megatron's own plan aligned at the
+    # multiple above its count (one pass, no search) is what comes back, marked as cut by the time limit
+    limits.clear()
+    readings = iter([0.0])
+    monkeypatch.setattr(module, "clock", lambda: next(readings, 100.0))
+    late = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat", compare_megatron=False,
+                                       time_limit_s=8.0)
+    plan = late.plan(lengths)
+    assert [solver for solver, *_ in limits] == ["cpsat", "megatron"] and limits[1][2] is None
+    result = late.last_result
+    assert len(plan.micro_batches) % 2 == 0 and sorted(k for g in plan.groups for k in g.keys) == [0, 1, 2, 3]
+    assert result.hit_time_limit and result.info["micro_batch_multiple"]["tried"] == []
+    assert result.status == "feasible" and result.bound == pytest.approx(316.0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
+       multiple=st.sampled_from([2, 3]), cost=st.sampled_from([None, _RING_HEAVY]),
+       solver=st.sampled_from(["cpsat", "greedy"]), compare=st.booleans(), data=st.data())
+def test_the_vpp_re_plan_is_never_slower_than_the_multiple_above(dp, cp, cap, multiple, cost, solver, compare, data):
+    # the old choice: the plan at the next multiple above packplace's own count (the first count tried)
+    ranks = dp * cp
+    lengths = data.draw(st.lists(st.integers(1, ranks * cap), min_size=2, max_size=6))
+    scheduler = PackplaceDynamicCPScheduler(cap, cp, dp, multiple, cost=cost, solver=solver, compare_megatron=compare)
+    try:
+        plan = scheduler.plan(list(enumerate(lengths)))
+    except InfeasibleError:
+        return
+    assert len(plan.micro_batches) % multiple == 0
+    assert sorted(k for g in plan.groups for k in g.keys) == list(range(len(lengths)))   # each exactly once
+    result = scheduler.last_result
+    tried = result.info.get("micro_batch_multiple", {}).get("tried")
+    if not tried:   # packplace's own count was a multiple (or no count was solved): nothing re-planned
+        return
+    assert tried[0] % multiple == 0 and tried[1:] == [c for c in tried[1:] if c < tried[0]]
+    instance = build_instance(lengths, list(range(len(lengths))), max_seqlen_per_dp_cp_rank=cap, dp_size=dp,
+                              cp_size=cp, micro_batches=tried[0], cost=cost)
+    try:
+        above = solve_dynamic_cp(instance, solver, compare_megatron=compare)
+    except RuntimeError:   # no plan there: the re-plan went below it
+        return
+    assert result.objective <= above.objective * (1 + 1e-9)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

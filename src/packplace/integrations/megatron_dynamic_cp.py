@@ -39,7 +39,7 @@ import dataclasses
 import importlib
 import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -67,11 +67,12 @@ MEGATRON_BACKEND = "megatron"
 REQUIRED_SAMPLE_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len")
 #: Options of the schedulers and the planner besides Megatron's own arguments.
 OPTION_NAMES = ("cost", "gpus_per_node", "solver", "time_limit_s", "seed", "compare_megatron")
-#: Micro-batch counts tried one after another from the least before :func:`cap_counts` doubles its stride.
+#: Micro-batch counts tried one after another from the first before :func:`cap_counts` doubles its stride.
 CAP_STEPS = 4
-#: Counts solved after the first with a plan within ``max_num_seqs`` (the evaluator keeps the fastest).
+#: How many multiples of the count step from the first count with a plan the re-plans (``max_num_seqs``, the
+#: virtual-pipeline group) still solve at, so that those counts compete (the evaluator keeps the fastest).
 CAP_ALTERNATIVES = 1
-#: The ``max_num_seqs`` re-plan's budget is split over at most this many of the counts still to try.
+#: A re-plan's budget is split over at most this many of the counts still to try.
 CAP_SHARES = 4
 
 
@@ -97,19 +98,21 @@ def dynamic_cp_sizes(ranks: int, min_cp_size: int = 1) -> tuple[int, ...]:
     return tuple(sorted(sizes))
 
 
-def cap_counts(least: int, most: int, multiple: int = 1) -> list[int]:
-    """The micro-batch counts the ``max_num_seqs`` re-plan tries, ascending: multiples of ``multiple`` from
-    ``least``, :data:`CAP_STEPS` in a row, then strides doubling each time, and ``most`` last (``least`` and
-    ``most`` multiples of ``multiple``; none when ``least > most``)."""
+def cap_counts(least: int, most: int, multiple: int = 1, *, downward: bool = False) -> list[int]:
+    """The micro-batch counts a re-plan tries, in the order it tries them: multiples of ``multiple`` from
+    ``least`` upward (``downward``: from ``most`` downward), :data:`CAP_STEPS` in a row, then strides doubling
+    each time, and the other end last (``least`` and ``most`` multiples of ``multiple``; none when
+    ``least > most``). The ``max_num_seqs`` re-plan goes upward, the virtual-pipeline one downward."""
     counts: list[int] = []
-    step, count = multiple, least
-    while count <= most:
+    step, count = multiple, (most if downward else least)
+    while least <= count <= most:
         counts.append(count)
         if len(counts) >= CAP_STEPS:
             step *= 2
-        count += step
-    if counts and counts[-1] != most:
-        counts.append(most)
+        count += -step if downward else step
+    end = least if downward else most
+    if counts and counts[-1] != end:
+        counts.append(end)
     return counts
 
 
@@ -157,6 +160,37 @@ def _check_solver(solver: Any) -> None:
     if not isinstance(solver, str) or solver not in available("context_parallel"):
         raise ConfigError(f"solver: unknown context_parallel backend {show(solver)}; valid: "
                           f"{', '.join(available('context_parallel'))}")
+
+
+@dataclasses.dataclass
+class _Search:
+    """What a re-plan's search over micro-batch counts found (:meth:`PackplaceDynamicCPScheduler._plans_at_counts`):
+    ``kept`` the feasible plans as (objective, place in the schedule, count, result), ``tried`` the counts
+    solved at, ``reasons`` why a solve gave no plan, ``out_of_time`` whether the time limit stopped it."""
+
+    kept: list[tuple[float, int, int, SolveResult]] = dataclasses.field(default_factory=list)
+    tried: list[int] = dataclasses.field(default_factory=list)
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    out_of_time: bool = False
+
+    def keep(self, option: SolveResult, evaluator: ContextParallelEvaluator, place: int, count: int, solver: str,
+             mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None) -> None:
+        """Keep ``option`` where ``evaluator`` finds its plan (or ``mend``'s of it) feasible, else its reason."""
+        score = evaluator.score(option.solution) if option.solution is not None else None
+        if score is not None and not score.feasible and mend is not None:
+            mended = mend(option.solution)
+            mended_score = evaluator.score(mended)
+            if mended_score.feasible:
+                option, score = dataclasses.replace(option, solution=mended), mended_score
+        if score is not None and score.feasible:
+            self.kept.append((score.objective, place, count, option))
+        else:
+            self.reasons.append(f"{solver} at {count}: " + (score.violations[0] if score else option.message))
+
+    def best(self) -> tuple[float, int, SolveResult]:
+        """The kept plan of least step time (the one tried first on a tie): its objective, count and result."""
+        objective, _, count, option = min(self.kept, key=lambda kept: kept[:2])
+        return objective, count, option
 
 
 def solve_dynamic_cp(instance: ContextParallelInstance, solver: str = DEFAULT_SOLVER, *,
@@ -246,7 +280,8 @@ class PackplaceDynamicCPScheduler:
             times it).
         cp_size, dp_size: Megatron's static CP and DP sizes; their product is the pool of ranks.
         microbatch_group_size_per_vp_stage: With virtual pipelining, the micro-batch count is a multiple of
-            it (None or 1: any count).
+            it (None or 1: any count); where packplace's own count is not, the multiples around it are solved
+            and compete by step time (:meth:`_aligned`).
         max_num_seqs: At most this many sequences per micro-batch on one rank (THD capacity), so in one CP
             group; None: no cap. The solvers do not model it: where the plan breaks it, the batch is planned
             again at fixed micro-batch counts from the least the cap allows upward (the plan's objective and
@@ -356,12 +391,13 @@ class PackplaceDynamicCPScheduler:
                              multiple: int, cap: int) -> SolveResult:
         """A plan whose every CP group holds at most ``cap`` (``max_num_seqs``) sequences: solved again at fixed
         micro-batch counts (multiples of ``multiple``; :func:`cap_counts`) from the least the cap and the token
-        cap allow upward to the most the sequences fill, ``solver``'s and (``compare_megatron``) Megatron's
-        plans at each, a plan's crowded groups split where they can be (:func:`split_crowded`); the first count
-        with a plan within the cap and the counts of the schedule up to :data:`CAP_ALTERNATIVES` multiples
-        above it compete and the evaluator's least step time is kept (fewer micro-batches on a tie). The solves share
-        one ``time_limit_s``. The result's objective is the evaluator's on ``instance``, its bound the
-        instance's at the least count (every plan within the caps has at least that many micro-batches).
+        cap allow upward to the most the sequences fill (:meth:`_plans_at_counts`: ``solver``'s and
+        (``compare_megatron``) Megatron's plans at each, a plan's crowded groups split where they can be,
+        :func:`split_crowded`); the first count with a plan within the cap and the counts of the schedule up to
+        :data:`CAP_ALTERNATIVES` multiples above it compete and the evaluator's least step time is kept (fewer
+        micro-batches on a tie). The solves share one ``time_limit_s``. The result's objective is the
+        evaluator's on ``instance``, its bound the instance's at the least count (every plan within the caps
+        has at least that many micro-batches).
 
         Raises:
             InfeasibleError: none found, naming ``max_num_seqs`` and the counts tried; "proven" only where
@@ -378,62 +414,73 @@ class PackplaceDynamicCPScheduler:
                 f"sequences fill at most {most} micro-batches{every} of at most {groups} CP groups (min_cp_size "
                 f"{instance.sizes[0]} of {instance.ranks} ranks), {most * groups * cap} sequences at most")
         evaluator = ContextParallelEvaluator(instance, max_num_seqs=cap)
-        solvers = [self.solver] + ([MEGATRON_BACKEND] if self.compare_megatron and self.solver != MEGATRON_BACKEND
-                                   and MEGATRON_BACKEND in available("context_parallel") else [])
+        search = self._plans_at_counts(lengths, ids, cap_counts(least, most, multiple), evaluator, multiple,
+                                       mend=lambda plan: split_crowded(plan, instance, cap))
+        if not search.kept:
+            why = "time_limit_s ran out" if search.out_of_time else "the solves found none"
+            reasons = search.reasons
+            raise InfeasibleError(
+                f"max_num_seqs: no plan found keeping every CP group within max_num_seqs {cap} at "
+                f"{', '.join(map(str, search.tried)) or 'no'} micro-batches of the counts {least} to {most}{every} "
+                f"({why}; not proven infeasible: e.g. {reasons[0] if reasons else 'no solve ran'})")
+        objective, count, best = search.best()
+        bound = ContextParallelEvaluator(self._instance(lengths, ids, least)).lower_bound()
+        return dataclasses.replace(
+            best, objective=objective, bound=bound, hit_time_limit=best.hit_time_limit or search.out_of_time,
+            status=OPTIMAL if objective <= optimality_level(bound) else FEASIBLE,
+            info={**best.info, "max_num_seqs": {"cap": cap, "counts": (least, most), "tried": search.tried,
+                                                "micro_batches": count}})
+
+    def _solvers(self) -> list[str]:
+        """The backends a re-plan runs at each count: ``solver`` and, with ``compare_megatron``, Megatron's."""
+        return [self.solver] + ([MEGATRON_BACKEND] if self.compare_megatron and self.solver != MEGATRON_BACKEND
+                                and MEGATRON_BACKEND in available("context_parallel") else [])
+
+    def _plans_at_counts(self, lengths: list[int], ids: list[Any], counts: list[int],
+                         evaluator: ContextParallelEvaluator, multiple: int,
+                         mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None) -> _Search:
+        """The re-plans' one search: the batch solved at each fixed micro-batch count of ``counts`` in turn
+        (:func:`cap_counts`' order), by each backend of :meth:`_solvers`, every plan scored by ``evaluator``
+        (one it finds infeasible goes through ``mend`` where given, and is kept where the mended plan is
+        feasible). It stops at the first count more than :data:`CAP_ALTERNATIVES` multiples of ``multiple``
+        from the first count with a plan, so that count and its neighbours in the schedule compete, or where
+        the one ``time_limit_s`` the solves share has run out; a solve gets the time left over the counts still
+        to try (at most :data:`CAP_SHARES` of them) and the backends."""
+        solvers = self._solvers()
         deadline = None if self.time_limit_s is None else clock() + self.time_limit_s
-        counts = cap_counts(least, most, multiple)
-        kept: list[tuple[float, int, SolveResult]] = []
-        tried: list[int] = []
-        reasons: list[str] = []
-        out_of_time = False
+        search = _Search()
         for i, count in enumerate(counts):
             left = None if deadline is None else deadline - clock()
             if left is not None and left <= 0:
-                out_of_time = True
+                search.out_of_time = True
                 break
-            if kept and count > kept[0][1] + CAP_ALTERNATIVES * multiple:
+            if search.kept and abs(count - search.kept[0][2]) > CAP_ALTERNATIVES * multiple:
                 break
-            tried.append(count)
+            search.tried.append(count)
             share = None if left is None else left / min(len(counts) - i, CAP_SHARES) / len(solvers)
             for solver in solvers:
                 try:
                     option = solve_context_parallel(self._instance(lengths, ids, count), solver,
                                                     time_limit_s=share, seed=self.seed)
                 except InfeasibleError as error:
-                    reasons.append(str(error))
+                    search.reasons.append(str(error))
                     continue
-                score = evaluator.score(option.solution) if option.solution is not None else None
-                if score is not None and not score.feasible:   # the crowded groups split, where they can be
-                    split = split_crowded(option.solution, instance, cap)
-                    split_score = evaluator.score(split)
-                    if split_score.feasible:
-                        option, score = dataclasses.replace(option, solution=split), split_score
-                if score is not None and score.feasible:
-                    kept.append((score.objective, count, option))
-                else:
-                    reasons.append(f"{solver} at {count}: " + (score.violations[0] if score else option.message))
-        if not kept:
-            why = "time_limit_s ran out" if out_of_time else "the solves found none"
-            raise InfeasibleError(
-                f"max_num_seqs: no plan found keeping every CP group within max_num_seqs {cap} at "
-                f"{', '.join(map(str, tried)) or 'no'} micro-batches of the counts {least} to {most}{every} "
-                f"({why}; not proven infeasible: e.g. {reasons[0] if reasons else 'no solve ran'})")
-        objective, count, best = min(kept, key=lambda option: option[:2])
-        bound = ContextParallelEvaluator(self._instance(lengths, ids, least)).lower_bound()
-        return dataclasses.replace(
-            best, objective=objective, bound=bound, hit_time_limit=best.hit_time_limit or out_of_time,
-            status=OPTIMAL if objective <= optimality_level(bound) else FEASIBLE,
-            info={**best.info, "max_num_seqs": {"cap": cap, "counts": (least, most), "tried": tried,
-                                                "micro_batches": count}})
+                search.keep(option, evaluator, i, count, solver, mend)
+        return search
 
     def _aligned(self, instance: ContextParallelInstance, lengths: list[int], ids: list[Any], slots: int,
                  multiple: int) -> SolveResult:
-        """The plan at the next multiple of ``multiple`` above ``slots`` micro-batches (solved again at that
-        fixed count; where none is found there, at the multiples below it down to the token cap's least
-        count), or Megatron's own plan aligned by its own rule (:func:`align_slots`, at the multiple above its
-        count) where that is faster (with ``compare_megatron``) or the solves find none; every plan scored by
-        the evaluator of ``instance``. Its bound and status hold over every multiple the drop-in may choose
-        (:func:`_over_every_multiple`), not only over the count it was solved at.
+        """A plan of a multiple of ``multiple`` micro-batches where packplace's own has ``slots``: the
+        multiples compete by the evaluator's step time on ``instance`` (:meth:`_plans_at_counts`), from the
+        next one above ``slots`` (or the most the sequences fill) downward to the token cap's least count
+        (:func:`cap_counts`, downward): the one above and the one below both, and, where neither has a plan, on
+        down the schedule until one does (and its neighbour); a tie keeps the count tried first, the larger.
+        Megatron's own plan aligned by its own rule (:func:`align_slots`, at the multiple above its count)
+        competes too (with ``compare_megatron``, or where the solves find none; one pass of Megatron's
+        algorithm, no search, so it runs even where the re-plan's ``time_limit_s`` is spent). The solves share
+        one ``time_limit_s``. Its bound and status hold over every multiple the drop-in may choose
+        (:func:`_over_every_multiple`), not only over the count it was solved at; ``info["micro_batch_multiple"]``
+        adds the counts ``tried``.
 
         Raises:
             InfeasibleError: none found: no multiple lies between the token cap's least count and the count
@@ -442,42 +489,34 @@ class PackplaceDynamicCPScheduler:
         fewest = instance.ranks // instance.sizes[-1]   # groups a micro-batch needs, each with a sequence
         most = instance.n // fewest
         least = max(1, -(-int(instance.tokens.sum()) // (instance.ranks * self.max_seqlen_per_dp_cp_rank)))
-        target = -(-slots // multiple) * multiple
-        options: list[SolveResult] = []
-        reasons: list[str] = []
-        for count in range(min(target, most // multiple * multiple), least - 1, -multiple):
-            if count < 1:
-                break
-            try:
-                options.append(solve_dynamic_cp(self._instance(lengths, ids, count), self.solver,
-                                                time_limit_s=self.time_limit_s, seed=self.seed,
-                                                compare_megatron=self.compare_megatron))
-                break
-            except (InfeasibleError, RuntimeError) as error:
-                reasons.append(str(error))
+        first = -(-least // multiple) * multiple
+        above = min(-(-slots // multiple) * multiple, most // multiple * multiple)
+        evaluator = ContextParallelEvaluator(instance)
+        counts = cap_counts(first, above, multiple, downward=True)
+        search = self._plans_at_counts(lengths, ids, counts, evaluator, multiple)
         natural = megatron_slots(instance)
         own = None if natural is None else -(-len(natural) // multiple) * multiple
-        solved = {len(option.solution.micro_batches) for option in options}
-        if own is not None and own <= most and ((self.compare_megatron and own not in solved) or not options):
+        covered = own in search.tried and MEGATRON_BACKEND in self._solvers()
+        if own is not None and own <= most and not covered and (self.compare_megatron or not search.kept):
             try:
-                options.append(solve_dynamic_cp(self._instance(lengths, ids, own), MEGATRON_BACKEND,
-                                                time_limit_s=self.time_limit_s, seed=self.seed,
-                                                compare_megatron=False))
-            except (InfeasibleError, RuntimeError) as error:
-                reasons.append(str(error))
-        if not options:
+                option = solve_context_parallel(self._instance(lengths, ids, own), MEGATRON_BACKEND, seed=self.seed)
+                search.keep(option, evaluator, len(counts), own, MEGATRON_BACKEND)
+            except InfeasibleError as error:
+                search.reasons.append(str(error))
+        if not search.kept:
             if most // multiple * multiple < least:
                 raise InfeasibleError(
                     f"microbatch_group_size_per_vp_stage: no multiple of {multiple} micro-batches fits: "
                     f"{instance.n} sequences fill at most {most} (one per CP group), and their "
                     f"{int(instance.tokens.sum())} tokens need at least {least} (dp_size x cp_size = "
                     f"{instance.ranks} ranks x max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank} each)")
+            why = ["time_limit_s ran out"] if search.out_of_time else []
             raise InfeasibleError(f"microbatch_group_size_per_vp_stage: no plan of a multiple of {multiple} "
-                                  f"micro-batches found ({'; '.join(dict.fromkeys(reasons))})")
-        evaluator = ContextParallelEvaluator(instance)
-        objective, best = min(((evaluator.score(option.solution).objective, option) for option in options),
-                              key=lambda pair: pair[0])
-        return _over_every_multiple(best, objective, evaluator, multiple, least, most)
+                                  f"micro-batches found ({'; '.join(dict.fromkeys(search.reasons + why))})")
+        objective, _, best = search.best()
+        result = _over_every_multiple(best, objective, evaluator, multiple, least, most)
+        return dataclasses.replace(result, hit_time_limit=result.hit_time_limit or search.out_of_time, info={
+            **result.info, "micro_batch_multiple": {**result.info["micro_batch_multiple"], "tried": search.tried}})
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> list[list[list[Any]]]:
         """Megatron's slot: ``groups[i][j]`` = the sample ids DP×CP rank ``j`` runs in micro-batch ``i``
