@@ -22,47 +22,52 @@ LAYER_BYTES = 844_288
 
 def test_bytes_per_vocabulary_entry_and_kernels():
     # V1: upcast 2 + 4, temperature 4 + 4, softmax 3·4 + 4, exponential 4, div 4 + 4 + 4, argmax 4 = 50 bytes;
-    # with logprobs the raw log-softmax of the bf16 logits 3·2 + 4 and the rank's read 4: 64
+    # with logprobs the rank's read 4 and the raw log-softmax of the bf16 logits 3·2 + 4 (64) or the processed
+    # one of the fp32 logits 3·4 + 4 (70); V0 softmax and log-softmax always (74), the rank's copy, compare, sum
     per_entry = {key: sum(b for _, b in kernels) for key, kernels in C.VLLM_SAMPLER_KERNELS.items()}
-    assert per_entry == {("v1", False): 50.0, ("v1", True): 64.0, ("v0", False): 74.0, ("v0", True): 88.0}
+    assert per_entry == {("v1", None): 50.0, ("v1", "raw_logprobs"): 64.0, ("v1", "processed_logprobs"): 70.0,
+                         ("v0", None): 74.0, ("v0", "raw_logprobs"): 88.0, ("v0", "processed_logprobs"): 88.0}
     assert {key: len(k) for key, k in C.VLLM_SAMPLER_KERNELS.items()} == {
-        ("v1", False): 8, ("v1", True): 14, ("v0", False): 9, ("v0", True): 20}
+        ("v1", None): 8, ("v1", "raw_logprobs"): 14, ("v1", "processed_logprobs"): 14,
+        ("v0", None): 9, ("v0", "raw_logprobs"): 20, ("v0", "processed_logprobs"): 20}
     # Qwen2.5's 151,936 entries, 256 sequences, V1 with logprobs: 64 · 151,936 · 256 = 2,489,319,424 bytes
     qwen = resolve_model("qwen2.5-0.5b")
-    kernels = C.decode_sampler_kernels(qwen, 256, "v1", True)
+    kernels = C.decode_sampler_kernels(qwen, 256, "v1", "raw_logprobs")
     assert sum(k[1] for k in kernels) == 2_489_319_424
     assert all(k[0] == "ew" for k in kernels)
-    with pytest.raises(ValueError, match="generation"):
-        C.decode_sampler_kernels(qwen, 1, "v2", False)
+    with pytest.raises(ValueError, match="generation must be one of v0, v1, got 'v2'"):
+        C.decode_sampler_kernels(qwen, 1, "v2", None)
+    with pytest.raises(ValueError, match="logprobs must be one of"):
+        C.decode_sampler_kernels(qwen, 1, "v1", True)
 
 
 def test_captured_sampler_runs_after_the_graph():
     # layers 2·(10·2 µs + 0.844288 µs), head GEMM 2 + 256 µs; sampler V1 without logprobs: 8 kernels of 2 µs
     # and 50 bytes · 1e6 entries = 50 µs; its host issue 8 · 20 = 160 µs hides behind the graph
-    graph = C.decode_seconds(TABLE, TINY, 1, 1000, sampler=("v1", False))
+    graph = C.decode_seconds(TABLE, TINY, 1, 1000, sampler=("v1", None))
     assert graph == pytest.approx(2 * (20e-6 + LAYER_BYTES / 1e12) + 258e-6 + 16e-6 + 50e-6, rel=1e-12)
     assert graph == pytest.approx(365.688576e-6, rel=1e-12)
     array = C.decode_step_array(TABLE, TINY, np.array([1.0, 4.0]), np.array([1000.0, 4000.0]),
-                                sampler=("v1", False))
+                                sampler=("v1", None))
     assert array[0] == pytest.approx(graph, rel=1e-12)
-    assert array[1] == pytest.approx(C.decode_seconds(TABLE, TINY, 4, 1000, sampler=("v1", False)), rel=1e-12)
+    assert array[1] == pytest.approx(C.decode_seconds(TABLE, TINY, 4, 1000, sampler=("v1", None)), rel=1e-12)
 
 
 def test_host_issue_shows_where_it_outlasts_the_graph():
     # a vocabulary of 1,000: layers 41.688576 µs, head GEMM 2 + 0.256 µs, sampler GPU 16 + 0.05 µs: 60 µs of
     # GPU work against 8 · 20 µs = 160 µs of issue -> the iteration lasts 160 µs
     small = ModelSpec(layers=2, hidden_dim=128, ffn_dim=256, vocab_size=1000, num_kv_heads=1, head_dim=128)
-    assert C.decode_seconds(TABLE, small, 1, 1000, sampler=("v1", False)) == pytest.approx(160e-6, rel=1e-12)
-    array = C.decode_step_array(TABLE, small, np.array([1.0]), np.array([1000.0]), sampler=("v1", False))
+    assert C.decode_seconds(TABLE, small, 1, 1000, sampler=("v1", None)) == pytest.approx(160e-6, rel=1e-12)
+    array = C.decode_step_array(TABLE, small, np.array([1.0]), np.array([1000.0]), sampler=("v1", None))
     assert array[0] == pytest.approx(160e-6, rel=1e-12)
 
 
 def test_eager_sampler_kernels_are_eager_kernels():
     # every kernel max(20 µs, 2 µs + t ≤ 18 µs) = 20 µs: layers 400 µs, head GEMM 258 µs, sampler 8 · 20 µs
-    eager = C.decode_seconds(TABLE, TINY, 1, 1000, eager=True, sampler=("v1", False))
+    eager = C.decode_seconds(TABLE, TINY, 1, 1000, eager=True, sampler=("v1", None))
     assert eager == pytest.approx(400e-6 + 258e-6 + 160e-6, rel=1e-12)
     array = C.decode_step_array(TABLE, TINY, np.array([1.0]), np.array([1000.0]), eager=True,
-                                sampler=("v1", False))
+                                sampler=("v1", None))
     assert array[0] == pytest.approx(eager, rel=1e-12)
 
 
@@ -72,13 +77,16 @@ def test_small_model_step_rises_by_the_sampler():
     table = C.load_table("h200")
     qwen = resolve_model("qwen2.5-0.5b")
     before = C.decode_seconds(table, qwen, 256, 1024)
-    after = C.decode_seconds(table, qwen, 256, 1024, sampler=("v1", False))
+    after = C.decode_seconds(table, qwen, 256, 1024, sampler=("v1", None))
     rise = 7 * table.kernel_gpu_s + 48 * 151_936 * 256 / table.stream_bandwidth
     assert after - before == pytest.approx(rise, rel=1e-9)
     assert after / before > 1.2   # 50 · 151,936 · 256 = 1.94 GB, twice the weights (0.99 GB)
-    with_logprobs = C.decode_seconds(table, qwen, 256, 1024, sampler=("v1", True))
+    with_logprobs = C.decode_seconds(table, qwen, 256, 1024, sampler=("v1", "raw_logprobs"))
     assert with_logprobs - after == pytest.approx(6 * table.kernel_gpu_s + 14 * 151_936 * 256
                                                   / table.stream_bandwidth, rel=1e-9)
+    # NeMo RL's processed mode: the log-softmax of the fp32 logits, 16 bytes against the raw one's 10
+    processed = C.decode_seconds(table, qwen, 256, 1024, sampler=("v1", "processed_logprobs"))
+    assert processed - with_logprobs == pytest.approx(6 * 151_936 * 256 / table.stream_bandwidth, rel=1e-9)
 
 
 def test_large_model_share_is_small():
@@ -86,12 +94,14 @@ def test_large_model_share_is_small():
     # 16 GB of weights and 17 GB of KV cache: a few percent of the iteration, not < 1%
     table = C.load_table("h200")
     llama = resolve_model("llama3.1-8b")
-    step = C.decode_seconds(table, llama, 128, 2048, sampler=("v1", True))
-    share = float(C.sampler_seconds(table, llama, 128, "v1", True, 0.0 * step)) / step
+    step = C.decode_seconds(table, llama, 128, 2048, sampler=("v1", "raw_logprobs"))
+    share = float(C.sampler_seconds(table, llama, 128, "v1", "raw_logprobs", 0.0 * step)) / step
     assert 0.01 < share < 0.05
 
 
 def test_frameworks_that_ask_for_logprobs():
-    # verl's synchronous rollout and NeMo RL pass logprobs=0; OpenRLHF and a bare engine pass none
-    assert FRAMEWORKS["verl"].engine_logprobs and FRAMEWORKS["nemo-rl"].engine_logprobs
-    assert not FRAMEWORKS["openrlhf"].engine_logprobs and not FRAMEWORKS["none"].engine_logprobs
+    # verl's synchronous rollout passes logprobs=0 (vLLM's raw mode), NeMo RL logprobs=0 in the processed mode;
+    # OpenRLHF and a bare engine pass none
+    assert FRAMEWORKS["verl"].engine_logprobs == "raw_logprobs"
+    assert FRAMEWORKS["nemo-rl"].engine_logprobs == "processed_logprobs"
+    assert FRAMEWORKS["openrlhf"].engine_logprobs is None and FRAMEWORKS["none"].engine_logprobs is None

@@ -154,7 +154,7 @@ def test_estimate_decodes_with_or_without_graphs():
     graph = estimate("qwen2.5-1.5b", "h200", "decode", batch=4, context=1024)
     eager = estimate("qwen2.5-1.5b", "h200", "decode", batch=4, context=1024, enforce_eager=True)
     # a bare vLLM V1 engine: its sampler without log-probabilities after the head
-    sampler = ("v1", False)
+    sampler = ("v1", None)
     assert graph.parts["decode"] == pytest.approx(C.decode_seconds(table, model, 4, 1024, sampler=sampler), rel=1e-12)
     assert eager.parts["decode"] == pytest.approx(C.decode_seconds(table, model, 4, 1024, eager=True,
                                                                    sampler=sampler), rel=1e-12)

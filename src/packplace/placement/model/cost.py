@@ -1261,7 +1261,7 @@ class CostModel:
             step = step + (pp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         return step
 
-    def decode_sampler(self) -> tuple[str, bool] | None:
+    def decode_sampler(self) -> tuple[str, str | None] | None:
         """``(engine generation, logprobs)`` of the engine's sampler, which a decode iteration priced on a
         component table runs after the head (:func:`~packplace.placement.model.components.sampler_seconds`):
         the engine's ``engine_generation`` and the framework's

@@ -604,16 +604,17 @@ class FrameworkProfile:
             worker is a Ray actor, nemo_rl/models/generation/vllm/vllm_worker.py), OpenRLHF (``LLMRayActor``) and a
             bare engine (``none``). False: verl's hybrid engine builds vLLM inside the trainer's
             ``ActorRolloutRefWorker`` process, DeepSpeed-Chat's hybrid engine is the training engine.
-        engine_logprobs: The framework's rollout requests ask vLLM for the sampled tokens' log-probabilities
-            (``SamplingParams(logprobs=0)``), so every decode iteration's sampler adds a log-softmax and the
-            rank over the vocabulary (:data:`~packplace.placement.model.components.VLLM_SAMPLER_KERNELS`):
-            verl's synchronous rollout (verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, v0.3.0 to
-            v0.6.x: ``logprobs=0``; its asynchronous agent loop, the default ``rollout.mode`` from v0.7.0, asks
-            only with ``calculate_log_probs``, false by default) and NeMo RL (vllm_worker.py,
-            ``_build_sampling_params`` at every release v0.1.0-v0.7.0: ``logprobs=0``). OpenRLHF asks only for
-            its importance-sampling correction (experience_maker.py / samples_generator.py: ``logprobs=1 if
-            ... else None``, off by default). All three pass temperature 1.0, ``top_p`` 1.0 and ``top_k`` -1
-            by default.
+        engine_logprobs: The log-probabilities the framework's rollout requests ask vLLM for, as vLLM's
+            ``logprobs_mode`` computes them (``raw_logprobs``, vLLM's default, or ``processed_logprobs``;
+            ``None``: none asked), which add a log-softmax and the rank over the vocabulary to every decode
+            iteration's sampler (:data:`~packplace.placement.model.components.VLLM_SAMPLER_KERNELS`): verl's
+            synchronous rollout (verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, v0.3.0 to v0.6.x:
+            ``logprobs=0``, vLLM's default mode; its asynchronous agent loop, the default ``rollout.mode``
+            from v0.7.0, asks only with ``calculate_log_probs``, false by default); NeMo RL
+            (nemo_rl/models/generation/vllm/vllm_worker.py: ``logprobs=0`` at every release v0.1.0-v0.7.0,
+            ``logprobs_mode="processed_logprobs"`` from v0.5.0, ``raw_logprobs`` at v0.4.x). OpenRLHF asks
+            only for its importance-sampling correction (``logprobs=1 if ... else None``, off by default).
+            All three pass temperature 1.0, ``top_p`` 1.0 and ``top_k`` -1 by default.
         offload_between_passes: A trainer's ``offload`` moves its state to the host between passes and the
             whole state back for each pass (verl's FSDP ``param_offload`` / ``optimizer_offload``:
             ``verl/workers/fsdp_workers.py`` at commit b25bb7d4f, ``update_actor`` calls
@@ -647,7 +648,7 @@ class FrameworkProfile:
     inprocess_engine: bool = False
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     engine_own_process: bool = True
-    engine_logprobs: bool = False
+    engine_logprobs: str | None = None
 
 
 #: The profiles (``policy.framework``).
@@ -661,7 +662,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES,
         offload_between_passes=True, gpu_memory_utilization=VERL_GPU_MEMORY_UTILIZATION,
-        engine_own_process=False, engine_logprobs=True),
+        engine_own_process=False, engine_logprobs="raw_logprobs"),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -677,7 +678,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
         refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0,
-        inprocess_engine=True, gpu_memory_utilization=NEMO_RL_GPU_MEMORY_UTILIZATION, engine_logprobs=True),
+        inprocess_engine=True, gpu_memory_utilization=NEMO_RL_GPU_MEMORY_UTILIZATION,
+        engine_logprobs="processed_logprobs"),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
