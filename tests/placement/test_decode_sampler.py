@@ -91,7 +91,7 @@ def test_small_model_step_rises_by_the_sampler():
 
 def test_large_model_share_is_small():
     # Llama-3.1-8B, 128 sequences of 2,048 tokens, V1 with logprobs: 64 · 128,256 · 128 = 1.05 GB against
-    # 16 GB of weights and 17 GB of KV cache: a few percent of the iteration, not < 1%
+    # 16 GB of weights and 34 GB of KV cache: a few percent of the iteration, not < 1%
     table = C.load_table("h200")
     llama = resolve_model("llama3.1-8b")
     step = C.decode_seconds(table, llama, 128, 2048, sampler=("v1", "raw_logprobs"))
