@@ -14,6 +14,9 @@ scheduler: micro-batches per rank, the **makespan** (largest per-rank FLOPs sum,
 step waits for) and the **lockstep** time (sum over micro-batch index of the slowest rank's
 micro-batch, what a step waits for when ranks synchronise every micro-batch), both relative to
 the evaluator's makespan lower bound (which also bounds lockstep from below), and seconds.
+packplace's scheduler takes, among the packings at its makespan, the lowest lockstep time (``repair``'s
+``tie_break="lockstep"``); with ``--plain`` a third row per batch, ``plain``, is the scheduler with
+``tie_break=None`` (the plain makespan answer), run right after it on the same batch.
 
 Mixes: ``rl``: 1,024 sequences on 16 ranks, 60% short answers (lognormal, median 1,024, sigma 0.7)
 and 40% long reasoning traces (median 6,000, sigma 0.5), clipped to [64, 16,384], cap 16,384;
@@ -27,6 +30,7 @@ is never worse.
 Usage:
     python benchmarks/megatron_dp_balanced.py
     python benchmarks/megatron_dp_balanced.py --seeds 5 --mix rl
+    python benchmarks/megatron_dp_balanced.py --plain
 """
 
 from __future__ import annotations
@@ -107,12 +111,14 @@ def main() -> None:
     parser.add_argument("--mix", choices=sorted(MIXES), nargs="+", default=sorted(MIXES, reverse=True))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--hidden-size", type=int, default=4096)
+    parser.add_argument("--plain", action="store_true", help="also the scheduler without its lockstep tie-break")
     args = parser.parse_args()
+    whos = ("dp_balanced", "packplace", "plain") if args.plain else ("dp_balanced", "packplace")
     print(f"{'mix':<4} {'seed':>4} {'scheduler':<12} {'mb/rank':>7} {'makespan/LB':>12} {'lockstep/LB':>12} "
           f"{'seconds':>8}")
     for mix in args.mix:
         spec = MIXES[mix]
-        summary: dict[str, list[tuple[float, float]]] = {"dp_balanced": [], "packplace": []}
+        summary: dict[str, list[tuple[float, float]]] = {who: [] for who in whos}
         for seed in range(args.seeds):
             lengths = draw(mix, seed)
             flops = sequence_flops(lengths, args.hidden_size)
@@ -120,8 +126,9 @@ def main() -> None:
             instance = make_instance(lengths, flops, seq_len=spec["cap"], data_parallel_size=spec["dp"],
                                      local_batch_size="auto")
             bound = BalanceEvaluator(instance).lower_bound("makespan")
-            scheduler = PackplacePackingScheduler(spec["cap"], 1, spec["dp"], None, hidden_size=args.hidden_size)
-            for who in ("dp_balanced", "packplace"):
+            for who in whos:
+                scheduler = PackplacePackingScheduler(spec["cap"], 1, spec["dp"], None, hidden_size=args.hidden_size,
+                                                      tie_break=None if who == "plain" else "lockstep")
                 start = time.perf_counter()
                 if who == "dp_balanced":
                     groups = dp_balanced_groups(pairs, spec["cap"], 1, spec["dp"])

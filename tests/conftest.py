@@ -136,6 +136,26 @@ def toy_cuda_graphs():
         yield TOY_CUDA_GRAPH_BYTES
 
 
+#: A time limit (seconds) no test's placement check reaches, however loaded the machine: the check's table,
+#: its proofs, greedy and concurrent (deterministic constructions that a limit only cuts) and the search of
+#: grown clusters end on their own long before, so what a test asserts is their answer, never the clock's.
+UNHURRIED_S = 600.0
+
+
+@pytest.fixture
+def unhurried(monkeypatch) -> float:
+    """:data:`UNHURRIED_S`, with the wall-clock budgets a placement check takes besides its ``time_limit_s``
+    lifted to it: the memory-setting hints' (``fit_hints.HINTS_BUDGET_S``, ``HINT_TIME_LIMIT_S``) and each
+    grown cluster's search where the check has no deadline (``api.SEARCH_TIME_LIMIT_S``). A test of a
+    message that names hints or a grown cluster takes this; a test of time-limit behaviour takes
+    :func:`work_clock` instead."""
+    from packplace.placement import api, fit_hints
+    monkeypatch.setattr(fit_hints, "HINTS_BUDGET_S", UNHURRIED_S)
+    monkeypatch.setattr(fit_hints, "HINT_TIME_LIMIT_S", UNHURRIED_S)
+    monkeypatch.setattr(api, "SEARCH_TIME_LIMIT_S", UNHURRIED_S)
+    return UNHURRIED_S
+
+
 #: Fake seconds one evaluator call costs on :func:`work_clock` (500 calls a fake second).
 EVALUATION_S = 2e-3
 

@@ -100,8 +100,17 @@ def test_planner_solves_once_and_prints_what_lands(tmp_path, capsys, monkeypatch
 
 
 def test_zero_bound_gap_is_na_not_100_percent(tmp_path, capsys):
+    # lengths 3, 4, 5, 7 as costs are integers: the heaviest rank carries at least 19/2, so 10, and the balance bound
+    # (10/9.5 - 1)^2 = 1/361 proves lpt's 10 | 9; the 7 at cost 7.5 rounds nothing up, the heaviest-load bound is
+    # the mean 9.75 itself and the balance bound the trivial 0 (lpt's 10.5 | 9 unproven)
+    integral = tmp_path / "i.yaml"
+    integral.write_text("seq_len: 10\ndata_parallel_size: 2\nobjective: balance\nsamples: {lengths: [3, 4, 5, 7]}\n")
+    proven = packplace.balance(load_config(str(integral)), "lpt")
+    assert proven.status == "optimal" and proven.bound == pytest.approx(1 / 361, rel=1e-7)
     config = tmp_path / "c.yaml"
-    config.write_text("seq_len: 10\ndata_parallel_size: 2\nobjective: balance\nsamples: {lengths: [3, 4, 5, 7]}\n")
+    config.write_text("seq_len: 10\ndata_parallel_size: 2\nobjective: balance\ncost: {kind: given}\nsamples: {items: "
+                      "[{key: 0, tokens: 3, cost: 3}, {key: 1, tokens: 4, cost: 4}, {key: 2, tokens: 5, cost: 5}, "
+                      "{key: 3, tokens: 7, cost: 7.5}]}\n")
     assert main(["balance", "--config", str(config), "--solver", "lpt"]) == 0
     summary = capsys.readouterr().out.splitlines()[-1].split()
     assert summary[0] == "lpt" and summary[2] == "0" and summary[3] == "n/a"

@@ -108,6 +108,21 @@ def test_the_evaluator_names_each_violation(groups, message):
     assert any(message in v for v in score.violations), score.violations
 
 
+def test_the_evaluator_scores_max_num_seqs_when_given():
+    inst = _instance()
+    plan = ContextParallelPlan(((CPGroup(0, 2, ("c",)), CPGroup(2, 1, ("b",)), CPGroup(3, 1, ("a", "d", "e"))),))
+    free = ContextParallelEvaluator(inst).score(plan)
+    assert free.feasible, free.violations
+    score = ContextParallelEvaluator(inst, max_num_seqs=2).score(plan)
+    assert not score.feasible and math.isinf(score.objective)
+    assert score.violations == ["micro_batches[0] group at rank 3: 3 sequences exceed max_num_seqs 2"]
+    # at the cap itself the plan is feasible and scored as without it
+    assert ContextParallelEvaluator(inst, max_num_seqs=3).score(plan).objective == free.objective
+    for bad in (0, True, 1.5):
+        with pytest.raises(ConfigError, match=f"^max_num_seqs: must be None or an integer >= 1, got {bad}$"):
+            ContextParallelEvaluator(inst, max_num_seqs=bad)
+
+
 def test_fixed_micro_batches_are_checked():
     inst = _instance(micro_batches=2)
     plan = ContextParallelPlan(((CPGroup(0, 2, ("c",)), CPGroup(2, 2, ("a", "b", "d", "e"))),))

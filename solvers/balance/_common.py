@@ -18,12 +18,12 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from packplace.balance.bounds import integral_costs, round_up
 from packplace.balance.schema import BalanceInstance, SampleKey, key_order
 from packplace.errors import ConfigError
 from packplace.run import clock
@@ -171,13 +171,14 @@ def canonical(bins: Sequence[Sequence[SampleKey]]) -> tuple[tuple[SampleKey, ...
 
 def integer_makespan_bound(instance: BalanceInstance, bound: float) -> float | None:
     """⌈bound⌉ for ``makespan`` without padding when every cost is an integer (every rank load, hence the
-    makespan, is then an integer), else None. ``bound`` is the evaluator's analytic lower bound; an
-    answer at or below the result cannot be improved."""
-    costs = instance.costs
+    makespan, is then an integer), else None: :func:`~packplace.balance.bounds.round_up` under
+    :func:`~packplace.balance.bounds.integral_costs`, as the evaluator rounds its own bounds (so ``bound``
+    from :meth:`~packplace.balance.evaluator.BalanceEvaluator.lower_bound` comes back as it is). An answer at
+    or below the result cannot be improved."""
     if (instance.objective != "makespan" or instance.padding_cost is not None
-            or not np.all(costs == np.round(costs)) or float(np.abs(costs).sum()) >= 2.0 ** 52):
+            or not integral_costs(instance.costs)):
         return None
-    return float(math.ceil(bound - 1e-9 * max(1.0, abs(bound))))
+    return round_up(bound)
 
 
 def reject_unknown_params(solver: str, params: dict) -> None:

@@ -281,6 +281,48 @@ def resolve_layer_windows(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ..
     return bins, kept
 
 
+def prefer_lockstep(evaluator: BalanceEvaluator, candidates: list[tuple[tuple[Any, ...], ...]], deadline: float | None,
+                    max_moves: int | None = None) -> tuple[tuple[tuple[Any, ...], ...], int, int]:
+    """Among assignments of one instance (D ranks × m bins, no rank rules, no padding), the one the
+    evaluator's ``lockstep`` objective scores lowest whose makespan is at most the first's, then
+    levelled within ranks.
+
+    A candidate with a violation or a makespan above the first's is left out; ties go to the earlier
+    candidate. The chosen one is levelled within ranks (:func:`level_layers` with ``within_ranks``:
+    samples keep their rank, so the rank totals stay as they were up to float summation, and the
+    lockstep time does not rise), and the levelled plan is kept when the evaluator scores its lockstep
+    lower and its makespan at most the first's. One levelling, not one per candidate: it costs more
+    than scoring them. The solver proposes the candidates, the evaluator scores them.
+
+    Args:
+        evaluator: The instance's evaluator (any objective: ``lockstep`` and ``makespan`` are asked by name).
+        candidates: Rank-major bins of keys; the first is the reference (feasible).
+        deadline: :data:`packplace.run.clock` value the levelling stops at, or None.
+        max_moves: Cap on the levelling moves (None: none).
+
+    Returns:
+        (the chosen bins, its position in ``candidates``, the levelling moves kept).
+    """
+    ceiling = evaluator.objective(candidates[0], "makespan")
+    best: tuple[float, int] | None = None
+    for k, bins in enumerate(candidates):
+        if evaluator.violations(bins) or evaluator.objective(bins, "makespan") > ceiling:
+            continue
+        value = evaluator.objective(bins, "lockstep")
+        if best is None or value < best[0]:
+            best = (value, k)
+    assert best is not None  # reason: the first candidate is feasible and at its own makespan
+    value, k = best
+    chosen = candidates[k]
+    if passed(deadline):
+        return chosen, k, 0
+    levelled, moves = level_layers(evaluator, chosen, deadline, max_moves=max_moves, within_ranks=True)
+    if (moves and not evaluator.violations(levelled) and evaluator.objective(levelled, "makespan") <= ceiling
+            and evaluator.objective(levelled, "lockstep") < value):
+        return levelled, k, moves
+    return chosen, k, 0
+
+
 #: A bin's exchange offers: cost sums, token sums, the bin (repeated) and the member sets, one per set.
 Offer = tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, ...]]]
 
@@ -409,27 +451,32 @@ def _transfer(state: _Levelling, i: int, source: int, target: int) -> None:
 
 
 def _find_move(state: _Levelling, sources: list[int], room: np.ndarray) -> tuple[int, int, int] | None:
-    """The first layer's first bin (of ``sources``) with a move: (sample, source, best-fit target), or None."""
-    costs, tokens, load, used, sizes = state.costs, state.tokens, state.load, state.used, state.sizes
-    indices, per_rank, cap_samples = state.indices, state.per_rank, state.cap_samples
+    """The first layer's first bin (of ``sources``) with a move: (sample, source, best-fit target), or None.
+    Within ranks (``per_rank``) only the source's rank's bins are looked at (the others are not allowed)."""
+    costs, tokens, cap_samples = state.costs, state.tokens, state.cap_samples
+    per_rank = state.per_rank
     for source in sources:
-        if sizes[source] < 2:
+        if state.sizes[source] < 2:
             continue
+        lo = 0 if per_rank is None else source - source % per_rank
+        hi = len(room) if per_rank is None else lo + per_rank
+        near = room[lo:hi]
+        least = min(float(costs[k]) for k in state.contents[source])
+        if least > float(near.max()):  # not even its cheapest sample fits under any bin's ceiling
+            continue
+        load, used, sizes = state.load[lo:hi], state.used[lo:hi], state.sizes[lo:hi]
         items = sorted(state.contents[source], key=lambda k: (-costs[k], k))
         c = costs[items][:, None]
-        allowed = indices != source
-        if per_rank is not None:
-            allowed &= indices // per_rank == source // per_rank
-        fits = ((room >= c) & (load + c < load[source]) & (used + tokens[items][:, None] <= state.seq_len)
-                & allowed)
+        fits = ((near >= c) & (load + c < state.load[source]) & (used + tokens[items][:, None] <= state.seq_len)
+                & (state.indices[lo:hi] != source))
         if cap_samples is not None:
             fits &= sizes < cap_samples
         for name, limit in state.limits.items():
-            fits &= state.spent[name] + state.usage[name][items][:, None] <= limit
+            fits &= state.spent[name][lo:hi] + state.usage[name][items][:, None] <= limit
         rows = np.flatnonzero(fits.any(axis=1))
         if rows.size:
             k = int(rows[0])  # the costliest sample that fits somewhere, into its best fit
-            return items[k], source, int(np.argmin(np.where(fits[k], room - c[k], np.inf)))
+            return items[k], source, lo + int(np.argmin(np.where(fits[k], near - c[k], np.inf)))
     return None
 
 
@@ -481,6 +528,16 @@ def _layers(load: np.ndarray, ranks: int, per_rank: int | None
     return first.tolist(), maxima[index_of], lambda b: np.arange(b - b % per_rank, b - b % per_rank + per_rank)
 
 
+@functools.lru_cache(maxsize=64)
+def _pairs(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (a, b), a < b, of the pairs of ``count`` items in row-major order (the order of
+    :func:`_best_swap`'s two-sample sets)."""
+    first, second = np.triu_indices(count, 1)
+    first.setflags(write=False)  # shared by every call of this count
+    second.setflags(write=False)
+    return first, second
+
+
 def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs: np.ndarray, tokens: np.ndarray,
                load: np.ndarray, used: np.ndarray, seq_len: int, offers: dict[int, Offer], ceiling: np.ndarray
                ) -> tuple[int, int, tuple[int, ...]] | None:
@@ -497,11 +554,11 @@ def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs:
         if offer is None:
             items = contents[peer]
             sets = [(u,) for u in items] + [(u, v) for a, u in enumerate(items) for v in items[a + 1:]]
-            item_costs = costs[items].tolist()
-            item_tokens = tokens[items].tolist()
-            where = {u: k for k, u in enumerate(items)}
-            offer = (np.array([sum(item_costs[where[u]] for u in g) for g in sets]),
-                     np.array([sum(item_tokens[where[u]] for u in g) for g in sets], dtype=np.int64),
+            first, second = _pairs(len(items))
+            item_costs = costs[items].astype(float)
+            item_tokens = tokens[items].astype(np.int64)
+            offer = (np.concatenate((item_costs, item_costs[first] + item_costs[second])),
+                     np.concatenate((item_tokens, item_tokens[first] + item_tokens[second])),
                      np.full(len(sets), peer, dtype=np.int64), sets)
             offers[peer] = offer
         parts_cost.append(offer[0])
@@ -513,24 +570,20 @@ def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs:
     given_cost = np.concatenate(parts_cost)
     given_tokens = np.concatenate(parts_tokens)
     peer_of = np.concatenate(parts_peer)
-    best: tuple[float, int, int] | None = None
-    for i in contents[source]:
-        delta = float(costs[i]) - given_cost
-        new_source = top - delta
-        new_peer = load[peer_of] + delta
-        fits = ((delta > 0) & (new_peer < top) & (new_peer <= ceiling[peer_of])
-                & (used[source] - int(tokens[i]) + given_tokens <= seq_len)
-                & (used[peer_of] + int(tokens[i]) - given_tokens <= seq_len))
-        if not fits.any():
-            continue
-        worst = np.where(fits, np.maximum(new_source, new_peer), np.inf)
-        k = int(np.argmin(worst))
-        if best is None or worst[k] < best[0]:
-            best = (float(worst[k]), i, k)
-    if best is None:
+    items = contents[source]
+    # one row per sample i of the source, one column per offered set U (all at once: the first (row,
+    # column) of the least worst is the first i's best set, as a scan over the samples would find)
+    delta = costs[items].astype(float)[:, None] - given_cost[None, :]
+    new_peer = load[peer_of][None, :] + delta
+    item_tokens = tokens[items].astype(np.int64)[:, None]
+    fits = ((delta > 0) & (new_peer < top) & (new_peer <= ceiling[peer_of][None, :])
+            & (used[source] - item_tokens + given_tokens[None, :] <= seq_len)
+            & (used[peer_of][None, :] + item_tokens - given_tokens[None, :] <= seq_len))
+    if not fits.any():
         return None
-    _, i, k = best
-    return i, int(peer_of[k]), given_sets[k]
+    worst = np.where(fits, np.maximum(top - delta, new_peer), np.inf)
+    row, k = divmod(int(np.argmin(worst)), worst.shape[1])
+    return items[row], int(peer_of[k]), given_sets[k]
 
 
-__all__ = ["level_layers", "lockstep_aware", "resolve_layer_windows", "solve_lockstep"]
+__all__ = ["level_layers", "lockstep_aware", "prefer_lockstep", "resolve_layer_windows", "solve_lockstep"]

@@ -13,6 +13,7 @@ import packplace
 from packplace.balance import make_instance
 from packplace.balance.bounds import BOUND_NAMES, makespan_bounds
 from packplace.balance.evaluator import BalanceEvaluator, objective_value
+from packplace.balance.schema import WorkloadCost
 from packplace.errors import ConfigError, InfeasibleError
 
 
@@ -153,6 +154,68 @@ def test_bounds_never_exceed_the_brute_force_optimum(case):
         assert evaluator.makespan_bounds()[name] <= best["makespan"] + 1e-9, name
     for name, optimum in best.items():
         assert evaluator.lower_bound(name) <= optimum * (1 + 1e-9) + 1e-12, name
+
+
+@settings(max_examples=60)
+@given(tiny_instances(), st.sampled_from(["makespan", "balance", "rounds"]), st.sampled_from(["lpt", "cpsat"]))
+def test_an_optimal_claim_is_the_brute_force_optimum(case, objective, solver):
+    # integer costs: the makespan and rounds bounds round up; whatever a solver answers, its bound stays at or
+    # below the optimum, and ``optimal`` (by the bound, or by CP-SAT's proof) is claimed only for the optimum
+    tokens, costs, ranks, per_rank, seq_len, equal_count, groups, policy = case
+    try:
+        inst = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank,
+                             equal_count=equal_count, groups=groups, oversized_policy=policy, objective=objective,
+                             group_size=(1 if ranks % 2 else 2) if objective == "rounds" else None)
+    except (ConfigError, InfeasibleError):
+        assume(False)
+        return
+    best = _brute_force(tokens, costs, ranks, per_rank, seq_len, equal_count, groups, policy)[objective]
+    assume(np.isfinite(best))
+    result = packplace.balance(inst, solver=solver, time_limit_s=60)
+    assert result.bound <= best * (1 + 1e-9) + 1e-12
+    if objective != "balance":
+        assert result.bound == np.ceil(result.bound)   # every load is an integer: so is the bound
+    if result.status == "optimal":
+        assert result.objective == pytest.approx(best, rel=1e-6, abs=1e-12)
+        if objective != "balance" and solver == "lpt":   # no proof of its own: the bound met, rounded up
+            assert result.objective == result.bound
+
+
+def test_integer_costs_round_the_bounds_up_and_prove_the_answer():
+    # 5 ranks of one sample, costs 258,001 and four 258,000: the mean 1,290,001/5 = 258,000.2 is the best bound,
+    # and every load is an integer, so the heaviest carries at least 258,001, which the only answer meets
+    costs = [258_001, 258_000, 258_000, 258_000, 258_000]
+    for given_costs in (costs, [float(c) for c in costs]):   # integral floats are integers too
+        inst = make_instance([1] * 5, given_costs, seq_len=1, data_parallel_size=5)
+        assert BalanceEvaluator(inst).makespan_bounds()["mean"] == 258_000.2   # the bounds themselves unrounded
+        result = packplace.balance(inst, solver="lpt")
+        assert result.status == "optimal" and result.objective == 258_001.0 and result.bound == 258_001.0
+    # costs 3, 4, 5, 7 on 2 ranks: the mean 19/2 rounds up to 10, lpt's 7 + 3 | 5 + 4; a cost that is no integer
+    # (FLOPs-like: 7.5) rounds nothing, and lpt's 10.5 (the optimum) over the mean 9.75 stays unproven
+    for last, status, bound in ((7, "optimal", 10.0), (7.5, "feasible", 9.75)):
+        inst = make_instance([1] * 4, [3, 4, 5, last], seq_len=100, data_parallel_size=2)
+        result = packplace.balance(inst, solver="lpt")
+        assert result.status == status and result.objective == last + 3 and result.bound == bound
+    # rounds of 2 over 4 ranks, costs 5, 5, 5, 6: Σc/g = 21/2 rounds up to 11 = 6 + 5, the rounds of (6, 5), (5, 5)
+    inst = make_instance([1] * 4, [5, 5, 5, 6], seq_len=1, data_parallel_size=4, objective="rounds", group_size=2)
+    result = packplace.balance(inst, solver="lpt")
+    assert result.status == "optimal" and result.objective == 11.0 and result.bound == 11.0
+    # with a padding cost no rounding: a bin's padding may cost a fraction
+    padded = make_instance([1] * 4, [3, 4, 5, 7], seq_len=100, data_parallel_size=2,
+                           padding_cost=lambda pad: WorkloadCost(0.5 * pad))
+    assert BalanceEvaluator(padded).lower_bound() == 9.5
+
+
+def test_equal_loads_under_float_noise_bound_balance_by_0():
+    # costs c·1.9e9/7 of c = 20, 2, 0 | 19, 3, 0: two loads of 22·1.9e9/7 that float sums leave one ulp apart;
+    # the balance bound had squared the bound's own noise (4.9e-32) above that objective (6.2e-33): a false proof
+    costs = [c * 1.9e9 / 7 for c in (20, 2, 0, 19, 3, 0)]
+    inst = make_instance([1] * 6, costs, seq_len=3, data_parallel_size=2, objective="balance")
+    evaluator = BalanceEvaluator(inst)
+    assert evaluator.lower_bound() == 0.0
+    assert 0 < evaluator.score([[0, 1, 2], [3, 4, 5]]).objective < 1e-30
+    result = packplace.balance(inst, solver="cpsat", time_limit_s=60)
+    assert result.status == "optimal" and result.objective < 1e-30
 
 
 @pytest.mark.parametrize("solver", ["repair", "lns", "cpsat"])

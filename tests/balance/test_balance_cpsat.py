@@ -490,10 +490,17 @@ def test_num_workers_above_cp_sats_range_is_refused_and_a_refused_model_says_why
             packplace.balance(instance, solver="cpsat", time_limit_s=5, cp_parameters={"max_time_in_seconds": -1})
         assert str(caught.value) == ("cpsat: cp_parameters: CP-SAT refuses them: Parameters max_time_in_seconds "
                                      "must be non-negative (got {'max_time_in_seconds': -1})")
-    # the MODEL_INVALID end, were one to get past the check, still says why
+    # the MODEL_INVALID end, were one to get past the check, still says why. (On ``inst`` CP-SAT no longer runs:
+    # its costs, the tokens, are integers, so every rank load is one, some rank carries at least 29/3, hence 10,
+    # and the repair start's 10 is proven optimal. Half those costs are no integers: the bound stays 29/6 and
+    # the start's 5 is unproven.)
     monkeypatch.setattr(cpsat_module, "check_cp_parameters", lambda *args: None)
-    result = packplace.balance(inst, solver="cpsat", time_limit_s=5, cp_parameters={"max_time_in_seconds": -1})
-    assert result.status == "feasible" and result.objective == 10.0
+    proven = packplace.balance(inst, solver="cpsat", time_limit_s=5, cp_parameters={"max_time_in_seconds": -1})
+    assert proven.status == "optimal" and proven.objective == 10.0 and proven.bound == 10.0
+    assert proven.message == "repair start meets the analytic lower bound; CP-SAT not run"
+    halves = make_instance([2, 6, 3, 3, 2, 9, 4], [1, 3, 1.5, 1.5, 1, 4.5, 2], seq_len=10, data_parallel_size=3)
+    result = packplace.balance(halves, solver="cpsat", time_limit_s=5, cp_parameters={"max_time_in_seconds": -1})
+    assert result.status == "feasible" and result.objective == 5.0 and result.bound == pytest.approx(29 / 6)
     assert result.message == ("CP-SAT ended MODEL_INVALID (Parameters max_time_in_seconds must be non-negative) "
                               "without a solution; returning the repair start")
 

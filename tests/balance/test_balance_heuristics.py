@@ -68,9 +68,10 @@ def test_capacity_ten_three_bins():
     with_ref = make_instance(tokens, seq_len=10, data_parallel_size=3, reference_bins=reference)
     for name in ("lpt", "repair"):
         result = packplace.balance(with_ref, solver=name)
-        # Every feasible assignment is optimal here; the analytic bound (29/3) cannot prove it.
+        # Every feasible assignment is optimal here, and the analytic bound proves it: the costs (the tokens)
+        # are integers, so is every rank load, and some rank carries at least 29/3, hence 10.
         # The construction comes first, the reference only when it fails.
-        assert result.status == "feasible" and result.objective == 10.0
+        assert result.status == "optimal" and result.objective == 10.0 and result.bound == 10.0
         assert "found a packing" in result.message
         assert max(_bin_tokens(with_ref, result.solution.bins)) <= 10
 

@@ -216,14 +216,15 @@ def test_a_start_that_meets_the_bound_skips_the_later_start_backends(monkeypatch
 
 
 def test_a_start_at_the_integer_rounded_bound_ends_the_search(monkeypatch):
-    # Integer costs 7, 6, 5, 4, 3, 2, 2 (sum 29) on 3 ranks: the analytic bound is 29/3, every makespan
-    # is an integer, so repair's 10 cannot be improved: kk is not run and no neighbourhood is searched.
+    # Integer costs 7, 6, 5, 4, 3, 2, 2 (sum 29) on 3 ranks: the mean bound is 29/3, every makespan is an
+    # integer, so the evaluator's bound is ceil(29/3) = 10 and repair's 10 is proven optimal: kk is not run
+    # and no neighbourhood is searched.
     inst = make_instance([7, 6, 5, 4, 3, 2, 2], seq_len=40, data_parallel_size=3)
     called = _record_start_backends(monkeypatch)
     result = packplace.balance(inst, solver="lns", time_limit_s=5)
-    assert result.objective == 10.0 and result.bound == pytest.approx(29 / 3) and result.status == "feasible"
+    assert result.objective == 10.0 and result.bound == 10.0 and result.status == "optimal"
     assert called == ["repair"] and result.iterations == 0
-    assert "rounded up to an integer (10" in result.message
+    assert result.message == "repair start meets the analytic lower bound; no neighbourhood solved"
 
 
 @settings(max_examples=25)
@@ -300,6 +301,7 @@ def test_a_failed_start_is_named_once(monkeypatch):
     # 6 samples: kk's differencing keeps equal_count and beats the failed repair, named once
     even = make_instance([8, 7, 6, 5, 4, 3], seq_len=100, data_parallel_size=2, equal_count=True)
     repaired = packplace.balance(even, solver="repair", time_limit_s=5)
-    assert repaired.status == "feasible" and repaired.objective == 17.0  # 8+5+4 | 7+6+3, the mean bound 16.5 up
+    # 8+5+4 | 7+6+3: 17, the mean bound 33/2 = 16.5 rounded up (integer costs): proven optimal
+    assert repaired.status == "optimal" and repaired.objective == 17.0 and repaired.bound == 17.0
     assert repaired.message == ("karmarkar_karp's answer (better than the rule-keeping repair: "
                                 f"{why.replace('7 samples', '6 samples')})")

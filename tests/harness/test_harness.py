@@ -755,8 +755,17 @@ def test_a_suite_with_fewer_samples_than_bins_is_bad_input(tmp_path, capsys):
 
 def test_zero_bound_gap_reads_na_in_the_compare_text():
     from packplace.harness.report import format_text
-    # objective balance: lpt's bound is the trivial 0, so the gap is undefined (not 100%)
-    inst = make_instance([3, 4, 5, 7], seq_len=10, data_parallel_size=2, objective="balance", name="zero")
+    # integer costs 3, 4, 5, 7 on 2 ranks: some rank carries at least 19/2, so 10 (an integer), and the balance bound
+    # (10/9.5 - 1)^2 / (2 - 1) = 1/361 (less a relative 4e-8: the bound's float slack) is lpt's 10 | 9: a bound
+    # above 0, proven optimal
+    integral = make_instance([3, 4, 5, 7], seq_len=10, data_parallel_size=2, objective="balance", name="integral")
+    cell = compare("balance", [integral], solvers="lpt", jobs=1, progress=False).rows[0].cells["lpt"]
+    assert cell.status == "optimal" and cell.objective == pytest.approx(1 / 361, rel=1e-12)
+    assert cell.bound == pytest.approx(1 / 361, rel=1e-7) and cell.bound <= cell.objective and cell.gap_to_bound < 1e-7
+    # the 7 costs 7.5: loads are no longer integers, nothing rounds up, and the best bound on the heaviest load is
+    # the mean 9.75 itself: the balance bound is the trivial 0, so lpt's gap is undefined (not 100%)
+    inst = make_instance([3, 4, 5, 7], [3, 4, 5, 7.5], seq_len=10, data_parallel_size=2, objective="balance",
+                         name="zero")
     report = compare("balance", [inst], solvers="lpt", jobs=1, progress=False)
     cell = report.rows[0].cells["lpt"]
     assert cell.solved and report.rows[0].best_bound == 0 and math.isnan(cell.gap_to_bound)

@@ -161,14 +161,110 @@ def test_max_num_seqs_is_kept_or_refused():
     scheduler = PackplaceDynamicCPScheduler(100, 1, 2, None, 8)
     protocol.check_dynamic_cp_groups(scheduler.get_groups_and_subsamples(seqlens), seqlens, dp_size=2, cp_size=1,
                                      max_seqlen_per_dp_cp_rank=100, max_num_seqs=8)
+    # one rank, 2 sequences a micro-batch at most: the free plan (all 8 in one micro-batch) breaks the cap, and
+    # the re-plan starts at ceil(8 / (1 group x 2)) = 4 micro-batches: 2 + 2 + 2 + 2 at 8 x 10^2 = 800, the
+    # uncapped optimum (so proven optimal); it must not raise where such a plan exists
     crowded = PackplaceDynamicCPScheduler(100, 1, 1, None, 2)
-    plan = None
+    plan = crowded.plan(seqlens)
+    assert [[len(g.keys) for g in slot] for slot in plan.micro_batches] == [[2], [2], [2], [2]]
+    assert sorted(k for g in plan.groups for k in g.keys) == list(range(8))
+    result = crowded.last_result
+    assert (result.objective, result.bound, result.status) == (800.0, 800.0, "optimal")
+    assert result.info["max_num_seqs"]["counts"] == (4, 8) and result.info["max_num_seqs"]["micro_batches"] == 4
+    protocol.check_dynamic_cp_groups(crowded.get_groups_and_subsamples(seqlens), seqlens, dp_size=1, cp_size=1,
+                                     max_seqlen_per_dp_cp_rank=100, max_num_seqs=2)
+
+
+def test_max_num_seqs_beyond_every_count_is_refused_as_proven():
+    # one rank, one sequence a micro-batch, micro-batches in pairs: 3 sequences fill at most 2 micro-batches
+    # (each needs one), which hold 2 x 1 group x 1 = 2 sequences
+    with pytest.raises(InfeasibleError, match=r"^max_num_seqs: no plan keeps every CP group within max_num_seqs 1 "
+                                              r"\(proven\): 3 sequences fill at most 2 micro-batches \(multiples of "
+                                              r"microbatch_group_size_per_vp_stage 2\) of at most 1 CP groups "
+                                              r"\(min_cp_size 1 of 1 ranks\), 2 sequences at most$"):
+        PackplaceDynamicCPScheduler(100, 1, 1, 2, 1).plan(list(enumerate([10] * 3)))
+    # 4 sequences fill 4 = 2 x 2 micro-batches of one each: a plan exists and comes back
+    plan = PackplaceDynamicCPScheduler(100, 1, 1, 2, 1).plan(list(enumerate([10] * 4)))
+    assert [[len(g.keys) for g in slot] for slot in plan.micro_batches] == [[1]] * 4
+
+
+def test_split_crowded_halves_a_group_until_it_keeps_the_cap():
+    from packplace.context_parallel.plan import plan_from_slots
+    from packplace.integrations.megatron_dynamic_cp import build_instance, split_crowded
+
+    instance = build_instance([40, 30, 20, 10, 90], list(range(5)), max_seqlen_per_dp_cp_rank=40, dp_size=4,
+                              cp_size=1)
+    plan = plan_from_slots([[(0, 4, [0, 1, 2, 3])], [(0, 4, [4])]])
+    # longest first to the half of fewer tokens: 40 | 30, 20 -> 30's half, 10 -> the 40's; then each half of
+    # 2 ranks splits again into single ranks, longest first (40 tokens each at most)
+    split = split_crowded(plan, instance, 1)
+    assert split == plan_from_slots([[(0, 1, [0]), (1, 1, [3]), (2, 1, [1]), (3, 1, [2])], [(0, 4, [4])]])
+    assert split_crowded(plan, instance, 2) == plan_from_slots([[(0, 2, [0, 3]), (2, 2, [1, 2])], [(0, 4, [4])]])
+    # 90 tokens fit no half (2 ranks x 40): the group stays
+    tight = plan_from_slots([[(0, 4, [4, 3])], [(0, 4, [0, 1, 2])]])
+    assert split_crowded(tight, instance, 1).micro_batches[0] == tight.micro_batches[0]
+
+
+def test_max_num_seqs_re_plan_shares_the_time_limit(monkeypatch):
+    from packplace.integrations import megatron_dynamic_cp as module
+
+    now = [0.0]
+    limits = []
+    original = module.solve_context_parallel
+
+    def spending(instance, solver, *, time_limit_s=None, seed=0):   # every solve spends its whole share
+        limits.append(time_limit_s)
+        now[0] += time_limit_s
+        return original(instance, solver, time_limit_s=time_limit_s, seed=seed)
+
+    monkeypatch.setattr(module, "clock", lambda: now[0])
+    monkeypatch.setattr(module, "solve_context_parallel", spending)
+    scheduler = PackplaceDynamicCPScheduler(100, 1, 1, None, 2, time_limit_s=8.0)
+    plan = scheduler.plan(list(enumerate([10] * 8)))
+    assert len(plan.micro_batches) == 4
+    # the first plan's two solves (greedy, megatron) at 8 s each, as before; then the re-plan's counts 4, 5, 6,
+    # 7, 8 share one 8 s: 8 s over 4 counts and 2 backends, then the 6 s left likewise; it stops after count 5
+    assert limits == [8.0, 8.0, 1.0, 1.0, 0.75, 0.75] and sum(limits[2:]) <= 8.0
+
+    # the budget gone before the re-plan's first solve (the clock past its deadline): refused, not proven
+    readings = iter([0.0])
+    monkeypatch.setattr(module, "clock", lambda: next(readings, 100.0))
+    crowded = PackplaceDynamicCPScheduler(100, 1, 1, None, 1, time_limit_s=8.0)
+    with pytest.raises(InfeasibleError, match=r"^max_num_seqs: no plan found keeping every CP group within "
+                                              r"max_num_seqs 1 at no micro-batches of the counts 8 to 8 "
+                                              r"\(time_limit_s ran out; not proven infeasible"):
+        crowded.plan(list(enumerate([10] * 8)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
+       max_num_seqs=st.integers(1, 3), multiple=st.sampled_from([None, 2, 3]), min_cp_size=st.sampled_from([1, 2]),
+       data=st.data())
+def test_every_plan_keeps_max_num_seqs_and_holds_each_sequence_once(dp, cp, cap, max_num_seqs, multiple,
+                                                                    min_cp_size, data):
+    ranks = dp * cp
+    min_cp_size = min(min_cp_size, ranks)
+    lengths = data.draw(st.lists(st.integers(1, ranks * cap), min_size=1, max_size=10))
+    seqlens = list(enumerate(lengths))
+    scheduler = PackplaceDynamicCPScheduler(cap, cp, dp, multiple, max_num_seqs, min_cp_size=min_cp_size)
     try:
-        plan = crowded.plan(seqlens)
-    except RuntimeError as error:
-        assert str(error).startswith("max_num_seqs: micro-batch ")
-    if plan is not None:
-        assert all(len(g.keys) <= 2 for g in plan.groups)
+        groups = scheduler.get_groups_and_subsamples(seqlens)
+    except InfeasibleError as error:
+        message = str(error)
+        # without a virtual-pipeline multiple, one sequence per micro-batch always fits: never refused
+        assert multiple is not None, message
+        if message.startswith("max_num_seqs: "):
+            most = len(lengths) // multiple * multiple
+            groups_most = ranks // min_cp_size
+            assert ("(proven)" in message) == (len(lengths) > most * groups_most * max_num_seqs), message
+        else:
+            assert message.startswith("microbatch_group_size_per_vp_stage: "), message
+        return
+    protocol.check_dynamic_cp_groups(groups, seqlens, dp_size=dp, cp_size=cp, max_seqlen_per_dp_cp_rank=cap,
+                                     min_cp_size=min_cp_size, microbatch_group_size_per_vp_stage=multiple,
+                                     max_num_seqs=max_num_seqs)
+    result = scheduler.last_result
+    assert result.bound <= result.objective * (1 + 1e-9)
 
 
 def test_bad_arguments_and_entries_are_refused_in_one_line():
@@ -599,3 +695,101 @@ def test_the_drop_in_meets_the_vpp_multiple_and_never_loses_to_megatrons_aligned
                                      microbatch_group_size_per_vp_stage=multiple)
     if megatron is not None:
         assert scheduler.last_result.objective <= megatron * (1 + 1e-12)
+
+
+# A comm-heavy group time (a = 0, b = 1, B = 1, alpha = 10, beta = 20): a group of 2 ranks with T tokens and
+# Q = sum s^2 takes Q/4 + max(Q/4, 10 + 20 T/2); one rank takes Q.
+_RING_HEAVY = {"linear_s_per_token": 0.0, "attention_s_per_token2": 1.0, "ring_bytes_per_token": 1.0,
+               "ring_messages": 1, "alpha_intra_s": 10.0, "beta_intra_s_per_byte": 20.0}
+
+
+def _cpsat_at(lengths, dp, cp, cap, count, cost):
+    """cpsat's plan of ``lengths`` at exactly ``count`` micro-batches (None where no such plan exists)."""
+    try:
+        instance = make_instance(lengths, dp=dp, context_parallel={
+            "max": cp, "sizes": list(dynamic_cp_sizes(dp * cp)), "max_tokens_per_rank": cap, "micro_batches": count},
+            cost=cost)
+    except InfeasibleError:
+        return None
+    result = solve_context_parallel(instance, "cpsat", time_limit_s=20)
+    return result if result.solution is not None else None
+
+
+def test_a_vpp_plan_proven_at_its_count_is_not_claimed_optimal_over_every_multiple():
+    # 2 ranks of 8 tokens, VPP 2, sequences 12, 12, 2, 2 (each 12 needs both ranks). Free, 3 micro-batches win:
+    # {12} | {12} | {2}, {2} on one rank each = 166 + 166 + 4 = 336, so the multiple above is 4, each sequence
+    # alone: 166 + 166 + 31 + 31 = 394 (a 2 alone on 2 ranks: 1 + max(1, 10 + 20) = 31), which cpsat proves
+    # optimal at 4. But 2 micro-batches are allowed too: {12, 2, 2} | {12} = (38 + max(38, 10 + 160)) + 166 = 374.
+    # The bound over every multiple is the instance's at 2 micro-batches: the work bound, the 12s' works
+    # 72 + 240 each and the 2s' 4 each, over 2 ranks = 316.
+    lengths = [12, 12, 2, 2]
+    at_two, at_four = _cpsat_at(lengths, 1, 2, 8, 2, _RING_HEAVY), _cpsat_at(lengths, 1, 2, 8, 4, _RING_HEAVY)
+    assert (at_two.objective, at_two.status) == (pytest.approx(374.0), "optimal")
+    assert (at_four.objective, at_four.status) == (pytest.approx(394.0), "optimal")
+    alone = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat", compare_megatron=False)
+    plan = alone.plan(list(enumerate(lengths)))
+    result = alone.last_result
+    assert len(plan.micro_batches) == 4 and result.objective == pytest.approx(394.0)
+    assert (result.bound, result.status) == (pytest.approx(316.0), "feasible")   # was 394, "optimal"
+    assert result.info["micro_batch_multiple"] == {"multiple": 2, "counts": (2, 4)}
+    # with Megatron's plan compared, its own count rounds up to 2 and its plan there (374) is kept; same bound
+    compared = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat")
+    assert len(compared.plan(list(enumerate(lengths))).micro_batches) == 2
+    result = compared.last_result
+    assert (result.objective, result.bound, result.status) == (pytest.approx(374.0), pytest.approx(316.0), "feasible")
+
+
+def test_a_vpp_plan_at_the_only_allowed_multiple_keeps_its_proof():
+    # the batch above with VPP 4: 28 tokens need 2 micro-batches and 4 sequences fill at most 4, so 4 is the one
+    # multiple, and cpsat's proof there (394, each sequence alone) holds over all of them; the instance's bound at
+    # 4 alone is its slot bound, 166 + 4 + 4 + 166 = 340
+    scheduler = PackplaceDynamicCPScheduler(8, 2, 1, 4, cost=_RING_HEAVY, solver="cpsat", compare_megatron=False)
+    assert len(scheduler.plan(list(enumerate([12, 12, 2, 2]))).micro_batches) == 4
+    result = scheduler.last_result
+    assert (result.objective, result.bound, result.status) == (pytest.approx(394.0), pytest.approx(394.0), "optimal")
+    assert result.info["micro_batch_multiple"]["counts"] == (4, 4)
+    # greedy proves nothing at 4: the bound is the slot bound and the plan is not claimed optimal
+    greedy = PackplaceDynamicCPScheduler(8, 2, 1, 4, cost=_RING_HEAVY, compare_megatron=False)
+    greedy.plan(list(enumerate([12, 12, 2, 2])))
+    result = greedy.last_result
+    assert (result.objective, result.bound, result.status) == (pytest.approx(394.0), pytest.approx(340.0), "feasible")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
+       micro_batches=st.integers(1, 5), cost=st.sampled_from([None, _RING_HEAVY]), data=st.data())
+def test_the_lower_bound_only_rises_with_the_micro_batch_count(dp, cp, cap, micro_batches, cost, data):
+    # the rule both re-plans rest on: the instance's bound at the least allowed count holds at every count above
+    from packplace.context_parallel.bounds import lower_bound
+
+    lengths = data.draw(st.lists(st.integers(1, dp * cp * cap), min_size=micro_batches + 1, max_size=9))
+    spec = {"max": cp, "sizes": list(dynamic_cp_sizes(dp * cp)), "max_tokens_per_rank": cap}
+    try:
+        fewer = make_instance(lengths, dp=dp, context_parallel={**spec, "micro_batches": micro_batches}, cost=cost)
+    except InfeasibleError:   # too many tokens for that count
+        return
+    more = make_instance(lengths, dp=dp, context_parallel={**spec, "micro_batches": micro_batches + 1}, cost=cost)
+    assert lower_bound(fewer) <= lower_bound(more)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
+       multiple=st.sampled_from([2, 3]), cost=st.sampled_from([None, _RING_HEAVY]),
+       solver=st.sampled_from(["cpsat", "greedy"]), compare=st.booleans(), data=st.data())
+def test_the_vpp_bound_holds_over_every_allowed_multiple(dp, cp, cap, multiple, cost, solver, compare, data):
+    ranks = dp * cp
+    lengths = data.draw(st.lists(st.integers(1, ranks * cap), min_size=2, max_size=6))
+    scheduler = PackplaceDynamicCPScheduler(cap, cp, dp, multiple, cost=cost, solver=solver, compare_megatron=compare)
+    try:
+        plan = scheduler.plan(list(enumerate(lengths)))
+    except InfeasibleError:
+        return
+    result = scheduler.last_result
+    assert len(plan.micro_batches) % multiple == 0
+    first = -(-max(1, -(-sum(lengths) // (ranks * cap))) // multiple) * multiple
+    plans = [_cpsat_at(lengths, dp, cp, cap, count, cost) for count in range(first, len(lengths) + 1, multiple)]
+    best = min(p.objective for p in plans if p is not None)   # at least the optimum of its count
+    assert result.bound <= best * (1 + 1e-9)
+    assert result.bound <= result.objective * (1 + 1e-9)
+    if result.status == "optimal":
+        assert result.objective <= best * (1 + 1e-6)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import UNHURRIED_S
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,8 +29,9 @@ HW = dict(racks=1, flops_per_gpu=1e15, memory_bandwidth=2e12, alpha_coll_g=1e-6,
 HEURISTICS = ("greedy", "concurrent", "anneal")
 
 
-def unchecked(instance, solver: str, time_limit_s: float = 5.0):
-    """The evaluator's step time of ``solver``'s plan, run without the pre-launch check (None: no plan)."""
+def unchecked(instance, solver: str, time_limit_s: float = UNHURRIED_S):
+    """The evaluator's step time of ``solver``'s plan, run without the pre-launch check (None: no plan); by
+    default unhurried, as the checks it is compared with (their searches end on their own, never at a limit)."""
     ev = get_evaluator(instance)
     result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=ev,
                         time_limit_s=time_limit_s, seed=0, params={"e_max": 400} if solver == "anneal" else {},
@@ -51,7 +53,7 @@ def qwen7b_packed(train_mb_tokens: int, logprob_mb_tokens: int):
     return build_instance(cfg)
 
 
-def test_packed_qwen7b_that_fits_each_task_alone_is_refused_by_check_and_greedy_alike(monkeypatch):
+def test_packed_qwen7b_that_fits_each_task_alone_is_refused_by_check_and_greedy_alike(monkeypatch, unhurried):
     from packplace.placement import api
     monkeypatch.setattr(api, "with_hints", lambda message, instance, **_: message)  # the memory-setting hints aside
     inst = qwen7b_packed(82_422, 183_900)
@@ -72,13 +74,13 @@ def test_packed_qwen7b_that_fits_each_task_alone_is_refused_by_check_and_greedy_
              r"share a GPU in any plan on 16 GPUs, where they need at least 88\.3 GB \(actor\.generate 3\.81 \+ "
              r"55\.5 GB, 8\.32 GB of it kept while it sleeps, actor\.train 8\.71 \+ 71\.3 GB resident")
     with pytest.raises(InfeasibleError, match=proof):
-        check_instance(inst)
+        check_instance(inst, time_limit_s=unhurried)
     with pytest.raises(InfeasibleError, match=proof):
         packplace.place(inst, "greedy")
     assert unchecked(inst, "greedy") is None and unchecked(inst, "concurrent") is None
     # the halved packs the refusal offers: check verifies a whole plan, and greedy plans it
     halved = qwen7b_packed(41_211, 91_950)
-    check = check_instance(halved)
+    check = check_instance(halved, time_limit_s=unhurried)
     assert check.whole_plan and check.solver == "greedy" and check.greedy == "plan"
     assert get_evaluator(halved).score(check.plan).feasible
     result = packplace.place(halved, "greedy")
@@ -121,8 +123,9 @@ def small_instances(draw):
 @settings(max_examples=20, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(small_instances())
 def test_check_claims_a_whole_plan_only_when_a_solver_builds_one_and_refuses_only_with_a_proof(inst):
+    # unhurried: a table or search cut by a loaded machine's clock would make the check and the solvers disagree
     try:
-        check = check_instance(inst, time_limit_s=5)
+        check = check_instance(inst, time_limit_s=UNHURRIED_S)
     except InfeasibleError as refused:       # a proof: no solver may find a plan
         found = {s: unchecked(inst, s) for s in HEURISTICS}
         assert all(t is None for t in found.values()), (str(refused), found)
@@ -152,7 +155,7 @@ def test_the_proof_counts_a_hybrid_engines_weights_as_its_trainers():
     assert shared_gpu_shortfall(get_table(inst)) is None and packplace.place(inst, "greedy").ok
 
 
-def test_place_check_prints_what_it_checked_and_exits_by_verdict(tmp_path, capsys):
+def test_place_check_prints_what_it_checked_and_exits_by_verdict(tmp_path, capsys, unhurried):
     import yaml
 
     from packplace.cli import main
@@ -164,19 +167,20 @@ def test_place_check_prints_what_it_checked_and_exits_by_verdict(tmp_path, capsy
               "policy": {"algorithm": "ppo", "gpu_memory_utilization": 0.4, "enforce_eager": True}}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
-    assert main(["place", "--config", str(path), "--check", "--quiet"]) == 0
+    unhurried_cli = ["--time-limit", str(unhurried)]
+    assert main(["place", "--config", str(path), "--check", *unhurried_cli, "--quiet"]) == 0
     assert capsys.readouterr().out.startswith("check: whole plan: each task fits alone on the 8-GPU cluster and no "
                                               "group of tasks that must share a GPU is proven over memory; whole "
                                               "plan verified: the greedy solver's plan fits, step ")
     config["hardware"]["memory_per_gpu"] = 4.6e9    # each task fits alone; actor.train and critic.train do not
     path.write_text(yaml.safe_dump(config))
-    assert main(["place", "--config", str(path), "--check", "--quiet"]) == 1
+    assert main(["place", "--config", str(path), "--check", *unhurried_cli, "--quiet"]) == 1
     assert "infeasible: [hardware] memory_per_gpu: no plan fits in memory: actor.train" in capsys.readouterr().err
     assert main(["place", "--config", str(path), "--check", "--out", str(tmp_path / "o.json")]) == 2
     assert "--out: --check plans nothing to write or compare" in capsys.readouterr().err
 
 
-def test_a_task_the_framework_runs_alone_cannot_share_the_gpus_a_trainer_needs_whole():
+def test_a_task_the_framework_runs_alone_cannot_share_the_gpus_a_trainer_needs_whole(unhurried):
     wide = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)
     # the engine holds its whole fraction: a small one, no CUDA graphs, so that the trainer binds; large enough
     # for a TP-1 engine (at 0.1 only TP >= 2 fits its pool, and its NCCL buffers, kept through training, overflow
@@ -203,7 +207,7 @@ def test_a_task_the_framework_runs_alone_cannot_share_the_gpus_a_trainer_needs_w
                                         r"nemo-rl layout: reward\.infer .* shares GPUs with other tasks"):
         colocated_plan(ev)
     cfg["policy"]["framework"] = "verl"                          # verl colocates the reward model
-    assert check_instance(build_instance(cfg)).whole_plan
+    assert check_instance(build_instance(cfg), time_limit_s=unhurried).whole_plan
 
 
 def test_no_proof_where_a_legal_block_size_is_not_proposed():
@@ -235,7 +239,8 @@ def test_no_proof_where_a_legal_block_size_is_not_proposed():
                              for n in inst.graph.names)))
     assert PlacementEvaluator(inst, CandidateTable(inst, plan)).score(plan).feasible  # a plan exists
     assert shared_gpu_shortfall(get_table(inst)) is None
-    assert check_instance(inst, time_limit_s=2.0).verdict == "no plan found"   # not a refusal
+    # not a refusal, and no plan either when greedy and concurrent run their course
+    assert check_instance(inst, time_limit_s=UNHURRIED_S).verdict == "no plan found"
 
 
 def test_nemo_rl_reference_runs_with_the_policys_context_parallelism():
@@ -271,7 +276,9 @@ def test_nemo_rl_dtensor_takes_no_context_parallelism_with_packs():
     assert trainers and all(c.strategy.pp > 1 or c.strategy.ep > 1 for c in trainers)
 
 
-def test_place_check_with_a_solver_checks_that_solvers_plan(tmp_path, capsys):
+def test_place_check_with_a_solver_checks_that_solvers_plan(tmp_path, capsys, work_clock):
+    # work_clock: anneal runs to its 5 s limit, and the table's build counts against it; on the work clock both
+    # end at the same point of the work on any machine
     import json
 
     import yaml
@@ -302,7 +309,8 @@ def test_place_check_with_a_solver_checks_that_solvers_plan(tmp_path, capsys):
     assert check_instance(inst, time_limit_s=5).solver == "greedy"
 
 
-def test_place_check_passes_its_seed_to_the_solvers(tmp_path, monkeypatch):
+def test_place_check_passes_its_seed_to_the_solvers(tmp_path, monkeypatch, work_clock):
+    # work_clock: anneal runs to the check's default limit, and the table's build counts against it
     import yaml
 
     from packplace.cli import main

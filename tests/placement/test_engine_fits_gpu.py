@@ -88,11 +88,11 @@ def test_the_error_names_the_field_its_value_the_bytes_and_the_largest_value_tha
         check_instance(inst, whole_plan=False)
 
 
-def test_place_check_names_gpu_memory_utilization(tmp_path, capsys):
+def test_place_check_names_gpu_memory_utilization(tmp_path, capsys, unhurried):
     from packplace.cli import main
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(_config(0.99)))
-    assert main(["place", "--config", str(path), "--check", "--quiet"]) == 1
+    assert main(["place", "--config", str(path), "--check", "--time-limit", str(unhurried), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "[policy] gpu_memory_utilization 0.99 leaves actor.generate no GPU it fits on" in err
     assert "at most 0.95" in err and "each task fits alone" not in err

@@ -18,8 +18,8 @@ def test_estimate_refuses_a_pack_above_what_the_config_takes():
     assert packed.inputs["micro_batch"] == 8      # 8,192 // 1,024 equal sequences in the pack
 
 
-def test_no_strategy_for_a_context_parallel_degree_names_it():
+def test_no_strategy_for_a_context_parallel_degree_names_it(unhurried):
     cfg = load_yaml("configs/placement/grpo_qwen2.5-7b_2x8xh100.yaml")
     cfg.setdefault("training", {}).setdefault("actor", {})["context_parallel"] = 3   # divides no dp of 16 GPUs
     with pytest.raises(ConfigError, match=r"with training.context_parallel 3 dividing the data-parallel degree"):
-        check_instance(build_instance(cfg))
+        check_instance(build_instance(cfg), time_limit_s=unhurried)

@@ -30,7 +30,7 @@ def _packed_cp(memory_per_gpu: float, **training):
         "workload": dict(batch_size=4, samples_per_prompt=2, context_length=1024, generation_length=64)})
 
 
-def test_zero3_under_packs_and_cp_is_refused_by_nemo_rls_dtensor_rule_and_the_hint_says_so():
+def test_zero3_under_packs_and_cp_is_refused_by_nemo_rls_dtensor_rule_and_the_hint_says_so(unhurried):
     # 0.1 GB per GPU: the Megatron-Core trainer fits nowhere; zero3 would put it on the DTensor workers, which
     # refuse context parallelism with packs: the four zero3 settings are refused by that rule, not by memory
     with pytest.raises(InfeasibleError) as info:
@@ -60,7 +60,7 @@ def test_the_trainer_without_a_strategy_names_the_dtensor_rule():
         "or parameter offload keeps the trainer on them (the Megatron-Core workers shard no parameters)")
 
 
-def test_a_rule_proof_is_named_not_called_a_memory_shortfall():
+def test_a_rule_proof_is_named_not_called_a_memory_shortfall(unhurried):
     # NeMo RL runs the reward-model environment on GPUs of its own; the trainer needs all 4 GPUs: every setting
     # is refused by that rule (the proof says so), which the hint says instead of "fits either"
     wide = dict(layers=2, hidden_dim=1024, ffn_dim=2048, vocab_size=256000, head_dim=128)

@@ -32,12 +32,6 @@ def _config(name: str) -> dict:
     return load_yaml(os.path.join(CONFIGS, name))
 
 
-@pytest.fixture
-def unhurried(monkeypatch):
-    monkeypatch.setattr(fit_hints, "HINTS_BUDGET_S", 1e9)
-    monkeypatch.setattr(fit_hints, "HINT_TIME_LIMIT_S", 1e9)
-
-
 #: the largest shipped cluster's hints take the longest (eight settings on 64 GPUs): in the slow run
 SLOW = {"ppo_llama3.1-70b_2x4x8xh200.yaml"}
 

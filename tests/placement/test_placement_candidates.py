@@ -158,7 +158,7 @@ def test_model_that_never_fits_says_bytes_needed_and_available():
         get_table(inst).check()
 
 
-def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
+def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus(unhurried):
     # GRPO, Llama-3.1-8B actor, 8 GB per GPU: generation (an eager engine at gpu_memory_utilization 0.35: 2.8 GB
     # of pool, no CUDA graphs; a TP > 1 engine's 4.5 GiB of NCCL buffers beside it) fits on the 8-GPU node;
     # training (weights, grads, Adam: 16 bytes/parameter; the first pipeline stage also holds the
@@ -174,7 +174,7 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus():
     table = get_table(build_instance(cfg))
     assert table.feasible["actor.generate"] and not table.feasible["actor.train"]
     with pytest.raises(InfeasibleError) as info:
-        check_instance(table.instance)
+        check_instance(table.instance, time_limit_s=unhurried)
     assert str(info.value) == ("[hardware] cluster has 8 GPUs; the smallest feasible plan for actor.train needs 24 "
                                "(16.4 GB per GPU needed at the largest block (8 GPUs), 8 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "

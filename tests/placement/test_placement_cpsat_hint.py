@@ -54,26 +54,20 @@ def test_a_hint_the_model_rejects_is_reported_before_any_search():
 # At the V1 graph term of 2.28 GiB this config's CP-SAT model was not proven within 120 s on a loaded 2-core machine
 # (best 509.657 s, bound 368.601 s); the test keeps the 1.3 GiB term its figures were taken at (tests/conftest.py).
 @pytest.mark.usefixtures("toy_cuda_graphs")
-def test_openrlhf_ppo_is_solved_to_its_optimum_from_the_greedy_hint():
-    result = packplace.place(load_config(OPENRLHF), solver="cpsat", time_limit_s=120, seed=0,
+def test_openrlhf_ppo_is_searched_from_the_greedy_hint_without_a_false_infeasible():
+    result = packplace.place(load_config(OPENRLHF), solver="cpsat", time_limit_s=60, seed=0,
                              hint_solvers=("greedy",))
-    # CP-SAT proves its model's optimum (it answered INFEASIBLE here under the old default parameters); the
-    # model relaxes OpenRLHF's layout rules between tasks, so its optimum is a bound and the answer is the
-    # better of its plan moved onto the rules and the hint
-    assert result.info["cp_status"] == "OPTIMAL", result.message
-    assert not result.info.get("solver_fault")
+    # CP-SAT searches the model from its hint (it answered INFEASIBLE here under the old default parameters). The
+    # model encodes the micro-rollout chunk this unversioned OpenRLHF config times its experience forwards at (the
+    # actor's training options run at each chunk, 1,176 of them), so it is no longer restricted; it relaxes
+    # OpenRLHF's layout rules between tasks, so the answer is the better of its plan moved onto the rules and the
+    # hint. (Before the chunk was encoded the restricted model's optimum, 468.1275 s, timed the actor's old-log-prob
+    # forward at its training micro-batch, not at the chunk the evaluator times it at; the chunk-encoded model is
+    # not proven within 120 s on a 2-core machine: bound 341.6 s, the greedy hint 898.3714 s.)
+    assert result.info["cp_status"] in ("OPTIMAL", "FEASIBLE"), result.message
+    assert not result.info.get("solver_fault") and not result.info["restricted"]
+    assert result.info["options_per_vertex"]["actor.train"] == 1176
     assert result.status in ("optimal", "feasible")
-    # (334.7219 s while the ZeRO-3 actor and critic also paid a step-end all-reduce they never run: 2·7·(1 µs +
-    # 2P/8/160e9) ≈ 0.146 s each on the A800 node's NVLink; 334.4300 s before the edges of their micro-batches,
-    # each the first layer's bf16 gather and the last layer's bf16 reduce-scatter, 2·7·(1 µs + 2P/8/160e9)/32:
-    # the actor's 4 micro-batches 0.0184 s, the critic's 2 micro-batches 0.0090 s; 334.4574 s before the V1
-    # engine's 12.85 µs per running sequence and the knob model's two decode rooflines; 340.9096 s with one
-    # optimizer step per 1,024 prompts before the config took its scripts' 8: 7 more Adam updates and gradient
-    # syncs on the actor and the critic; 342.4549 s while the vLLM engine held only its weights and live KV,
-    # not its whole gpu_memory_utilization 0.9 pool and CUDA graphs, which now leave the models beside it less;
-    # 469.2570 s at the A800's datasheet 80e9 before the preset took its CUDA total, 79.25 GiB; 467.9965 s before
-    # the engine's KV budget gave up vLLM's start-up profile-run activation peak, memory.profile_run_peak_bytes)
-    assert result.info["cp_objective_s"] == pytest.approx(468.1275, abs=5e-4)
     assert result.bound <= result.info["cp_objective_s"] + 1e-6
     assert result.bound <= result.objective <= result.info["hint_step_time_s"]
 

@@ -83,7 +83,7 @@ def _slower_candidates(inst) -> int:
 
 def test_repro_dapo_moe_is_optimal_and_agrees_with_the_evaluator():
     inst = build_instance(DAPO_MOE)
-    result = packplace.place(inst, "cpsat", time_limit_s=30)
+    result = packplace.place(inst, "cpsat", time_limit_s=300)  # proves in seconds; 300 s guards a loaded host
     assert "discrepancy" not in result.info, result.message
     assert result.status == "optimal", result.message
     assert result.message.startswith("optimal period within 5 ticks rounding")

@@ -84,7 +84,7 @@ def test_70b_on_one_80gb_gpu_is_rejected_with_numbers():
     assert min(c.memory_bytes for c in get_table(inst).all["reference.infer"]) > 2 * 70.5e9
 
 
-def test_70b_ppo_on_one_h200_node_names_the_smallest_whole_cluster(tmp_path):
+def test_70b_ppo_on_one_h200_node_names_the_smallest_whole_cluster(tmp_path, unhurried):
     # The shipped 70B PPO config shrunk to one node of 8 H200: actor training needs 16 GPUs, and on 16 (two
     # nodes) the concurrent solver fits a whole plan with greedy's split layout: the engine (which holds half of
     # every GPU it runs on, gpu_memory_utilization 0.5) on one node, the trainers and the reference on both;
@@ -96,7 +96,7 @@ def test_70b_ppo_on_one_h200_node_names_the_smallest_whole_cluster(tmp_path):
     one_node = text.replace("  racks: 2\n", "  racks: 1\n").replace("  nodes_per_rack: 4\n", "  nodes_per_rack: 1\n")
     path.write_text(one_node)
     with pytest.raises(InfeasibleError) as info:
-        check_instance(load_config(str(path)))
+        check_instance(load_config(str(path)), time_limit_s=unhurried)
     assert "actor.train needs 16" in str(info.value)
     assert "fits a whole plan has 16 GPUs (step " in str(info.value)
     assert "actor.generate 8 GPUs, actor.train 16 GPUs" in str(info.value)

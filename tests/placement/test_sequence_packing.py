@@ -413,7 +413,7 @@ def test_packed_pass_prices_the_packs_attention():
 
 
 # -- a packed plan over memory: the largest packs that fit -----------------------------------------------------
-def test_over_memory_packs_get_the_largest_packs_that_fit():
+def test_over_memory_packs_get_the_largest_packs_that_fit(unhurried):
     from dataclasses import replace
 
     from packplace.errors import InfeasibleError
@@ -435,7 +435,7 @@ def test_over_memory_packs_get_the_largest_packs_that_fit():
     with pytest.raises(InfeasibleError, match=rf"fits with policy: {{train_mb_tokens: {train // 2}, logprob_mb_tokens: "
                                               rf"{logprob // 2}}} \(halved 1x from the largest under which each "
                                               rf"task fits alone\)"):
-        check_instance(inst)
+        check_instance(inst, time_limit_s=unhurried)
     assert largest_fitting_packs(_instance(512, 1024)) is None        # fits already: no smaller pack offered
     assert largest_fitting_packs(_instance(None)) is None             # no packing
 
@@ -453,22 +453,19 @@ def _qwen7b_packed(train_mb_tokens: int, logprob_mb_tokens: int):
     return build_instance(cfg)
 
 
-def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan_fits(monkeypatch):
+def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan_fits(unhurried):
     from packplace.errors import InfeasibleError
-    from packplace.placement import fit_hints
     from packplace.placement.api import check_instance
     from packplace.placement.fit_hints import largest_fitting_packs
     # the hints' search stops at a wall-clock budget and at the check's time limit; a budget and a limit no loaded
-    # machine reaches keep the verdict independent of the machine's speed and load (the greedy solves it runs end
-    # on their own)
-    monkeypatch.setattr(fit_hints, "HINTS_BUDGET_S", 600.0)
-    monkeypatch.setattr(fit_hints, "HINT_TIME_LIMIT_S", 120.0)
+    # machine reaches (``unhurried``) keep the verdict independent of the machine's speed and load (the greedy
+    # solves it runs end on their own)
     # Qwen2.5-7B GRPO on 16 H100 with 400,000-token packs: each task fits alone at the largest packs, but the
     # colocated plan does not, so the hint halves both packs (never offering packs that plan nothing)
     inst = _qwen7b_packed(400_000, 400_000)
     train, logprob = largest_fitting_packs(inst)
     with pytest.raises(InfeasibleError) as refused:
-        check_instance(inst, time_limit_s=600.0)
+        check_instance(inst, time_limit_s=unhurried)
     message = str(refused.value)
     assert f"train_mb_tokens: {train // 2}, logprob_mb_tokens: {logprob // 2}}} (halved 1x" in message
 

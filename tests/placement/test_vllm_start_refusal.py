@@ -101,7 +101,7 @@ def test_candidate_at_one_block_either_side_of_the_boundary(monkeypatch, delta_b
             assert c.refused == (needed - block, needed) and not c.fits
 
 
-def test_toy_grpo_on_8gb_is_refused_with_a_message_naming_the_bytes():
+def test_toy_grpo_on_8gb_is_refused_with_a_message_naming_the_bytes(unhurried):
     """At 0.3 x 8 GB no candidate's pool holds the weights and the profile run's peak: vLLM would refuse every one
     (the engine had been priced at one sequence at a time, a 32.92 s step on 32 GPUs); 0.32 is the least two-decimal
     value at which a candidate starts (TP 8)."""
@@ -110,7 +110,7 @@ def test_toy_grpo_on_8gb_is_refused_with_a_message_naming_the_bytes():
     assert not table.feasible["actor.generate"]
     assert all(c.refused is not None for c in table.all["actor.generate"])
     with pytest.raises(InfeasibleError) as info:
-        check_instance(inst)
+        check_instance(inst, time_limit_s=unhurried)
     text = str(info.value)
     assert text.startswith("[policy] gpu_memory_utilization 0.3: actor.generate (TP 8, PP 1) would not start: vLLM "
                            "(v1) refuses an engine whose KV cache cannot hold one request of max_model_len 256 tokens")
@@ -210,7 +210,7 @@ def _verl_toy(gmu: float) -> dict:
 
 
 @pytest.mark.parametrize("gmu", [0.53, 0.59, 0.6, 0.63])
-def test_refused_within_the_pool_is_named_before_too_small_a_pool(gmu):
+def test_refused_within_the_pool_is_named_before_too_small_a_pool(gmu, unhurried):
     """Some candidates over their pool, the others within it but refused at start-up: the message names the
     start-up refusal (the pool is not what stops those) and the smallest value that starts an engine, 0.64, not
     the smallest value at which an over-pool candidate fits (0.76 from 0.60) nor the over-pool candidates' need."""
@@ -220,7 +220,7 @@ def test_refused_within_the_pool_is_named_before_too_small_a_pool(gmu):
     assert within and all(c.refused is not None for c in within)
     assert any(c.pool_bytes > gmu * 8e9 for c in cands)
     with pytest.raises(InfeasibleError) as info:
-        check_instance(build_instance(_verl_toy(gmu)))
+        check_instance(build_instance(_verl_toy(gmu)), time_limit_s=unhurried)
     text = str(info.value)
     assert text.startswith(f"[policy] gpu_memory_utilization {gmu:g}: actor.generate (TP 4, PP 2) would not start")
     assert text.endswith("; set policy.gpu_memory_utilization to at least 0.64 (vLLM starts it there at TP 4, PP 2), "
@@ -228,16 +228,16 @@ def test_refused_within_the_pool_is_named_before_too_small_a_pool(gmu):
     assert "too small a pool" not in text and "needs at least" not in text
 
 
-def test_the_suggested_0_64_starts_the_engine_and_0_63_does_not():
+def test_the_suggested_0_64_starts_the_engine_and_0_63_does_not(unhurried):
     assert not CandidateTable(build_instance(_verl_toy(0.63))).feasible["actor.generate"]
     started = CandidateTable(build_instance(_verl_toy(0.64))).feasible["actor.generate"]
     assert {(c.strategy.tp, c.strategy.pp) for c in started} >= {(4, 2)}
     with pytest.raises(InfeasibleError) as info:   # the check at 0.64 passes the engine; the trainer is next
-        check_instance(build_instance(_verl_toy(0.64)))
+        check_instance(build_instance(_verl_toy(0.64)), time_limit_s=unhurried)
     assert "gpu_memory_utilization" not in str(info.value) and "actor.train" in str(info.value)
 
 
-def test_every_candidate_over_its_pool_keeps_too_small_a_pool():
+def test_every_candidate_over_its_pool_keeps_too_small_a_pool(unhurried):
     """At 0.50 (4 GB pool) every candidate needs more than its pool (the least, TP 8, 4.02 GB): the pool message,
     its need the least of all candidates', and the same 0.64."""
     table = CandidateTable(build_instance(_verl_toy(0.5)))
@@ -245,7 +245,7 @@ def test_every_candidate_over_its_pool_keeps_too_small_a_pool():
     assert all(c.pool_bytes > 4e9 for c in cands)
     assert round(min(c.pool_bytes for c in cands) / 1e9, 2) == 4.02
     with pytest.raises(InfeasibleError) as info:
-        check_instance(build_instance(_verl_toy(0.5)))
+        check_instance(build_instance(_verl_toy(0.5)), time_limit_s=unhurried)
     text = str(info.value)
     assert text.startswith("[policy] gpu_memory_utilization 0.5 leaves actor.generate too small a pool: vLLM "
                            "reserves 4 GB of each 8 GB GPU (gpu_memory_utilization x memory_per_gpu) and "

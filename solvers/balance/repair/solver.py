@@ -15,12 +15,17 @@ budgets, at most :data:`RESPLIT_MAX_SAMPLES_PER_RANK` samples per rank on averag
 than the best answer of an earlier start. The first answer proven optimal ends the search. Otherwise
 ``karmarkar_karp`` runs on the time left and is improved the same way; the best answer is returned.
 Options: ``max_repair_pairs`` (a positive int; default max(:data:`DEFAULT_MAX_REPAIR_PAIRS`, 2·D)),
-``time_limit_s``; ``seed`` is unused (deterministic).
+``tie_break`` (None, or ``"lockstep"``: among answers at no more than the answer's ``makespan``, the
+one the evaluator's ``lockstep`` objective scores lowest, :meth:`_Repair.lockstep_tie`), ``time_limit_s``;
+``seed`` is unused (deterministic).
 Performance: docs/performance.md
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from packplace.balance.lockstep import lockstep_cost
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.registry import register
@@ -36,7 +41,7 @@ from packplace.solvers.balance._common import (
 )
 from packplace.solvers.balance.constrained import repair_proposal
 from packplace.solvers.balance.construction import after_dead_end
-from packplace.solvers.balance.lockstep import lockstep_aware
+from packplace.solvers.balance.lockstep import LEVELLING_MOVES_PER_BIN, lockstep_aware, prefer_lockstep
 from packplace.solvers.balance.lpt import lpt_bins
 from packplace.solvers.balance.repair.fine_tune import fine_tune
 from packplace.solvers.balance.repair.pair import repair_pairs
@@ -90,6 +95,7 @@ def solve(
     run: Run,
     *,
     max_repair_pairs: int | None = None,
+    tie_break: str | None = None,
     **params,
 ) -> Proposal:
     """LPT (or Karmarkar–Karp), fine-tuning to the bound, bounded capacity-safe repair (the default balance solver).
@@ -100,6 +106,12 @@ def solve(
             (deterministic).
         max_repair_pairs: Maximum number of pair checks (a positive int; default ``None`` = max(64, 2·D)):
             bin pairs for m = 1 without budgets, rank pairs of the local search otherwise.
+        tie_break: None, or ``"lockstep"`` for a caller whose ranks synchronise every micro-batch: for
+            ``makespan`` without padding or budgets, the answer's makespan becomes a ceiling, the other
+            start whose bins cost least in lockstep is fine-tuned to it, and the lower lockstep time of
+            the two, levelled within ranks, is returned (:meth:`_Repair.lockstep_tie`); the makespan is
+            never higher than the answer's. Cut short by the deadline, the plan is still valid and
+            ``hit_time_limit`` is set (the message says so).
 
     Returns:
         A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and
@@ -107,9 +119,12 @@ def solve(
         ``unknown`` without a solution when LPT dead-ends and the instance has no reference grouping.
 
     Raises:
-        ConfigError: ``max_repair_pairs`` not a positive integer, or an unknown parameter.
+        ConfigError: ``max_repair_pairs`` not a positive integer, ``tie_break`` not None or
+            ``"lockstep"``, or an unknown parameter.
     """
     max_repair_pairs = _check_max_pairs(max_repair_pairs)
+    if tie_break not in (None, "lockstep"):
+        raise ConfigError(f"tie_break: must be None or 'lockstep', got {tie_break!r}")
     reject_unknown_params("repair", params)
     if max_repair_pairs is None:
         max_repair_pairs = max(DEFAULT_MAX_REPAIR_PAIRS, 2 * instance.data_parallel_size)
@@ -119,7 +134,7 @@ def solve(
     bins, messages, early = _lpt_start(instance, run, prepared)
     if early is not None:
         return early
-    search = _Repair(instance, run, prepared, max_repair_pairs, messages)
+    search = _Repair(instance, run, prepared, max_repair_pairs, messages, tie_break)
     early = search.first_starts(bins)
     if early is not None:
         return early
@@ -154,8 +169,9 @@ class _Repair:
     improvement of each, best first, with Karmarkar–Karp's answer last (:meth:`improve_starts`)."""
 
     def __init__(self, instance: BalanceInstance, run: Run, prepared: PreparedSamples, max_repair_pairs: int,
-                 messages: list[str]) -> None:
+                 messages: list[str], tie_break: str | None = None) -> None:
         self.instance, self.run, self.prepared = instance, run, prepared
+        self.tie_break = tie_break
         self.max_repair_pairs = max_repair_pairs
         self.messages = messages
         self.bound = run.evaluator.lower_bound()
@@ -187,8 +203,9 @@ class _Repair:
             if steps else [])
         if keep or self.kk_cut:
             cut = ["the time limit cut karmarkar_karp off"] if self.kk_cut else []
-            return Proposal(keys_of(prepared, tuned), FEASIBLE, iterations=0,
-                            hit_time_limit=timed_out or self.kk_cut, message="; ".join([*self.messages, *notes, *cut]))
+            answer, tie, tie_cut = self.lockstep_tie(tuned, tuned_key, origin=name)
+            return Proposal(answer, FEASIBLE, iterations=0, hit_time_limit=timed_out or self.kk_cut or tie_cut,
+                            message="; ".join([*self.messages, *notes, *cut, *tie]))
         self.stepped = (tuned_key, tuned, (self.messages if name == "lpt" else []) + notes)
         return None
 
@@ -257,8 +274,47 @@ class _Repair:
         if self.kk_cut:
             hit_time_limit = True
             messages.append("the time limit cut karmarkar_karp off")
-        return Proposal(keys_of(self.prepared, bins), FEASIBLE, iterations=iterations,
-                        hit_time_limit=hit_time_limit, message="; ".join(messages))
+        answer, tie, tie_cut = self.lockstep_tie(bins, key)
+        return Proposal(answer, FEASIBLE, iterations=iterations,
+                        hit_time_limit=hit_time_limit or tie_cut, message="; ".join([*messages, *tie]))
+
+    def lockstep_tie(self, bins: list[list[int]], key: tuple[float, float], origin: str | None = None
+                     ) -> tuple[list[tuple], list[str], bool]:
+        """The answer's bins of keys, notes and whether the deadline cut the tie-break short: ``bins``
+        themselves, or with ``tie_break="lockstep"`` on a fine-tunable instance, the plan of
+        :func:`~packplace.solvers.balance.lockstep.prefer_lockstep` among ``bins`` and the other start
+        (``origin``, the start ``bins`` came from, left out) whose bins cost least in lockstep, fine-tuned
+        towards ``bins``' makespan (a bounded number of exchanges): the lower lockstep time whose evaluator
+        makespan is at most ``bins``', levelled within ranks. Cut (the deadline passed before the
+        tie-break ended: the other start not fine-tuned or only in part, the levelling skipped or
+        stopped early), the plan is still valid, at most ``bins``' makespan, and a note says so."""
+        instance, prepared = self.instance, self.prepared
+        answer = keys_of(prepared, bins)
+        if self.tie_break != "lockstep" or not _fine_tunable(instance):
+            return answer, [], False
+        ranks, per_rank, deadline = instance.data_parallel_size, instance.local_batch_size, self.run.deadline
+        candidates = [tuple(tuple(b) for b in answer)]
+        names = ["the answer"]
+        # the other start whose bins run lowest in lockstep: fine-tuning moves a few samples between ranks
+        # and keeps most bins, so one fine-tuning (not one per start) finds the candidate
+        others = [(lockstep_cost(np.array([float(prepared.costs[b].sum()) for b in start]).reshape(ranks, per_rank)),
+                   name, start) for _, _, name, start in self.starts if name != origin]
+        if others and not passed(deadline):
+            _, name, start = min(others, key=lambda other: other[0])
+            tuned, _, _ = fine_tune(start, prepared.tokens, prepared.costs, ranks, per_rank,
+                                    instance.constraints.seq_len, key[0],
+                                    max(FINE_TUNE_MIN_STEPS, FINE_TUNE_STEPS_PER_RANK * ranks), deadline)
+            candidates.append(tuple(tuple(b) for b in keys_of(prepared, tuned)))
+            names.append(f"{name}'s answer fine-tuned")
+        chosen, which, moves = prefer_lockstep(self.run.evaluator, candidates, deadline,
+                                               max_moves=LEVELLING_MOVES_PER_BIN * instance.num_bins)
+        # the levelling and the fine-tuning stop at the deadline: past it, the tie-break did not finish
+        cut = passed(deadline)
+        notes = ["the time limit cut the lockstep tie-break short"] if cut else []
+        if which == 0 and not moves:
+            return answer, notes, cut
+        levelled = f", levelled within ranks ({moves} moves)" if moves else ""
+        return list(chosen), [f"lockstep tie-break: {names[which]}{levelled}", *notes], cut
 
 
 def _fine_tunable(instance: BalanceInstance) -> bool:

@@ -7,8 +7,9 @@ topological order; data edges wait for the transfer between the two blocks; memo
 (resident per model + the kept bytes of every sleeping engine there + the largest transient beyond its own kept
 bytes) fits ``memory_per_gpu``; the objective is the step time
 (makespan and publication terms) or the period. Modules: :mod:`.tables` (options, integer tables),
-:mod:`.pruning` (dominance pruning), :mod:`.model` (synchronous model), :mod:`.periodic` (asynchronous
-model), :mod:`.solve` (the backend: hint, restriction, symmetry breaking, budget, checks).
+:mod:`.pruning` (dominance pruning), :mod:`.chunk` (OpenRLHF's micro-rollout chunk), :mod:`.model` (synchronous
+model), :mod:`.periodic` (asynchronous model), :mod:`.solve` (the backend: hint, restriction, symmetry breaking,
+budget, checks).
 
 Options of :func:`solve`: ``time_limit_s`` (60 s), ``seed`` (0), ``num_workers`` (1), ``max_gpus`` (32),
 ``top_k`` (None), ``log_search`` (False), ``cp_parameters`` (None), ``hint_solvers`` (greedy, concurrent,

@@ -10,6 +10,9 @@
   transfer time for the consumer's ``dp`` and the level both blocks span (reified same block/node/rack).
 * **Step**: ``step ≥ end[v]`` and, per publication edge, ``step ≥ end[trainer] + realloc − start[consumer]``;
   every vertex up to the last consumer gets a *tight* start (:func:`build_model`).
+* **Chunk**: where the evaluator times the experience forwards at OpenRLHF's micro-rollout chunk, the
+  actor training and forward options are candidates as run at a set of chunks, one chunk true
+  (:mod:`~packplace.solvers.placement.cpsat.chunk`).
 * **Memory** per GPU segment: ``Σ_models max resident + Σ kept + max (transient − kept) ≤ memory_per_gpu`` in
   KiB (kept: a sleeping engine's bytes that stay beside the other tasks, the evaluator's rule).
 
@@ -22,11 +25,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packplace.lazy import lazy_module
 from packplace.placement.candidates import shared_weights_trainer, train_state_kept
+from packplace.solvers.placement.cpsat.chunk import add_chunk
 from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check
 
 if TYPE_CHECKING:
@@ -37,13 +41,15 @@ else:  # start-up time: OR-Tools (with pandas) loads when a model is first built
 
 @dataclass
 class Model:
-    """The CP-SAT model and the variables the solve reads back."""
+    """The CP-SAT model and the variables the solve reads back (``chunk``: the micro-rollout chunk's Booleans,
+    :func:`~packplace.solvers.placement.cpsat.chunk.add_chunk`; empty where the options carry no chunk)."""
 
     model: cp_model.CpModel
     x: list[list[cp_model.IntVar]]
     start: list[cp_model.IntVar]
     end: list[cp_model.IntVar]
     step: cp_model.IntVar
+    chunk: dict[int, Any] = field(default_factory=dict)
 
 
 def _and(model: cp_model.CpModel, a, b):
@@ -265,6 +271,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
     x = [[m.NewBoolVar(f"x[{tables.names[v]},{k}]") for k in range(len(opts[v]))] for v in range(n)]
     for v in range(n):
         m.AddExactlyOne(x[v])
+    chunk = add_chunk(m, tables.chunk, opts, x)   # the micro-rollout chunk the chosen options run at
 
     # -- rectangles in (time × GPU) -----------------------------------------------------------
     start = [m.NewIntVar(0, horizon, f"start[{name}]") for name in tables.names]
@@ -309,7 +316,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
     m.Add(sum(o.duration * (o.hi - o.lo) * lit for v in range(n) for o, lit in zip(opts[v], x[v]))
           <= cluster.num_gpus * step)
     m.Minimize(step)
-    return Model(m, x, start, end, step)
+    return Model(m, x, start, end, step, chunk)
 
 
 def _tight_starts(m: Any, tables: ModelTables, loc: Locator, occ: list, start: list, end: list, check: Any) -> None:

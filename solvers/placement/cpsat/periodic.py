@@ -23,10 +23,11 @@ scheduling on parallel processors: an overview", Wiley 1995.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packplace.lazy import lazy_module
+from packplace.solvers.placement.cpsat.chunk import add_chunk
 from packplace.solvers.placement.cpsat.model import (
     Locator,
     add_colocate_all,
@@ -195,6 +196,8 @@ class PeriodicModel:
             which is below the synchronous step time plus :func:`rounding_ticks` (:func:`model_period`), at
             the same memory rows; the evaluator scores the twin at the smaller of its period and that step
             time. A test that fixes every staleness to 0 must expect INFEASIBLE when this is False.
+        chunk: The micro-rollout chunk's Booleans (:func:`~packplace.solvers.placement.cpsat.chunk.add_chunk`;
+            empty where the options carry no chunk).
     """
 
     model: cp_model.CpModel
@@ -204,6 +207,7 @@ class PeriodicModel:
     period: cp_model.IntVar
     stale: dict[str, dict[int, Any]]
     synchronous: bool
+    chunk: dict[int, Any] = field(default_factory=dict)
 
 
 def build_periodic_model(instance, tables: ModelTables, horizon: int,
@@ -259,6 +263,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     x = [[m.NewBoolVar(f"x[{tables.names[v]},{k}]") for k in range(len(opts[v]))] for v in range(n)]
     start = [m.NewIntVar(-span, span, f"start[{name}]") for name in tables.names]
     end = [m.NewIntVar(-span, span, f"end[{name}]") for name in tables.names]
+    chunk = add_chunk(m, tables.chunk, opts, x)   # the micro-rollout chunk the chosen options run at
     if engines:
         add_staleness()
     terms: list[list[tuple[int, Any, Option]]] = []  # per vertex: (ticks, literal, option)
@@ -295,8 +300,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
 
     _modulo_order(m, n, occ, segments, terms, start, end, duration, period, check)
 
-    # -- staleness (created before the durations when one depends on it) --------------------------------
-    if not engines:
+    if not engines:   # staleness (created before the durations when one depends on it)
         add_staleness()
     _publication_edges(m, instance, tables, loc, stale, start, end, period, check)
 
@@ -305,7 +309,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     m.Add(sum(d * (o.hi - o.lo) * lit for v in range(n) for d, lit, o in terms[v])
           <= instance.cluster.num_gpus * period)
     m.Minimize(period)
-    return PeriodicModel(m, x, start, end, period, stale, synchronous=slower)
+    return PeriodicModel(m, x, start, end, period, stale, synchronous=slower, chunk=chunk)
 
 
 def _modulo_order(m: Any, n: int, occ: list, segments: list, terms: list, start: list, end: list, duration: list,

@@ -7,7 +7,10 @@ kept bytes (a sleeping engine's, which add on its GPUs beside every other task),
 receives smaller transfers) and, for a vertex on a publication edge, the same ``(pp, tp, ep)`` layout (or
 both layouts unmatched by the partner vertex on that shape, with a larger ``pp·tp`` for the consumer: a
 smaller shard to receive), and for a rollout engine that a stale policy may feed under a continuous-rollout
-framework its steady-state time at each allowed staleness (the duration the period then uses).
+framework its steady-state time at each allowed staleness (the duration the period then uses), and where the
+evaluator times the experience forwards at OpenRLHF's micro-rollout chunk
+(:mod:`~packplace.solvers.placement.cpsat.chunk`), for the actor training and forward vertices the same chunk set
+(a forward's micro-batch, the actor's share of the sequences) and the time and memory at every chunk.
 
 This is lossless when the step time is monotone in those quantities, which holds when no publication
 term of a consumer other than the first vertex can exceed the makespan: :func:`publication_is_monotone`
@@ -18,14 +21,18 @@ lossless.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from packplace.placement.candidates import Candidate, CandidateTable
 from packplace.run import OutOfTime, passed
+from packplace.solvers.placement.cpsat.chunk import ChunkSpec, chunk_spec
 
 
-def publication_is_monotone(instance, table: CandidateTable, deadline: float | None = None) -> tuple[bool, str]:
+def publication_is_monotone(instance, table: CandidateTable, deadline: float | None = None,
+                            min_time: Callable[[str], float] | None = None) -> tuple[bool, str]:
     """Whether the step time is monotone in vertex times, transfers and memory (pruning is lossless).
 
     The evaluator's step is ``max(makespan, end[trainer] + realloc − start[consumer])``. For the first
@@ -35,6 +42,8 @@ def publication_is_monotone(instance, table: CandidateTable, deadline: float | N
     longest data-edge path of fastest candidates before it.
 
     ``deadline``: a :func:`packplace.run.clock` reading (None: none), checked at every consumer candidate.
+    ``min_time``: a vertex's least time in any plan (default ``table.min_time``; where the micro-rollout chunk
+    sets some times, :func:`chunk_min_time`).
 
     Returns:
         ``(monotone, reason)``; ``reason`` names the failing edge, or is empty.
@@ -50,7 +59,7 @@ def publication_is_monotone(instance, table: CandidateTable, deadline: float | N
     earliest_start: dict[str, float] = {}
     for name in names:
         earliest_start[name] = max((earliest_end[p] for p in graph.predecessors(name)), default=0.0)
-        earliest_end[name] = earliest_start[name] + table.min_time(name)
+        earliest_end[name] = earliest_start[name] + (min_time or table.min_time)(name)
     cluster = instance.cluster
     top_level = cluster.span_level(0, cluster.num_gpus)
     for trainer, consumer in graph.publication_edges:
@@ -85,6 +94,56 @@ def _stale_times(evaluator) -> dict[str, Any]:
             def times(cand, b=b, values=values) -> tuple[float, ...]:
                 return tuple(x if (x := ev.stale_time(b, cand, t)) is not None else cand.time for t in values)
             out[ev.names[b]] = times
+    return out
+
+
+def chunk_min_time(evaluator, deadline: float | None = None) -> Callable[[str], float] | None:
+    """Where the evaluator times the experience forwards at the micro-rollout chunk
+    (:mod:`~packplace.solvers.placement.cpsat.chunk`), a vertex's least time over its memory-feasible candidates as
+    run at every chunk they allow (a candidate may run faster at a chunk than at its own micro-batch); None
+    elsewhere (``table.min_time`` holds).
+
+    Raises:
+        OutOfTime: the clock passed ``deadline``.
+    """
+    table = evaluator.table
+    spec = chunk_spec(evaluator, {name: list(table.feasible[name]) for name in evaluator.names})
+    if spec is None:
+        return None
+    check = _deadline_check(deadline)
+    least = {}
+    for v in spec.vertices:
+        name = evaluator.names[v]
+        best = math.inf
+        for cand in table.feasible[name]:
+            check("dominance pruning setup (chunk times)")
+            best = min([best, *(evaluator.at_chunk(v, cand, b).time for b in spec.batches if b <= spec.sets(v, cand))])
+        least[name] = best
+
+    def min_time(name: str) -> float:
+        return least[name] if name in least else table.min_time(name)
+    return min_time
+
+
+def _chunk_vectors(evaluator, spec: ChunkSpec | None) -> dict[str, Any]:
+    """Per actor training and forward vertex where the micro-rollout chunk sets times
+    (:mod:`~packplace.solvers.placement.cpsat.chunk`), a function of a candidate giving ``(group, vector)``: the
+    chunk it sets (candidates compete only with those that leave the chunk where they do) and its time and
+    transient bytes less kept bytes at every chunk (inf where it does not run there): a candidate must be no worse
+    at each chunk to dominate."""
+    if spec is None:
+        return {}
+    out = {}
+    for v in spec.vertices:
+        def vector(cand, v=v) -> tuple[int, tuple[float, ...]]:
+            limit = spec.sets(v, cand)
+            values: list[float] = []
+            for b in spec.batches:
+                run = evaluator.at_chunk(v, cand, b) if b <= limit else None
+                ok = run is not None and run.fits and math.isfinite(run.time)
+                values += [run.time, run.transient_excess] if ok and run is not None else [math.inf, math.inf]
+            return limit, tuple(values)
+        out[evaluator.names[v]] = vector
     return out
 
 
@@ -125,6 +184,7 @@ def nondominated_candidates(evaluator, deadline: float | None = None) -> dict[st
     layouts = {name: {(c.extent, c.strategy.pp, c.strategy.tp, c.strategy.ep) for c in table.feasible[name]}
                for name in graph.names}
     stale_times = _stale_times(evaluator)
+    chunked = _chunk_vectors(evaluator, chunk_spec(evaluator, {n: list(table.feasible[n]) for n in graph.names}))
     out: dict[str, list[Candidate]] = {}
     for name in graph.names:
         has_inputs = bool(graph.predecessors(name))
@@ -143,6 +203,10 @@ def nondominated_candidates(evaluator, deadline: float | None = None) -> dict[st
                       -cand.strategy.dp if has_inputs else 0, shard_dim)
             if name in stale_times:
                 vector += stale_times[name](cand)
+            if name in chunked:
+                sets, at_chunks = chunked[name](cand)
+                key.append(sets)
+                vector += at_chunks
             groups[tuple(key)].append((vector, index, cand))
         kept: list[tuple[int, Candidate]] = []
         for members in groups.values():

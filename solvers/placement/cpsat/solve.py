@@ -9,10 +9,10 @@ hint, ``cp_status`` ``NOT_BUILT``). Restriction: ``top_k``, or a cluster above `
 per vertex its ``top_k`` fastest candidates of each block shape plus the hint's; the status is then at most
 ``feasible`` and CP-SAT's bound goes to ``info["restricted_bound_s"]`` only. The same holds, without the
 ``top_k`` cut, where the evaluator prices the experience as a framework release's serial micro-rollout loop
-(:attr:`~packplace.placement.evaluator.PlacementEvaluator.micro_rollout`), or times the actor's old-log-prob
-forward at the micro-rollout batch the forward vertices set
-(:attr:`~packplace.placement.evaluator.PlacementEvaluator.chunk_priced`), which the model's vertex times do
-not encode. Symmetry breaking: when block
+(:attr:`~packplace.placement.evaluator.PlacementEvaluator.micro_rollout`, OpenRLHF before v0.5.0), which the
+model's vertex times do not encode; the experience forwards timed at the micro-rollout chunk of later releases
+(:attr:`~packplace.placement.evaluator.PlacementEvaluator.chunk_priced`) are encoded exactly
+(:mod:`.chunk`). Symmetry breaking: when block
 sizes nest, the first vertex's block is fixed at GPU 0 (:func:`first_block_at_origin`). Time limit: preparation may use
 :data:`BUILD_TIME_SHARE` of ``time_limit_s``; the anneal hint stops after :data:`HINT_EVALUATIONS_PER_S`
 evaluations a second of its budget and a model of more than :data:`BUILD_OPTIONS_PER_S` options a second
@@ -46,6 +46,7 @@ from packplace.registry import available, register
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
 from packplace.run import OutOfTime, Run
 from packplace.solvers.placement._common import no_plan_found
+from packplace.solvers.placement.cpsat.chunk import plan_chunk
 from packplace.solvers.placement.cpsat.model import build_model
 from packplace.solvers.placement.cpsat.periodic import (
     build_periodic_model,
@@ -55,7 +56,7 @@ from packplace.solvers.placement.cpsat.periodic import (
     rounding_ticks,
     staleness_choices,
 )
-from packplace.solvers.placement.cpsat.pruning import nondominated_candidates, publication_is_monotone
+from packplace.solvers.placement.cpsat.pruning import chunk_min_time, nondominated_candidates, publication_is_monotone
 from packplace.solvers.placement.cpsat.tables import (
     TICKS_PER_S,
     ModelTables,
@@ -217,28 +218,39 @@ def first_block_at_origin(choice: list[Option], tables: ModelTables, sizes: list
     out = []
     for v, o in enumerate(choice):
         out.append(next(q for q in tables.options[v]
-                        if q.cand == o.cand and q.colocated == o.colocated and q.lo == lo_of[v]))
+                        if q.cand == o.cand and q.colocated == o.colocated and q.chunks == o.chunks
+                        and q.lo == lo_of[v]))
     return out
 
 
 def _choice_of(tables: ModelTables, plan: Plan) -> list[Option]:
     """The option of every vertex of ``plan`` (must be in the tables); the engine's the twin or not as ``plan``
-    colocates every trainer with it (:func:`~packplace.solvers.placement.cpsat.model.add_colocate_all`)."""
+    colocates every trainer with it (:func:`~packplace.solvers.placement.cpsat.model.add_colocate_all`), the actor
+    training and forward options those run at ``plan``'s micro-rollout chunk (:func:`.chunk.plan_chunk`)."""
     out = []
     colocated = None
     if tables.colocate_all is not None:
         engine, trainers = tables.colocate_all
         colocated = all(plan[tables.names[t]].allocation == plan[tables.names[engine]].allocation for t in trainers)
+    chunk = None if tables.chunk is None else plan_chunk(tables.chunk, tables.names, plan)
     for v, name in enumerate(tables.names):
         vp = plan[name]
-        for o in tables.options[v]:
-            if o.colocated is not None and o.colocated != colocated:
-                continue
-            if o.alloc == vp.allocation and o.cand.key == (vp.strategy, vp.micro_batch, vp.allocation.extent):
-                out.append(o)
+        # a forward planned above the chunk whose variant there the tables leave to the same strategy's candidate
+        # at the chunk (chunk.chunk_variants): that candidate's option, the same ticks on no more memory
+        keys = [(vp.strategy, vp.micro_batch, vp.allocation.extent)]
+        if tables.chunk is not None and v in tables.chunk.forwards and chunk is not None and chunk < vp.micro_batch:
+            keys.append((vp.strategy, chunk, vp.allocation.extent))
+        found = None
+        for key in keys:
+            found = next((o for o in tables.options[v]
+                          if (o.colocated is None or o.colocated == colocated)
+                          and (o.chunks is None or chunk in o.chunks)
+                          and o.alloc == vp.allocation and o.cand.key == key), None)
+            if found is not None:
                 break
-        else:
+        if found is None:
             raise AssertionError(f"{name}: plan option not among the model's options")
+        out.append(found)
     return out
 
 
@@ -356,15 +368,13 @@ class _ExactPlacement:
         self.most_stale = {model: max(values) for model, values in choices.items()} if self.asynchronous else None
         # the evaluator prices the experience of some releases as a loop the model's vertex times do not encode
         looped = self.ev.micro_rollout is not None
-        self.restricted = top_k is not None or instance.num_gpus > max_gpus or looped or self.ev.chunk_priced
+        # (the experience forwards timed at the micro-rollout chunk are encoded: the chunk module)
+        self.restricted = top_k is not None or instance.num_gpus > max_gpus or looped
         self.top_k = instance.k_eval if top_k is None and instance.num_gpus > max_gpus else top_k
         self.why_restricted = (f"{instance.num_gpus} GPUs > max_gpus={max_gpus}" if instance.num_gpus > max_gpus
                                else f"top_k={top_k}" if top_k is not None
                                else "the evaluator prices the experience as the framework release's serial loop "
-                                    "over micro-rollout batches, which the model does not encode" if looped
-                               else "the evaluator times the actor's old-log-prob forward at the micro-rollout "
-                                    "batch the forward vertices' micro-batches set, which the model does not "
-                                    "encode")
+                                    "over micro-rollout batches, which the model does not encode")
         self.monotone = False
         self.candidates: dict[str, list] = {}
 
@@ -380,7 +390,8 @@ class _ExactPlacement:
         deadline = self.run.started + BUILD_TIME_SHARE * self.limit
         # the period is monotone in every latency and in memory, so pruning is lossless there
         self.monotone, why = ((True, "") if self.asynchronous
-                              else publication_is_monotone(instance, self.table, deadline))
+                              else publication_is_monotone(instance, self.table, deadline,
+                                                           chunk_min_time(self.ev, deadline)))
         if self.monotone:
             self.candidates = nondominated_candidates(self.ev, deadline)
         else:
@@ -495,6 +506,10 @@ class _ExactPlacement:
                 built.model.AddHint(built.start[v], h_start[v])
                 built.model.AddHint(built.end[v], h_end[v])
             built.model.AddHint(objective_var, h_step)
+            if built.chunk:
+                hinted = plan_chunk(tables.chunk, tables.names, self.hint_plan)
+                for b, lit in built.chunk.items():
+                    built.model.AddHint(lit, b == hinted)
         except OutOfTime as stage:
             return self.not_built(stage, build_budget)
         build_s = run.elapsed()

@@ -23,6 +23,7 @@ from typing import Any
 from packplace.placement.candidates import Candidate
 from packplace.placement.problem.plan import Allocation
 from packplace.run import OutOfTime, clock
+from packplace.solvers.placement.cpsat.chunk import ChunkSpec, chunk_spec, chunk_variants, stand_ins
 
 #: Model time unit: integer ticks of 10 ns. The rounding ``E = 2·V + 1`` ticks (0.13 µs for six tasks) stays
 #: below the front-end's relative optimality tolerance (``packplace.result.OPTIMALITY_RTOL``, 10^-6) for every
@@ -71,6 +72,10 @@ class Option:
             only where every trainer's block is this one, False for the candidate at the configured value, taken
             only where it is not (:func:`~packplace.solvers.placement.cpsat.model.add_colocate_all`); None for
             every other option.
+        chunks: For the actor training vertex and the forward vertices where the evaluator times the experience
+            forwards at the micro-rollout chunk (:mod:`~packplace.solvers.placement.cpsat.chunk`): the chunks at
+            which :attr:`cand` is the candidate as the evaluator runs it, taken only under one of them; None for
+            every other option.
     """
 
     vertex: int
@@ -80,6 +85,7 @@ class Option:
     hi: int
     duration: int
     colocated: bool | None = None
+    chunks: frozenset[int] | None = None
 
     @property
     def layout(self) -> tuple[int, int, int]:
@@ -109,6 +115,8 @@ class ModelTables:
             were made from (the run's): the periodic model reads a stale rollout's steady-state times there.
         colocate_all: ``(engine, trainers)`` vertex indices where the engine has colocated twins
             (:attr:`Option.colocated`; the evaluator's :attr:`colocate_all`), else None.
+        chunk: Where the evaluator times the experience forwards at the micro-rollout chunk, the vertices and
+            chunks the options carry (:class:`~packplace.solvers.placement.cpsat.chunk.ChunkSpec`), else None.
     """
 
     names: tuple[str, ...]
@@ -122,6 +130,7 @@ class ModelTables:
     engine: list[bool]
     evaluator: Any = field(default=None, repr=False, compare=False)
     colocate_all: tuple[int, tuple[int, ...]] | None = None
+    chunk: ChunkSpec | None = None
 
 
 def _level_ranges(cluster) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
@@ -159,14 +168,22 @@ def make_tables(evaluator, candidates: dict[str, list[Candidate]], deadline: flo
     index = {name: i for i, name in enumerate(names)}
     options: list[list[Option]] = []
     colocate_all = getattr(evaluator, "colocate_all", None)
+    chunk = chunk_spec(evaluator, candidates)
     for i, name in enumerate(names):
         opts = []
         for cand in candidates[name]:
             check("options of %s, %d so far", name, len(opts))
-            for variant, colocated in _variants(table, name, cand, colocate_all is not None and i == colocate_all[0]):
+            if chunk is not None and i in chunk.vertices:   # the candidate as run at each chunk it allows
+                variants: list[tuple[Candidate, bool | None, frozenset[int] | None]] = [
+                    (variant, None, chunks) for variant, chunks in chunk_variants(
+                        evaluator, chunk, i, cand, stand_ins(chunk, i, candidates[name], cand))]
+            else:
+                variants = [(variant, colocated, None) for variant, colocated in
+                            _variants(table, name, cand, colocate_all is not None and i == colocate_all[0])]
+            for variant, colocated, chunks in variants:
                 for alloc in table.origins(cand.extent):
                     lo, hi = alloc.gpu_range(cluster)
-                    opts.append(Option(i, variant, alloc, lo, hi, to_ticks(variant.time), colocated))
+                    opts.append(Option(i, variant, alloc, lo, hi, to_ticks(variant.time), colocated, chunks))
         options.append(opts)
     preds = [tuple(index[p] for p in graph.predecessors(name)) for name in names]
     pubs = [(index[a], index[b]) for a, b in graph.publication_edges]
@@ -198,7 +215,7 @@ def make_tables(evaluator, candidates: dict[str, list[Candidate]], deadline: flo
                 realloc_ticks[(k, lvl, o.layout)] = to_ticks(cost.realloc_time(model, (0, 0), (o.lo, o.hi), o.layout,
                                                                          (o.lo, o.hi)))
     return ModelTables(names, options, preds, pubs, transfer_ticks, realloc_ticks, 2 * len(names), colocated_ticks,
-                       engine, evaluator, colocate_all)
+                       engine, evaluator, colocate_all, chunk)
 
 
 def _variants(table, name: str, cand: Candidate, engine: bool) -> list[tuple[Candidate, bool | None]]:

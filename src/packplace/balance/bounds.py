@@ -32,10 +32,34 @@ import math
 
 import numpy as np
 
-__all__ = ["BOUND_NAMES", "apart_bound", "count_bound", "makespan_bounds"]
+__all__ = ["BOUND_NAMES", "apart_bound", "count_bound", "BOUND_RTOL", "integral_costs", "makespan_bounds", "round_up"]
 
 #: The names of :func:`makespan_bounds`' entries, in the order they are computed.
 BOUND_NAMES = ("mean", "count", "units", "bin_conflict", "rank_tokens", "apart")
+
+
+#: Largest total cost below which float64 sums of integer costs are exact (every partial sum an integer).
+EXACT_INTEGER_TOTAL = 2.0 ** 52
+#: Relative rounding error allowed for a computed bound or load: far above that of the float operations they
+#: are computed with (sums of at most millions of terms, a division or a fractional-knapsack step, each
+#: within 2^-53 relative), so that float noise never lifts a bound past the optimum: a bound that is an
+#: integer in exact arithmetic never rounds up to the next one (:func:`round_up`), and ``balance``'s bound
+#: on a plan with equal loads is 0, not the square of the noise.
+BOUND_RTOL = 1e-9
+
+
+def integral_costs(costs: np.ndarray) -> bool:
+    """Every cost is an exact integer (ints, or floats that happen to be integral) and their total is below
+    :data:`EXACT_INTEGER_TOTAL`: then every sum of them, hence every rank load and bin cost without
+    padding, is an integer computed exactly in float64. ``costs``: float array (n,), ≥ 0."""
+    return bool(np.all(costs == np.round(costs))) and float(costs.sum()) < EXACT_INTEGER_TOTAL
+
+
+def round_up(bound: float) -> float:
+    """A lower bound on an integer-valued objective rounded up to the next integer: ⌈bound⌉, computed as
+    ⌈bound − ε⌉ with ε = :data:`BOUND_RTOL`·max(1, |bound|) so that float noise above an integral
+    bound does not lift it past the optimum; never below ``bound`` itself (ε ≥ 1 on huge bounds)."""
+    return max(bound, float(math.ceil(bound - BOUND_RTOL * max(1.0, abs(bound)))))
 
 
 def count_bound(descending: np.ndarray, ranks: int, per_rank_count: int) -> float:

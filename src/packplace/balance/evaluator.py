@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from packplace.balance.bounds import makespan_bounds
+from packplace.balance.bounds import BOUND_RTOL, integral_costs, makespan_bounds, round_up
 from packplace.balance.lockstep import (
     as_rounds_instance,
     capacity_bounds,
@@ -622,11 +622,13 @@ class BalanceEvaluator:
         rounds ≥ max(Σc/g, makespan bound, first-round capacity bound): each round
         lasts at least the mean of its g loads, the first round at least the makespan, and what the
         first round's bins cannot hold spills into later rounds (:meth:`_first_round_capacity_bound`).
-        Padding only adds load, so these hold with padding too.
+        Padding only adds load, so these hold with padding too. With integer costs and no padding
+        cost both objectives are integers, so both bounds round up (:meth:`_round_up`).
 
         balance: with L the makespan bound and μ = Σc/D, some rank carries at least L; the variance is
         smallest when that rank carries exactly L and the others share the rest equally, which gives
-        (1/D)·[(L/μ − 1)² + (D − 1)·((μ − L)/((D − 1)·μ))²] = (L/μ − 1)²/(D − 1) when L > μ, else 0.
+        (1/D)·[(L/μ − 1)² + (D − 1)·((μ − L)/((D − 1)·μ))²] = (L/μ − 1)²/(D − 1) when L > μ, else 0
+        (L/μ taken :data:`~packplace.balance.bounds.BOUND_RTOL` low, for float noise).
         With a padding cost the total load depends on the assignment, so the bound is 0 there.
 
         lockstep: :meth:`_lockstep_bound`.
@@ -680,15 +682,24 @@ class BalanceEvaluator:
                 return 0.0, True
             mean = math.fsum(self.costs.tolist()) / ranks
             heaviest = self.lower_bound("makespan")
-            if mean <= 0 or heaviest <= mean:
-                return 0.0, True
-            return (heaviest / mean - 1.0) ** 2 / (ranks - 1), True
+            # L/μ less its float noise: equal loads give 0, not the square of a rounding error above an
+            # objective that rounds to equal loads (a false proof)
+            excess = heaviest / mean * (1.0 - BOUND_RTOL) - 1.0 if mean > 0 else 0.0
+            return (excess ** 2 / (ranks - 1) if excess > 0 else 0.0), True
         inst = self.instance
         total = math.fsum(self.costs.tolist())
         bound = max(self.makespan_bounds().values())
         if name == "rounds":
             bound = max(bound, total / inst.resolved_group_size, self._first_round_capacity_bound(total))
-        return bound, True
+        return self._round_up(bound), True
+
+    def _round_up(self, bound: float) -> float:
+        """``bound`` rounded up (:func:`~packplace.balance.bounds.round_up`) when every rank load, bin cost
+        and objective but ``balance`` is an integer: integer costs (:func:`~packplace.balance.bounds.integral_costs`,
+        whatever the cost function) and no padding cost; else ``bound`` as it is."""
+        if self.instance.padding_cost is None and integral_costs(self.costs):
+            return round_up(bound)
+        return bound
 
     def makespan_bounds(self) -> dict[str, float]:
         """Every lower bound on max_r ℓ_r of :func:`packplace.balance.bounds.makespan_bounds`, by name
@@ -738,11 +749,7 @@ class BalanceEvaluator:
                                    inst.local_batch_size)
         layers, complete = layer_bound_within(self.tokens, self.costs, inst.constraints.seq_len,
                                               inst.data_parallel_size, inst.local_batch_size, deadline)
-        bound = max(bound, relaxed, capacity, layers)
-        costs = self.costs
-        if inst.padding_cost is None and np.all(costs == np.round(costs)) and float(costs.sum()) < 2.0 ** 52:
-            bound = float(math.ceil(bound - 1e-9 * max(1.0, abs(bound))))
-        return bound, complete
+        return self._round_up(max(bound, relaxed, capacity, layers)), complete
 
     def _unit_costs(self) -> np.ndarray:
         """Costs of the units that cannot split across ranks: each group's total, then each other sample."""

@@ -70,12 +70,25 @@ class ContextParallelScore:
 
 
 class ContextParallelEvaluator:
-    """Scores plans of one instance (the single source of truth for its objectives and feasibility)."""
+    """Scores plans of one instance (the single source of truth for its objectives and feasibility).
 
-    def __init__(self, instance: ContextParallelInstance) -> None:
+    ``max_num_seqs`` (Megatron's THD capacity: the most sequences one CP group of a micro-batch holds; None: no
+    cap) makes a plan whose group holds more infeasible, with a named violation. Only the scoring knows it:
+    the instance, the backends and :meth:`lower_bound` do not (the bound, of the uncapped problem, stays a
+    lower bound of the capped one).
+
+    Raises:
+        ConfigError: not a ContextParallelInstance; ``max_num_seqs`` not None or an integer >= 1.
+    """
+
+    def __init__(self, instance: ContextParallelInstance, *, max_num_seqs: int | None = None) -> None:
         if not isinstance(instance, ContextParallelInstance):
             raise ConfigError(f"instance: expected a ContextParallelInstance, got {type(instance).__name__}")
+        if max_num_seqs is not None and (isinstance(max_num_seqs, bool)
+                                         or not isinstance(max_num_seqs, (int, np.integer)) or max_num_seqs < 1):
+            raise ConfigError(f"max_num_seqs: must be None or an integer >= 1, got {show(max_num_seqs)}")
         self.instance = instance
+        self.max_num_seqs = None if max_num_seqs is None else int(max_num_seqs)
         self.index = instance.index_of()
         self._bound: float | None = None
 
@@ -127,6 +140,8 @@ class ContextParallelEvaluator:
                 if not group.keys:
                     bad(f"{where}: empty group (every rank runs a sequence in every slot)")
                     continue
+                if self.max_num_seqs is not None and len(group.keys) > self.max_num_seqs:
+                    bad(f"{where}: {len(group.keys)} sequences exceed max_num_seqs {self.max_num_seqs}")
                 positions = []
                 for key in group.keys:
                     position = self.index.get(key)

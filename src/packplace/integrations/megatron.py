@@ -8,7 +8,10 @@ order, then splits packs until their count is a multiple of the data-parallel si
 fills the same slot: every pack within ``max_seqlen_per_dp_cp_rank · cp_size`` tokens, the same
 number of packs per DP rank (the fewest that pack, a multiple of the virtual-pipeline group),
 and per-rank FLOPs balanced by a packplace balance solver; each rank's packs run heaviest first,
-so micro-batch i pairs the i-th heaviest packs of all ranks. Plug it in with one call, which adds a
+so micro-batch i pairs the i-th heaviest packs of all ranks. Megatron's pipelines synchronise every
+micro-batch, so with ``repair`` (the default) the scheduler asks for its ``tie_break="lockstep"``: among
+the answers at the makespan optimum, the one with the lowest lockstep time (Σ over micro-batch index of
+the slowest rank's pack); ``tie_break=None`` takes the plain makespan answer. Plug it in with one call, which adds a
 scheduler name next to Megatron's own (``dp_balanced`` stays as it is)::
 
     from packplace.integrations.megatron import register
@@ -64,6 +67,8 @@ class PackplacePackingScheduler:
             of it (None: any count).
         hidden_size: h of the FLOP proxy :func:`sequence_flops`.
         solver, time_limit_s, seed: packplace balance backend (default ``repair``).
+        tie_break: ``"lockstep"`` (default) or None: passed to ``repair`` (other backends' answers are
+            taken as they are): among packings at its makespan, the lowest lockstep time.
 
     Attributes:
         last_result: The :class:`~packplace.result.SolveResult` of the latest schedule.
@@ -71,7 +76,8 @@ class PackplacePackingScheduler:
 
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
                  microbatch_group_size_per_vp_stage: int | None, *, hidden_size: int = 4096,
-                 solver: str = DEFAULT_SOLVER, time_limit_s: float | None = None, seed: int = 0) -> None:
+                 solver: str = DEFAULT_SOLVER, time_limit_s: float | None = None, seed: int = 0,
+                 tie_break: str | None = "lockstep") -> None:
         for name, value in (("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank), ("cp_size", cp_size),
                             ("dp_size", dp_size), ("hidden_size", hidden_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -85,7 +91,10 @@ class PackplacePackingScheduler:
         self.microbatch_group_size_per_vp_stage = group
         self.max_seq_len_all_ranks = max_seqlen_per_dp_cp_rank * cp_size
         self.hidden_size = hidden_size
+        if tie_break not in (None, "lockstep"):
+            raise ConfigError(f"tie_break: must be 'lockstep' or None, got {show(tie_break)}")
         self.solver, self.time_limit_s, self.seed = solver, time_limit_s, seed
+        self.tie_break = tie_break
         self.last_result: Any = None
 
     def get_required_sample_keys(self) -> list[str]:
@@ -125,7 +134,9 @@ class PackplacePackingScheduler:
                     f"microbatch_group_size_per_vp_stage: {multiple} needs {per_rank} packs per rank here, and "
                     f"{per_rank} packs on each of dp_size={self.dp_size} ranks need at least "
                     f"{per_rank * self.dp_size} sequences; seqlens has {len(lengths)}") from None
-        result = solve_balance(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed)
+        # ranks synchronise every micro-batch: among makespan-optimal answers, the lowest lockstep time
+        tie = {"tie_break": self.tie_break} if self.solver == "repair" and self.tie_break else {}
+        result = solve_balance(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed, **tie)
         self.last_result = result
         if result.solution is None:
             raise RuntimeError(f"megatron packing: {result.solver} found no assignment ({result.status}: "
@@ -192,7 +203,7 @@ def register(name: str = "packplace", *, data_schedule: Any = None, **options: A
         name: The scheduler name for ``config.sequence_packing_scheduler`` (a Python identifier).
         data_schedule: The module to register in; default ``megatron.core.datasets.data_schedule``.
         **options: Keyword options of :class:`PackplacePackingScheduler` (``hidden_size``,
-            ``solver``, ``time_limit_s``, ``seed``) for every scheduler Megatron builds.
+            ``solver``, ``time_limit_s``, ``seed``, ``tie_break``) for every scheduler Megatron builds.
 
     Returns:
         The new ``PackingSchedulerEnum`` member.
@@ -204,9 +215,10 @@ def register(name: str = "packplace", *, data_schedule: Any = None, **options: A
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ConfigError(f"name: must be a Python identifier, got {show(name)}")
-    unknown = sorted(set(options) - {"hidden_size", "solver", "time_limit_s", "seed"})
+    unknown = sorted(set(options) - {"hidden_size", "solver", "time_limit_s", "seed", "tie_break"})
     if unknown:
-        raise ConfigError(f"options: unknown option {show(unknown[0])} (hidden_size, solver, time_limit_s, seed)")
+        raise ConfigError(f"options: unknown option {show(unknown[0])} (hidden_size, solver, time_limit_s, seed, "
+                          "tie_break)")
     if data_schedule is None:
         try:
             data_schedule = importlib.import_module(DATA_SCHEDULE_MODULE)

@@ -35,6 +35,7 @@ torch need be installed.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import re
@@ -45,12 +46,14 @@ from typing import Any
 import numpy as np
 
 from packplace.context_parallel.api import DEFAULT_SOLVER, solve_context_parallel
+from packplace.context_parallel.bounds import lower_bound, minimum_slots
 from packplace.context_parallel.evaluator import ContextParallelEvaluator
 from packplace.context_parallel.instance import ContextParallelInstance, make_instance
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
 from packplace.errors import ConfigError, InfeasibleError, show
 from packplace.integrations import megatron_planning
 from packplace.result import FEASIBLE, OPTIMAL, SolveResult, optimality_level
+from packplace.run import clock
 from packplace.solvers import available
 from packplace.solvers.context_parallel.megatron import megatron_slots
 
@@ -64,6 +67,12 @@ MEGATRON_BACKEND = "megatron"
 REQUIRED_SAMPLE_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len")
 #: Options of the schedulers and the planner besides Megatron's own arguments.
 OPTION_NAMES = ("cost", "gpus_per_node", "solver", "time_limit_s", "seed", "compare_megatron")
+#: Micro-batch counts tried one after another from the least before :func:`cap_counts` doubles its stride.
+CAP_STEPS = 4
+#: Counts solved after the first with a plan within ``max_num_seqs`` (the evaluator keeps the fastest).
+CAP_ALTERNATIVES = 1
+#: The ``max_num_seqs`` re-plan's budget is split over at most this many of the counts still to try.
+CAP_SHARES = 4
 
 
 def dynamic_cp_sizes(ranks: int, min_cp_size: int = 1) -> tuple[int, ...]:
@@ -86,6 +95,56 @@ def dynamic_cp_sizes(ranks: int, min_cp_size: int = 1) -> tuple[int, ...]:
             sizes.add(size)
         size *= 2
     return tuple(sorted(sizes))
+
+
+def cap_counts(least: int, most: int, multiple: int = 1) -> list[int]:
+    """The micro-batch counts the ``max_num_seqs`` re-plan tries, ascending: multiples of ``multiple`` from
+    ``least``, :data:`CAP_STEPS` in a row, then strides doubling each time, and ``most`` last (``least`` and
+    ``most`` multiples of ``multiple``; none when ``least > most``)."""
+    counts: list[int] = []
+    step, count = multiple, least
+    while count <= most:
+        counts.append(count)
+        if len(counts) >= CAP_STEPS:
+            step *= 2
+        count += step
+    if counts and counts[-1] != most:
+        counts.append(most)
+    return counts
+
+
+def split_crowded(plan: ContextParallelPlan, instance: ContextParallelInstance, cap: int) -> ContextParallelPlan:
+    """``plan`` with each CP group of more than ``cap`` sequences split, again and again, into its two aligned
+    halves where half its size is allowed and the sequences fit them (longest first, each to the half of
+    fewer tokens with room for it); a group that cannot be split stays as it is (the evaluator judges the
+    result)."""
+    allowed = set(instance.sizes)
+    room = instance.max_tokens_per_rank
+    length = dict(zip(instance.keys, instance.tokens.tolist()))
+    slots: list[list[tuple[int, int, list[Any]]]] = []
+    for slot in plan.micro_batches:
+        pending = [(g.first_rank, g.size, list(g.keys)) for g in slot]
+        done: list[tuple[int, int, list[Any]]] = []
+        while pending:
+            first, size, keys = pending.pop()
+            half = size // 2
+            if len(keys) <= cap or size % 2 or half not in allowed:
+                done.append((first, size, keys))
+                continue
+            sides: tuple[list[Any], list[Any]] = ([], [])
+            tokens = [0, 0]
+            for key in sorted(keys, key=lambda k: -length[k]):
+                side = min((0, 1), key=lambda h: tokens[h])
+                if room is not None and tokens[side] + length[key] > half * room:
+                    break
+                sides[side].append(key)
+                tokens[side] += length[key]
+            if len(sides[0]) + len(sides[1]) < len(keys):
+                done.append((first, size, keys))
+                continue
+            pending += [(first, half, sides[0]), (first + half, half, sides[1])]
+        slots.append(done)
+    return plan_from_slots(slots)
 
 
 def _check_options(options: Mapping[str, Any]) -> None:
@@ -188,7 +247,10 @@ class PackplaceDynamicCPScheduler:
         cp_size, dp_size: Megatron's static CP and DP sizes; their product is the pool of ranks.
         microbatch_group_size_per_vp_stage: With virtual pipelining, the micro-batch count is a multiple of
             it (None or 1: any count).
-        max_num_seqs: At most this many sequences per micro-batch on one rank (THD capacity); None: no cap.
+        max_num_seqs: At most this many sequences per micro-batch on one rank (THD capacity), so in one CP
+            group; None: no cap. The solvers do not model it: where the plan breaks it, the batch is planned
+            again at fixed micro-batch counts from the least the cap allows upward (the plan's objective and
+            bound are still the evaluator's), and refused only where no count gives a plan within it.
         min_cp_size: Smallest CP group (``min_dynamic_context_parallel_size``).
         cost: The group-time model (:func:`~packplace.context_parallel.cost_from_mapping`; None: Megatron's
             ``s²/c``).
@@ -248,8 +310,11 @@ class PackplaceDynamicCPScheduler:
         Raises:
             ConfigError: an entry that is not a ``(sample id, length)`` pair, a repeated id, a bad length.
             InfeasibleError: a sequence longer than the full DP×CP group holds; no plan of a multiple of the
-                virtual-pipeline group (too few sequences, and Megatron's own alignment would stop too).
-            RuntimeError: no backend found a plan, or a plan breaks ``max_num_seqs``.
+                virtual-pipeline group (too few sequences, and Megatron's own alignment would stop too); no
+                plan found keeping every CP group within ``max_num_seqs`` sequences (where the first plan breaks
+                it the batch is planned again at fixed micro-batch counts, :meth:`_within_max_num_seqs`; the
+                message names ``max_num_seqs`` and the counts tried, "proven" only where no count can hold it).
+            RuntimeError: no backend found a plan.
         """
         if isinstance(sample_id_seqlens, (str, bytes, Mapping)) or not hasattr(sample_id_seqlens, "__iter__"):
             raise ConfigError(f"sample_id_seqlens: must be a sequence of (sample id, sequence length) pairs, "
@@ -280,16 +345,86 @@ class PackplaceDynamicCPScheduler:
         multiple = self.microbatch_group_size_per_vp_stage or 1
         if len(result.solution.micro_batches) % multiple:
             result = self._aligned(instance, lengths, ids, len(result.solution.micro_batches), multiple)
+        if self.max_num_seqs is not None and not ContextParallelEvaluator(
+                instance, max_num_seqs=self.max_num_seqs).score(result.solution).feasible:
+            result = self._within_max_num_seqs(instance, lengths, ids, multiple, self.max_num_seqs)
         self.last_result = result
         plan: ContextParallelPlan = result.solution
-        if self.max_num_seqs is not None:
-            crowded = [(j, g.first_rank, len(g.keys)) for j, slot in enumerate(plan.micro_batches) for g in slot
-                       if len(g.keys) > self.max_num_seqs]
-            if crowded:
-                j, first, count = crowded[0]
-                raise RuntimeError(f"max_num_seqs: micro-batch {j}'s CP group at rank {first} holds {count} "
-                                   f"sequences, more than {self.max_num_seqs} ({result.solver}'s plan)")
         return plan
+
+    def _within_max_num_seqs(self, instance: ContextParallelInstance, lengths: list[int], ids: list[Any],
+                             multiple: int, cap: int) -> SolveResult:
+        """A plan whose every CP group holds at most ``cap`` (``max_num_seqs``) sequences: solved again at fixed
+        micro-batch counts (multiples of ``multiple``; :func:`cap_counts`) from the least the cap and the token
+        cap allow upward to the most the sequences fill, ``solver``'s and (``compare_megatron``) Megatron's
+        plans at each, a plan's crowded groups split where they can be (:func:`split_crowded`); the first count
+        with a plan within the cap and the counts of the schedule up to :data:`CAP_ALTERNATIVES` multiples
+        above it compete and the evaluator's least step time is kept (fewer micro-batches on a tie). The solves share
+        one ``time_limit_s``. The result's objective is the evaluator's on ``instance``, its bound the
+        instance's at the least count (every plan within the caps has at least that many micro-batches).
+
+        Raises:
+            InfeasibleError: none found, naming ``max_num_seqs`` and the counts tried; "proven" only where
+                more sequences exist than the largest count's micro-batches x CP groups x ``max_num_seqs``.
+        """
+        groups = instance.ranks // instance.sizes[0]   # the most CP groups one micro-batch has
+        most = instance.n // (instance.ranks // instance.sizes[-1]) // multiple * multiple
+        least = max(minimum_slots(instance), -(-instance.n // (groups * cap)))
+        least = -(-least // multiple) * multiple
+        every = f" (multiples of microbatch_group_size_per_vp_stage {multiple})" if multiple > 1 else ""
+        if least > most:
+            raise InfeasibleError(
+                f"max_num_seqs: no plan keeps every CP group within max_num_seqs {cap} (proven): {instance.n} "
+                f"sequences fill at most {most} micro-batches{every} of at most {groups} CP groups (min_cp_size "
+                f"{instance.sizes[0]} of {instance.ranks} ranks), {most * groups * cap} sequences at most")
+        evaluator = ContextParallelEvaluator(instance, max_num_seqs=cap)
+        solvers = [self.solver] + ([MEGATRON_BACKEND] if self.compare_megatron and self.solver != MEGATRON_BACKEND
+                                   and MEGATRON_BACKEND in available("context_parallel") else [])
+        deadline = None if self.time_limit_s is None else clock() + self.time_limit_s
+        counts = cap_counts(least, most, multiple)
+        kept: list[tuple[float, int, SolveResult]] = []
+        tried: list[int] = []
+        reasons: list[str] = []
+        out_of_time = False
+        for i, count in enumerate(counts):
+            left = None if deadline is None else deadline - clock()
+            if left is not None and left <= 0:
+                out_of_time = True
+                break
+            if kept and count > kept[0][1] + CAP_ALTERNATIVES * multiple:
+                break
+            tried.append(count)
+            share = None if left is None else left / min(len(counts) - i, CAP_SHARES) / len(solvers)
+            for solver in solvers:
+                try:
+                    option = solve_context_parallel(self._instance(lengths, ids, count), solver,
+                                                    time_limit_s=share, seed=self.seed)
+                except InfeasibleError as error:
+                    reasons.append(str(error))
+                    continue
+                score = evaluator.score(option.solution) if option.solution is not None else None
+                if score is not None and not score.feasible:   # the crowded groups split, where they can be
+                    split = split_crowded(option.solution, instance, cap)
+                    split_score = evaluator.score(split)
+                    if split_score.feasible:
+                        option, score = dataclasses.replace(option, solution=split), split_score
+                if score is not None and score.feasible:
+                    kept.append((score.objective, count, option))
+                else:
+                    reasons.append(f"{solver} at {count}: " + (score.violations[0] if score else option.message))
+        if not kept:
+            why = "time_limit_s ran out" if out_of_time else "the solves found none"
+            raise InfeasibleError(
+                f"max_num_seqs: no plan found keeping every CP group within max_num_seqs {cap} at "
+                f"{', '.join(map(str, tried)) or 'no'} micro-batches of the counts {least} to {most}{every} "
+                f"({why}; not proven infeasible: e.g. {reasons[0] if reasons else 'no solve ran'})")
+        objective, count, best = min(kept, key=lambda option: option[:2])
+        bound = ContextParallelEvaluator(self._instance(lengths, ids, least)).lower_bound()
+        return dataclasses.replace(
+            best, objective=objective, bound=bound, hit_time_limit=best.hit_time_limit or out_of_time,
+            status=OPTIMAL if objective <= optimality_level(bound) else FEASIBLE,
+            info={**best.info, "max_num_seqs": {"cap": cap, "counts": (least, most), "tried": tried,
+                                                "micro_batches": count}})
 
     def _aligned(self, instance: ContextParallelInstance, lengths: list[int], ids: list[Any], slots: int,
                  multiple: int) -> SolveResult:
@@ -297,7 +432,8 @@ class PackplaceDynamicCPScheduler:
         fixed count; where none is found there, at the multiples below it down to the token cap's least
         count), or Megatron's own plan aligned by its own rule (:func:`align_slots`, at the multiple above its
         count) where that is faster (with ``compare_megatron``) or the solves find none; every plan scored by
-        the evaluator of ``instance``.
+        the evaluator of ``instance``. Its bound and status hold over every multiple the drop-in may choose
+        (:func:`_over_every_multiple`), not only over the count it was solved at.
 
         Raises:
             InfeasibleError: none found: no multiple lies between the token cap's least count and the count
@@ -339,7 +475,9 @@ class PackplaceDynamicCPScheduler:
             raise InfeasibleError(f"microbatch_group_size_per_vp_stage: no plan of a multiple of {multiple} "
                                   f"micro-batches found ({'; '.join(dict.fromkeys(reasons))})")
         evaluator = ContextParallelEvaluator(instance)
-        return min(options, key=lambda option: evaluator.score(option.solution).objective)
+        objective, best = min(((evaluator.score(option.solution).objective, option) for option in options),
+                              key=lambda pair: pair[0])
+        return _over_every_multiple(best, objective, evaluator, multiple, least, most)
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> list[list[list[Any]]]:
         """Megatron's slot: ``groups[i][j]`` = the sample ids DP×CP rank ``j`` runs in micro-batch ``i``
@@ -356,6 +494,32 @@ class PackplaceDynamicCPScheduler:
             out.append(ranks)
         return out
 
+
+
+def _over_every_multiple(result: SolveResult, objective: float, evaluator: ContextParallelEvaluator, multiple: int,
+                         least: int, most: int) -> SolveResult:
+    """``result`` (a plan solved at one fixed multiple of ``multiple`` micro-batches) with ``objective`` (the
+    evaluator's) and a bound and status over every multiple the drop-in may choose: those from the least at or
+    above ``least`` (the token cap's count) to the most at or below ``most`` (one sequence per micro-batch at
+    least). A fixed-count solve's bound holds at its own count only, and another multiple may have the better
+    plan; the instance's bound at the least multiple holds at all of them, because it only rises with the
+    count (:func:`~packplace.context_parallel.bounds.lower_bound`: the slot bound adds the smallest solo times
+    of more slots, the work and leader bounds do not depend on it). The status is ``optimal`` where the
+    objective meets that bound, or where one multiple is allowed and the solve proved it there."""
+    first = -(-least // multiple) * multiple
+    last = most // multiple * multiple
+    instance = dataclasses.replace(evaluator.instance, micro_batches=first)
+    bound = lower_bound(instance)
+    if first == last and len(result.solution.micro_batches) == first:   # the one count: its solve's proof holds
+        bound = max(bound, result.bound)
+        status = result.status if result.status == OPTIMAL else FEASIBLE
+    else:
+        status = FEASIBLE
+    if objective <= optimality_level(bound):
+        status = OPTIMAL
+    return dataclasses.replace(result, objective=objective, bound=bound, status=status,
+                               info={**result.info, "micro_batch_multiple": {"multiple": multiple,
+                                                                             "counts": (first, last)}})
 
 
 def _field(item: Any, name: str, where: str) -> Any:

@@ -84,7 +84,9 @@ def solve_placement(
         this call spent building the candidate table, 0 when the instance had one) and ``setup_s`` (seconds
         from the call's start to the backend's: table, checks and bound); where the batch's divisibility kept a
         vertex off a wider data-parallel layout, ``batch_divisibility`` (also on the message:
-        :func:`~packplace.placement.batch_limits.batch_note`). ``wall_s`` is the whole call's seconds.
+        :func:`~packplace.placement.batch_limits.batch_note`); where the loader narrowed a setting to the framework
+        release (:attr:`~packplace.placement.problem.config.PlacementInstance.notes`), ``config_notes`` (also on the
+        message). ``wall_s`` is the whole call's seconds.
 
     Raises:
         ConfigError: unknown solver, bad ``time_limit_s``/``seed``, a vertex with no feasible candidate
@@ -122,6 +124,10 @@ def solve_placement(
     result.params["time_limit_s"] = time_limit_s
     result.info["table_build_s"] = build_s
     result.info["setup_s"] = spent
+    if instance.notes:   # what the loader narrowed to the framework release (staleness): said, not silent
+        said = "; ".join(instance.notes)
+        result.message = f"{result.message}; {said}" if result.message else said
+        result.info["config_notes"] = list(instance.notes)
     limited = batch_note(instance, get_table(instance), result.solution) if result.solution is not None else ""
     if limited:  # the batch's divisibility, not the search, kept a vertex off the wider layouts
         result.message = f"{result.message}; {limited}" if result.message else limited

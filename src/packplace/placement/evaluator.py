@@ -340,15 +340,28 @@ class PlacementEvaluator:
                 cand, lo, hi = out[i]
                 out[i] = (dataclasses.replace(cand, time=sum(parts.values())), lo, hi)
         if self.rollout_chunks is not None and out.__class__ is list:
-            out[self.rollout_chunks[1]] = self._loop_trainer(out)
-            if self.chunk_priced:
-                batch = self.micro_rollout_batch(out)
-                for j in self.rollout_chunks[2]:
-                    cand, lo, hi = out[j]
-                    if batch < cand.micro_batch:
-                        out[j] = (dataclasses.replace(cand, time=sum(self.chunk_forward(j, cand, batch).values())),
-                                  lo, hi)
+            batch = self.micro_rollout_batch(out)
+            _, train, forwards = self.rollout_chunks
+            for j in (train, *forwards) if self.chunk_priced else (train,):
+                cand, lo, hi = out[j]
+                out[j] = (self.at_chunk(j, cand, batch), lo, hi)
         return out
+
+    def at_chunk(self, i: int, cand, batch: int):
+        """Candidate ``cand`` of vertex ``i`` as a plan whose micro-rollout batch is ``batch``
+        (:meth:`micro_rollout_batch`) runs it: the actor training vertex's at that batch (:meth:`_loop_trainer`),
+        a forward vertex's planned above it, where :attr:`chunk_priced`, at its time there (:meth:`chunk_forward`;
+        its memory, charged at its own micro-batch, covers it); ``cand`` itself for every other vertex. The one
+        function :meth:`_resolve` and the CP-SAT model's chunk options
+        (:func:`~packplace.solvers.placement.cpsat.tables.make_tables`) read."""
+        if self.rollout_chunks is None:
+            return cand
+        _, train, forwards = self.rollout_chunks
+        if i == train:
+            return self._loop_trainer(cand, batch)
+        if self.chunk_priced and i in forwards and batch < cand.micro_batch:
+            return dataclasses.replace(cand, time=sum(self.chunk_forward(i, cand, batch).values()))
+        return cand
 
     def micro_rollout_batch(self, res: list) -> int:
         """The micro-rollout batch (:attr:`rollout_chunks`, the loop's where :attr:`micro_rollout`) in ``res``:
@@ -359,24 +372,22 @@ class PlacementEvaluator:
         return micro_rollout_batch_size(self.instance.workload.sequences, res[train][0].strategy.dp,
                                         (res[j][0].micro_batch for j in forwards))
 
-    def _loop_trainer(self, res: list) -> tuple:
-        """``res``'s actor training entry at the old-log-prob forward of the micro-rollout chunks
-        (:attr:`rollout_chunks`): each actor rank runs that forward over a whole micro-rollout batch
-        (:meth:`micro_rollout_batch`) beside its training state, which may exceed the training micro-batch the
-        candidate charges it at; its memory and, where :attr:`chunk_priced` (from v0.5.0; the loop of earlier
-        releases times the forward itself), its time at that batch
+    def _loop_trainer(self, cand, batch: int):
+        """The actor training candidate ``cand`` at the old-log-prob forward of the micro-rollout chunks
+        (:attr:`rollout_chunks`) of ``batch`` sequences (:meth:`micro_rollout_batch`): each actor rank runs that
+        forward over a whole micro-rollout batch beside its training state, which may exceed the training
+        micro-batch the candidate charges it at; its memory and, where :attr:`chunk_priced` (from v0.5.0; the loop
+        of earlier releases times the forward itself), its time at that batch
         (:func:`~packplace.placement.candidates.chunk_trainer`: one batch for both). The reference, critic and
         reward servers each run one call of that batch at a time, at most their own micro-batch, which their
         memory covers."""
-        cand, lo, hi = res[self.rollout_chunks[1]]
-        batch = self.micro_rollout_batch(res)
         if batch == cand.micro_batch or (batch < cand.micro_batch and not self.chunk_priced):
-            return cand, lo, hi
+            return cand
         _, transient, fits = hit = self.chunk_trainer(cand, batch)
         cand = dataclasses.replace(cand, transient_bytes=transient, fits=fits)
         if self.chunk_priced:
             cand = dataclasses.replace(cand, time=sum(hit[0].values()))
-        return cand, lo, hi
+        return cand
 
     def chunk_trainer(self, cand, batch: int) -> tuple[dict[str, float], float, bool]:
         """:func:`~packplace.placement.candidates.chunk_trainer` of the actor training candidate ``cand`` at

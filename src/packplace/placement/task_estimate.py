@@ -628,7 +628,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                           logit_bytes=logit_bytes, sharding=sharding, cp=cp, trainer_backend=backend.name,
                           cp_exact=pack is not None, framework_version=framework_version, megatron=megatron,
                           micro_batches=mbs)
-    inputs.update(_priced_marks(task, parts, framework, framework_version))
+    inputs.update(_priced_marks(task, parts, framework, framework_version, micro_batch))
     engine = _pooled_engine(memory, inputs, gpu_memory_utilization, hw, cluster, shape)
     priced = components is not None and not shape.is_moe
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
@@ -1886,6 +1886,8 @@ def format_estimate(result: Estimate) -> str:
         lines.append(_pipeline_line(result.inputs))
     if result.inputs.get("micro_rollout_loop"):
         lines.append(_micro_rollout_line(result.inputs))
+    if "experience_chunk_priced" in result.inputs:
+        lines.append(_experience_chunk_line(result.inputs))
     lines.append(f"peak memory per GPU: {result.memory['peak_bytes'] / GB:.2f} GB  ({_fit_verdict(result)})")
     if result.engine:   # place's charge: the pool and what lies outside it
         return "\n".join(lines + engine_lines(result.engine))
@@ -1893,16 +1895,34 @@ def format_estimate(result: Estimate) -> str:
     return "\n".join(lines)
 
 
-def _priced_marks(task: str, parts: Mapping[str, float], framework: str, framework_version: str | None
-                  ) -> dict[str, Any]:
+def _priced_marks(task: str, parts: Mapping[str, float], framework: str, framework_version: str | None,
+                  micro_batch: int = 1) -> dict[str, Any]:
     """The inputs' marks of how the estimate was priced: ``trainer_rate_fraction`` where a PyTorch-native
-    trainer's eager kernels priced a part (``trainer_rate``), and ``micro_rollout_loop`` (True) for a
+    trainer's eager kernels priced a part (``trainer_rate``), ``micro_rollout_loop`` (True) for a
     ``generate`` estimate at a release whose experience is each actor rank's serial loop of such calls
-    (:func:`~packplace.placement.model.framework.micro_rollout_loop`), which :func:`_micro_rollout_line` reads."""
+    (:func:`~packplace.placement.model.framework.micro_rollout_loop`), which :func:`_micro_rollout_line` reads,
+    and ``experience_chunk_priced`` (the ``micro_batch`` priced) for an OpenRLHF ``infer`` estimate, which
+    :func:`_experience_chunk_line` reads."""
     marks: dict[str, Any] = {"trainer_rate_fraction": PYTORCH_TRAIN_FRACTION} if "trainer_rate" in parts else {}
     if task == "generate" and micro_rollout_loop(framework, framework_version):
         marks["micro_rollout_loop"] = True
+    if task == "infer" and framework == "openrlhf":
+        marks["experience_chunk_priced"] = micro_batch
     return marks
+
+
+def _experience_chunk_line(inputs: Mapping[str, Any]) -> str:
+    """The note of an OpenRLHF ``infer`` estimate: every release runs each experience forward (the reference,
+    reward and critic forwards and the actor's old-log-prob forward) one micro-rollout chunk
+    (``--micro_rollout_batch_size``) at a time, whatever the forward's own micro-batch; ``place`` times it at its
+    plan's chunk, :func:`~packplace.placement.model.framework.micro_rollout_batch_size` of the plan's forward
+    micro-batches and actor ranks (the evaluator's ``chunk_forward`` / ``chunk_forward_parts``: this same pass at
+    that batch), which a single-task estimate does not know: it says which batch it priced."""
+    release = inputs.get("framework_version") or "(current)"
+    return (f"  (OpenRLHF {release} runs each experience forward (reference, reward, critic, the actor's "
+            f"old log-probs) one micro-rollout chunk\n   (--micro_rollout_batch_size) at a time: this is that pass "
+            f"at --micro-batch {inputs['experience_chunk_priced']}, priced as place prices a chunk of that size;\n"
+            "   place takes its plan's chunk: the smallest forward micro-batch, at most the sequences per actor rank)")
 
 
 def _micro_rollout_line(inputs: Mapping[str, Any]) -> str:

@@ -719,6 +719,31 @@ def release_staleness(framework: str, version: str | None,
     return {model: tuple(t for t in values if t <= most) or (0,) for model, values in candidates.items()}
 
 
+def _release_text(release: tuple[int, ...]) -> str:
+    """``v0.8.0`` for ``(0, 8)``, ``v0.9.1`` for ``(0, 9, 1)``."""
+    return "v" + ".".join(map(str, (*release, 0, 0)[:max(3, len(release))]))
+
+
+def release_staleness_note(framework: str, version: str | None,
+                           candidates: Mapping[str, tuple[int, ...]]) -> str:
+    """One line saying why :func:`release_staleness` narrows ``candidates`` (the config's
+    ``optimizer.staleness_candidates``) at ``framework``'s release ``version``, naming the release and the flag that
+    would allow the dropped values; ``""`` where it drops none."""
+    narrowed = release_staleness(framework, version, candidates)
+    dropped = {model: values for model, values in candidates.items() if narrowed.get(model) != values}
+    if not dropped:
+        return ""
+    most = openrlhf_most_stale(table_release(version))
+    if most == 0:
+        why = (f"OpenRLHF {version} trains synchronously: asynchronous training (--async_train) comes with "
+               f"{_release_text(OPENRLHF_ASYNC)}")
+    else:
+        why = (f"OpenRLHF {version} queues one rollout batch (a staleness of at most 1): --async_queue_size comes "
+               f"with {_release_text(OPENRLHF_ASYNC_QUEUE)}")
+    changes = ", ".join(f"{model} {list(values)} -> {list(narrowed[model])}" for model, values in dropped.items())
+    return f"staleness_candidates narrowed to what the release runs ({why}): {changes}"
+
+
 def _world(task: Placed) -> int:
     s = task.strategy
     return s.dp * s.pp * s.tp

@@ -59,6 +59,7 @@ from packplace.placement.model.layout_rules import (
     check_config,
     megatron_field_refusal,
     release_staleness,
+    release_staleness_note,
 )
 from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, ROUTER_DTYPES, SHARDING, TrainingOptions, lora_params
 from packplace.placement.model.nemo_rl_releases import release_for
@@ -383,6 +384,10 @@ class PlacementInstance:
         force_on_policy_ratio: ``policy.force_on_policy_ratio``: NeMo RL's ``loss_fn.force_on_policy_ratio``,
             which from v0.7.0 drops the previous-policy log-prob pass
             (:func:`~packplace.placement.model.nemo_rl_releases.skips_old_log_prob`).
+        notes: One line per setting the loader narrowed to what the framework release runs (the config's
+            ``staleness_candidates`` at an OpenRLHF release before ``--async_train`` or ``--async_queue_size``:
+            :func:`~packplace.placement.model.layout_rules.release_staleness_note`); ``place`` adds them to its
+            result's message and ``info["config_notes"]``.
     """
 
     cluster: Cluster
@@ -405,6 +410,7 @@ class PlacementInstance:
     dynamic_bsz: tuple[int, int, int] | None = None
     entropy_coeff: float = 0.0
     force_on_policy_ratio: bool = False
+    notes: tuple[str, ...] = ()
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -877,7 +883,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
             raise ConfigError(f"[training.{role}] optimizer_steps: {options.optimizer_steps} does not divide the "
                               f"step's {units[0]} {units[1]}: each optimizer step trains a whole global batch")
     optimizer = _optimizer(_section(config, "optimizer", required=False), algorithm)
-    # the staleness the framework release runs (OpenRLHF's asynchronous training from 0.8.0)
+    # the staleness the framework release runs (OpenRLHF's asynchronous training from 0.8.0), said where it narrows
+    notes = tuple(note for note in (release_staleness_note(policy["framework"], policy.get("framework_version"),
+                                                           optimizer["staleness_candidates"]),) if note)
     optimizer["staleness_candidates"] = release_staleness(policy["framework"], policy.get("framework_version"),
                                                           optimizer["staleness_candidates"])
     if hardware.decode_step_overhead is None:  # unset: the framework engine's per-step cost
@@ -892,7 +900,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                                                     _actor_context_parallel(balance)),
                                  dynamic_bsz=dynamic_bsz,
                                  entropy_coeff=float(policy["entropy_coeff"]),
-                                 force_on_policy_ratio=bool(policy["force_on_policy_ratio"]))
+                                 force_on_policy_ratio=bool(policy["force_on_policy_ratio"]), notes=notes)
     check_config(Context.of(instance))
     return instance
 
