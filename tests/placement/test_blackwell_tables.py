@@ -136,7 +136,8 @@ def test_the_placement_evaluator_prices_b200_decode_with_the_table_not_the_knobs
     t_table = table.decode_step_times(model, 1, 1, (1, 1, 1), 1, running, ctx)[0]
     t_knobs = knobs.decode_step_times(model, 1, 1, (1, 1, 1), 1, running, ctx)[0]
     # framework none is the bare vLLM profile: its KV read at the preset's vllm_kv_bandwidth_fraction (0.434)
-    kernels = C.decode_step_array(vllm_decode_table(C.load_table("b200"), hw), model, running, ctx)[0]
+    kernels = C.decode_step_array(vllm_decode_table(C.load_table("b200"), hw), model, running, ctx,
+                                  sampler=("v1", None))[0]
     # the engine's per-step and per-sequence host time, the same on both
     overhead = decode_step_overhead(hw, table.framework) + table.engine.host_seconds_per_sequence
     assert t_table == pytest.approx(overhead + kernels, rel=1e-9) and kernels > 242 * 3.34e-6

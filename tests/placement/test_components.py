@@ -215,7 +215,7 @@ def test_cost_model_prices_dense_h200_passes_with_the_table():
     direct = C.pass_times(table, model, tokens=2 * 4096, seq_len=4096, train=False).total
     assert cost.pass_time(model, False, 1, 1, 1, 2, (1, 1, 1)) == pytest.approx(direct, rel=1e-9)
     step = cost.decode_step_times(model, 1, 1, (1, 1, 1), 1, np.array([32.0]), np.array([32.0 * 2048]))[0]
-    overhead = step - C.decode_seconds(table, model, 32, 2048)
+    overhead = step - C.decode_seconds(table, model, 32, 2048, sampler=("v1", None))
     assert overhead == pytest.approx(1.4e-3, rel=0.05)   # the bare vLLM engine's per-step overhead
     knobs = CostModel(replace(hw, component_table="none"), Cluster(1, 1, 8), cost.workload)
     assert knobs.pass_time(model, False, 1, 1, 1, 2, (1, 1, 1)) != pytest.approx(direct, rel=1e-3)

@@ -115,9 +115,10 @@ def test_force_on_policy_e2e_and_profile_restored():
 def test_figures_the_docs_quote():
     """docs/calibration-and-validation.md, "NeMo RL phases against the team's published phase timings"."""
     gke = next(r for r in phases.phase_rows() if r["id"] == "gke-b200-llama3.1-8b")
-    # with the Blackwell vLLM KV-read fraction (0.434); 0.45 and 0.49 without it; the step 0.54 before the
-    # DTensor passes' flash-attn 2 on Blackwell (FLASH_ATTN2_ATTENTION_FRACTION), which leaves the generation
-    assert round(gke["ratio"]["generation"], 2) == 0.54 and round(gke["ratio"]["step"], 2) == 0.56
+    # with the Blackwell vLLM KV-read fraction (0.434), flash-attn 2 on Blackwell (FLASH_ATTN2_ATTENTION_FRACTION)
+    # and vLLM's sampler: generation 0.55 (0.54 before the sampler, 0.45 without the KV-read fraction), the step
+    # 0.56 (0.54 before flash-attn 2, 0.49 without the KV-read fraction)
+    assert round(gke["ratio"]["generation"], 2) == 0.55 and round(gke["ratio"]["step"], 2) == 0.56
     assert round(gke["ratio"]["logprobs_and_training"], 2) == 0.65
     kv = phases.kv_budget_delta()
     # with the pool at the H100's CUDA total (the preset since "The GPU's memory as CUDA reports it") the engine's
@@ -128,10 +129,11 @@ def test_figures_the_docs_quote():
     fop = phases.force_on_policy_delta()
     assert [round(x, 1) for x in fop["predicted_reduction_pct"]] == [47.3, 49.8]
     splits = {sp["id"]: sp for sp in (phases.onpolicy_split(p) for p in phases.PAIRS)}
-    # 51.8 with the profile run's activation peak taken from the KV cache; 52.6 before it, 35.0 at a datasheet 80e9
-    assert round(splits["qwen3-32b v0.5"]["generation_side_gap_s"], 1) == 51.8
+    # 48.5 with vLLM's sampler in the decode iteration; 51.8 before it with the profile run's activation peak taken
+    # from the KV cache; 52.6 before that, 35.0 at a datasheet 80e9
+    assert round(splits["qwen3-32b v0.5"]["generation_side_gap_s"], 1) == 48.5
     shares = [sp["generation_side_gap_s"] / sp["onpolicy_gap_s"] for sp in splits.values()]
-    assert (round(100 * min(shares)), round(100 * max(shares))) == (67, 95)   # "67-95% of every on-policy gap"
+    assert (round(100 * min(shares)), round(100 * max(shares))) == (65, 95)   # "65-95% of every on-policy gap"
 
 
 def test_force_on_policy_uses_the_config_switch_where_the_release_has_it():

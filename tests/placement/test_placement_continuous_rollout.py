@@ -115,7 +115,8 @@ def test_evaluator_prices_a_stale_generation_at_its_steady_state_throughput():
     cost = ev.cost
     spec = inst.models["actor"]
     step = float(cost.decode_step_times(spec, 1, 1, (1, 1, 2), 2, np.array([4.0]), np.array([4 * 216.0]))[0])
-    assert step == pytest.approx(0.01, rel=0.02)  # the 10 ms overhead dominates
+    # the 10 ms overhead dominates; vLLM's sampler adds its host issue, 14 x 20.4 µs, which outlasts the toy's graph
+    assert step == pytest.approx(0.01, rel=0.04)
     # per engine: 8 x 100 + 8 x 300 = 3,200 tokens per step on 4 slots = 800 iterations of ~10 ms
     by_hand = 3200 / 4 * step
     generation = score.phases["actor.generate"]["generation"]
@@ -183,7 +184,7 @@ def test_stale_engine_cap_applies_only_when_the_config_sets_no_max_num_seqs(max_
     spec = inst.models["actor"]
     step = float(capped.decode_step_times(spec, 1, 1, (1, 1, 2), 2, np.array([float(slots)]),
                                           np.array([slots * 216.0]))[0])
-    assert step == pytest.approx(0.01, rel=0.02)
+    assert step == pytest.approx(0.01, rel=0.04)   # the overhead and the sampler's host issue (above)
     by_hand = 3200 / slots * step
     generation = capped.stale_generate_time(spec, 2, 1, 1, 16, (1, 1, 2), 1, 2)
     assert generation - capped.prefill_time(spec, 1, 16, min(slots, 16)) == pytest.approx(by_hand, rel=0.1)

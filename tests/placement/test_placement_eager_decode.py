@@ -153,8 +153,11 @@ def test_estimate_decodes_with_or_without_graphs():
     model = resolve_model("qwen2.5-1.5b")
     graph = estimate("qwen2.5-1.5b", "h200", "decode", batch=4, context=1024)
     eager = estimate("qwen2.5-1.5b", "h200", "decode", batch=4, context=1024, enforce_eager=True)
-    assert graph.parts["decode"] == pytest.approx(C.decode_seconds(table, model, 4, 1024), rel=1e-12)
-    assert eager.parts["decode"] == pytest.approx(C.decode_seconds(table, model, 4, 1024, eager=True), rel=1e-12)
+    # a bare vLLM V1 engine: its sampler without log-probabilities after the head
+    sampler = ("v1", None)
+    assert graph.parts["decode"] == pytest.approx(C.decode_seconds(table, model, 4, 1024, sampler=sampler), rel=1e-12)
+    assert eager.parts["decode"] == pytest.approx(C.decode_seconds(table, model, 4, 1024, eager=True,
+                                                                   sampler=sampler), rel=1e-12)
     assert eager.inputs["enforce_eager"] is True and graph.inputs["enforce_eager"] is False
     # generate: every decode iteration eager, the prefill unchanged
     g = estimate("qwen2.5-1.5b", "h200", "generate", batch=4, seq_len=128, context=640)

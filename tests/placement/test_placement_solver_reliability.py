@@ -93,13 +93,14 @@ def test_exact_is_never_worse_than_greedy_on_small_odd_clusters(shape):
     assert exact.objective <= heuristic.objective * (1 + OPTIMALITY_RTOL) + 1e-9  # the hint is greedy's at worst
 
 
-@pytest.mark.parametrize("shape, optimum", [((2, 6), 65.3567), ((2, 5), 102.8938)])
+@pytest.mark.parametrize("shape, optimum", [((2, 6), 66.3445), ((2, 5), 104.8338)])
 def test_greedy_reaches_the_proven_optimum_that_two_vertices_changing_together_give(shape, optimum):
     # the colocated plan (84.0342 s) had won on two 6-GPU nodes; greedy then found the optimum's layout (generation
     # on 2 GPUs, the rest on all 12). With the re-priced memory the optimum trades the reference and reward forwards
     # down to pp 6 for training's micro-batch 8 (2 x 6; greedy had stopped at 66.4414 s, 1.6% above) and the
     # reference down to pp 10 for training's dp 2 (2 x 5; 109.4958 s, 6.4% above): exchanges of two or three
-    # vertices that one-vertex step-downs and climb-back do not make. greedy's trades (greedy.trade_climb) make them
+    # vertices that one-vertex step-downs and climb-back do not make. greedy's trades (greedy.trade_climb) make them.
+    # The optima with vLLM's sampler in the decode iteration: 66.3445 and 104.8338 s (65.3567 and 102.8938 before)
     inst = odd(GRPO, *shape)
     result = packplace.place(inst, "greedy", time_limit_s=30)
     exact = packplace.place(odd(GRPO, *shape), "cpsat", time_limit_s=30, seed=0)
@@ -116,13 +117,14 @@ def test_greedy_reaches_the_proven_optimum_that_two_vertices_changing_together_g
 
 
 def test_a_trade_makes_one_vertex_faster_and_steps_the_others_down_where_no_single_move_helps():
-    # two 5-GPU nodes: the colocated plan climbed back one vertex at a time stops at 109.4958 s; the first improving
-    # trade makes training faster (pinned) and steps the reference down, every block unchanged
+    # two 5-GPU nodes: the colocated plan climbed back one vertex at a time stops at 111.4357 s (109.4958 before
+    # vLLM's sampler); the first improving trade makes training faster (pinned) and steps the reference down, every
+    # block unchanged
     inst = odd(GRPO, 2, 5)
     ev = get_evaluator(inst)
     plan = greedy.colocated_plan(ev)[0]
     climbed, t, _ = greedy.climb_back(ev, plan, ev.step_time(plan))
-    assert t == pytest.approx(109.4958, abs=1e-4)
+    assert t == pytest.approx(111.4357, abs=1e-4)
     assert greedy.climb_back(ev, climbed, t)[1] == t   # no single move improves it
     traded, t2, calls = greedy.trade(ev, climbed, t)
     assert t2 < t and 0 < calls <= greedy.TRADE_EVALUATIONS
@@ -135,7 +137,7 @@ def test_a_trade_makes_one_vertex_faster_and_steps_the_others_down_where_no_sing
              for n, v in before.items()}
     assert any(new < old for old, new in times.values()) and any(new > old for old, new in times.values())
     assert greedy.trade(ev, climbed, t, max_calls=0) == (climbed, t, 0)
-    assert greedy.trade_climb(ev, plan, ev.step_time(plan))[1] == pytest.approx(102.8938, abs=1e-4)
+    assert greedy.trade_climb(ev, plan, ev.step_time(plan))[1] == pytest.approx(104.8338, abs=1e-4)
 
 
 def test_climb_back_undoes_a_step_down_memory_did_not_need():

@@ -177,12 +177,12 @@ def test_validate_json_has_one_object_per_row(capsys):
 
 
 def test_validate_command_prints_the_report(capsys):
-    # OpenRLHF's generation + experience at 1.31 and NeMo RL's Llama-3.1-8B step at 0.67: the figures
-    # outside x1.3 (KNOWN_OUT_OF_RANGE)
+    # OpenRLHF's generation + experience at 1.31: the figure outside x1.3 (KNOWN_OUT_OF_RANGE); NeMo RL's
+    # Llama-3.1-8B step is inside since vLLM's sampler is priced (0.764 -> 0.771, x1.3 = 0.769)
     assert main(["validate", *IN_SAMPLE_FILES]) == 1
     out = capsys.readouterr().out
     assert "nemo_rl_grpo_llama3.1-8b_2x8xh100" in out
-    assert "4 of 6 figures within x1.3 of the published value with the plan within memory" in out
+    assert "5 of 6 figures within x1.3 of the published value with the plan within memory" in out
 
 
 def test_mean_live_tokens_by_hand():

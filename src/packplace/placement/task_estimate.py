@@ -1474,7 +1474,8 @@ def _engine_parts(cost, shape: ModelSpec, hw: Hardware, table: ComponentTable | 
     def step(running: float, ctx: float) -> float:
         if table is not None:   # the whole model's kernels at the slowest stage's pace, pp batches in flight, as
             # CostModel.decode_step_times prices a pipelined engine's iteration (pp x stage_gemm_share)
-            return decode_seconds(table, shape, running, ctx, tp, eager=eager) * pp * stage_gemm_share(shape, pp)
+            return decode_seconds(table, shape, running, ctx, tp, eager=eager,
+                                  sampler=cost.decode_sampler()) * pp * stage_gemm_share(shape, pp)
         one = cost.decode_step_times(shape, tp, pp, extent, dp, np.array([float(running)]),
                                      np.array([float(running) * ctx]), ep)
         return float(one[0]) - decode_step_overhead(hw, cost.framework) - _decode_comm(cost, shape, running, tp, pp,

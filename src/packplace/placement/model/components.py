@@ -874,18 +874,100 @@ def decode_head_kernels(model: TransformerShape, batch: float, tp: int = 1) -> l
             ("ew", BF16 * model.output_dim / tp * batch)]
 
 
+#: vLLM's sampler in one decode iteration at the sampling parameters the RL frameworks pass (temperature 1.0,
+#: ``top_p`` 1.0, ``top_k`` -1: every request random, no top-k / top-p, so no sort and no FlashInfer
+#: kernel on any path), by engine generation and the log-probabilities the requests ask for
+#: (:data:`SAMPLER_LOGPROBS`: none, or ``logprobs=0`` under vLLM's ``logprobs_mode``): one ``(kernel, bytes
+#: per vocabulary entry per sequence)`` per kernel, over the full vocabulary (V0 gathers the logits to the
+#: driver, V1 all-gathers them: every rank samples the whole row). Softmax and log-softmax over a row longer
+#: than a thread block re-read their input three times (:data:`LOG_SOFTMAX_BYTES`). Sources: V1,
+#: vllm/v1/sample/sampler.py ``Sampler.forward`` / ``sample`` / ``gather_logprobs`` and
+#: vllm/v1/sample/ops/topk_topp_sampler.py ``forward_native`` / ``random_sample`` (``forward_cuda`` falls back
+#: to it when ``k`` and ``p`` are ``None``; ``processed_logprobs``: the log-softmax of the fp32 logits after
+#: temperature, in ``forward_native``), vllm/v1/sample/ops/logprobs.py ``batched_count_greater_than`` (one
+#: compiled kernel), at vLLM 0.10.0, 0.11.2 and 0.17.1 (0.8.4: raw only, the rank an uncompiled compare and
+#: sum, 6 bytes in 2 kernels); vllm/v1/worker/gpu_input_batch.py (``top_p`` 1 and ``top_k`` -1 leave
+#: ``top_p`` / ``top_k`` ``None``). V0, vllm/model_executor/layers/sampler.py ``Sampler.forward`` (softmax
+#: and log-softmax always), ``_sample_with_torch`` (``probs[sample_indices]`` copied), ``_multinomial``
+#: (``q.exponential_()``, ``probs.div_(q).argmax``), ``get_logprobs`` / ``_get_ranks``, at vLLM 0.6.3.post1
+#: and 0.7.2 (no ``logprobs_mode``: both modes are V0's one). The frameworks' parameters:
+#: :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_logprobs`.
+SAMPLER_LOGPROBS = (None, "raw_logprobs", "processed_logprobs")
+_V1_SAMPLE = (("fp32 upcast", BF16 + FP32), ("temperature div_", 2 * FP32))
+_V1_DRAW = (("softmax", LOG_SOFTMAX_BYTES), ("q.exponential_", FP32), ("probs.div_(q)", 3 * FP32),
+            ("argmax", FP32), ("sampled.long", 0.0), ("sampled.to(int32)", 0.0))
+_V1_RANK = (("gather", 0.0), ("batched_count_greater_than", FP32), ("cat", 0.0), ("cat", 0.0),
+            ("indices.to(int32)", 0.0))
+_V0_SAMPLE = (("fp32 upcast", BF16 + FP32), ("temperature div_", 2 * FP32), ("softmax", LOG_SOFTMAX_BYTES),
+              ("log_softmax", LOG_SOFTMAX_BYTES), ("probs[sample_indices]", 2 * FP32), ("q.exponential_", FP32),
+              ("probs.div_(q)", 3 * FP32), ("argmax", FP32), ("samples.cpu", 0.0))
+_V0_RANK = (("query indices to GPU", 0.0), ("token ids to GPU", 0.0), ("selected logprobs", 0.0),
+            ("logprobs[query_indices]", 2 * FP32), ("arange", 0.0), ("x[arange, indices]", 0.0),
+            ("x > vals", FP32 + 1), ("sum", 1.0), ("add_", 0.0), ("logprobs to cpu", 0.0), ("ranks to cpu", 0.0))
+VLLM_SAMPLER_KERNELS: dict[tuple[str, str | None], tuple[tuple[str, float], ...]] = {
+    ("v1", None): _V1_SAMPLE + _V1_DRAW,
+    ("v1", "raw_logprobs"): (("raw log_softmax of the bf16 logits", 3 * BF16 + FP32),) + _V1_SAMPLE + _V1_DRAW
+    + _V1_RANK,
+    ("v1", "processed_logprobs"): _V1_SAMPLE + (("processed log_softmax", LOG_SOFTMAX_BYTES),) + _V1_DRAW + _V1_RANK,
+    ("v0", None): _V0_SAMPLE,
+    ("v0", "raw_logprobs"): _V0_SAMPLE + _V0_RANK,
+    ("v0", "processed_logprobs"): _V0_SAMPLE + _V0_RANK,
+}
+
+
+def decode_sampler_kernels(model: TransformerShape, batch: float, generation: str,
+                           logprobs: str | None) -> list[tuple]:
+    """The kernels of vLLM's sampler over ``batch`` sequences in one decode iteration of an engine of
+    ``generation`` (``v0`` / ``v1``) whose requests ask for ``logprobs`` (:data:`SAMPLER_LOGPROBS`):
+    :data:`VLLM_SAMPLER_KERNELS`, each an elementwise kernel of its bytes per vocabulary entry times
+    ``batch × V`` (the whole vocabulary on every tensor-parallel rank). vLLM runs the sampler eagerly after
+    the captured forward; :func:`sampler_seconds` says how its issue overlaps the graph."""
+    if generation not in ("v0", "v1"):
+        raise ValueError(f"sampler: generation must be one of v0, v1, got {generation!r}")
+    if logprobs not in SAMPLER_LOGPROBS:
+        raise ValueError(f"sampler: logprobs must be one of {SAMPLER_LOGPROBS}, got {logprobs!r}")
+    kernels = VLLM_SAMPLER_KERNELS[(generation, logprobs)]
+    return [("ew", per_entry * model.output_dim * float(batch)) for _, per_entry in kernels]
+
+
+def sampler_seconds(table: ComponentTable, model: TransformerShape, running, generation: str,
+                    logprobs: str | None, body, eager: bool = False):
+    """Seconds the sampler (:func:`decode_sampler_kernels` of ``running`` sequences, a float or a numpy array)
+    adds to a decode iteration whose forward and head take ``body`` seconds (the shape of ``running``).
+    Eager (vLLM's ``enforce_eager``): every kernel an eager one, ``Σ max(kernel_issue_s, kernel_gpu_s + t)``.
+    Captured: vLLM launches the graph's replay asynchronously and then issues ``compute_logits`` and the
+    sampler's ``n`` kernels from Python while the GPU replays it (it waits only at the sampled ids' copy to
+    the host), so the GPU runs them back to back after the graph, ``S = Σ (kernel_gpu_s + t)``, and the
+    iteration ends when both are done: ``max(body + S, n·kernel_issue_s) − body``, the host's issue showing
+    only where it outlasts the graph. The host's other work around the sampler (its tensors, the ids' copy)
+    is in the engine's ``decode_step_overhead``."""
+    a = np.asarray(running, dtype=float)
+    seconds = [per_sequence * a / table.stream_bandwidth
+               for _, per_sequence in decode_sampler_kernels(model, 1.0, generation, logprobs)]
+    if eager:
+        return sum(np.maximum(table.kernel_issue_s, table.kernel_gpu_s + t) for t in seconds)
+    gpu = sum(table.kernel_gpu_s + t for t in seconds)
+    return gpu + np.maximum(0.0, len(seconds) * table.kernel_issue_s - body - gpu)
+
+
 def decode_seconds(table: ComponentTable, model: TransformerShape, batch: float, context: float,
-                   tp: int = 1, layers: float | None = None, head: bool = True, eager: bool = False) -> float:
+                   tp: int = 1, layers: float | None = None, head: bool = True, eager: bool = False,
+                   sampler: tuple[str, str | None] | None = None) -> float:
     """Seconds of one decode iteration of ``batch`` sequences of ``context`` cached tokens on one GPU
     (``layers`` of them, default all; ``head``: :func:`decode_head_kernels`): graph-captured,
     :meth:`ComponentTable.graph_seconds` of the kernels of :func:`decode_kernels`; with ``eager`` (vLLM's
     ``enforce_eager``, no CUDA graph) the same kernels as an eager pass, :meth:`ComponentTable.eager_seconds`
-    (each kernel at least the host's ``kernel_issue_s``)."""
+    (each kernel at least the host's ``kernel_issue_s``). ``sampler``: ``(engine generation, logprobs)`` of
+    a vLLM engine (:func:`decode_sampler_kernels`), whose sampler (:func:`sampler_seconds`) replaces the
+    head's argmax; ``None``: the argmax (the measured decode rows' step)."""
     price = table.eager_seconds if eager else table.graph_seconds
     n = model.layers if layers is None else layers
     t = n * price(decode_kernels(model, batch, context, tp))
     if head:
-        t += price(decode_head_kernels(model, batch, tp))
+        kernels = decode_head_kernels(model, batch, tp)
+        t += price(kernels if sampler is None else kernels[:1])
+        if sampler is not None:
+            t += float(sampler_seconds(table, model, batch, sampler[0], sampler[1], t, eager))
     return t
 
 
@@ -1041,7 +1123,7 @@ def leave_one_model_out(document: Any, gpu: str, where: str = "measurements") ->
 
 
 def decode_step_array(table: ComponentTable, model: TransformerShape, running, context_sum, tp: int = 1,
-                      eager: bool = False):
+                      eager: bool = False, sampler: tuple[str, str | None] | None = None):
     """:func:`decode_seconds` over arrays: one decode iteration of ``running`` sequences whose cached
     contexts add up to ``context_sum`` tokens (numpy arrays of one shape, or floats), every layer and the
     head on one of ``tp`` ranks. Each kernel of :func:`decode_kernels` and :func:`decode_head_kernels`
@@ -1049,8 +1131,9 @@ def decode_step_array(table: ComponentTable, model: TransformerShape, running, c
     KV bytes of ``context_sum`` tokens at ``kv_bandwidth`` (linear in the total context), an elementwise
     kernel its bytes at ``stream_bandwidth``; a captured step sums ``kernel_gpu_s + t`` over the kernels
     (:meth:`ComponentTable.graph_seconds`), an eager one (``eager``: vLLM's ``enforce_eager``)
-    ``max(kernel_issue_s, kernel_gpu_s + t)`` (:meth:`ComponentTable.eager_seconds`). Seconds, the shape
-    of ``running``."""
+    ``max(kernel_issue_s, kernel_gpu_s + t)`` (:meth:`ComponentTable.eager_seconds`). ``sampler``: as in
+    :func:`decode_seconds`, vLLM's sampler (:func:`sampler_seconds`) in place of the head's argmax. Seconds,
+    the shape of ``running``."""
 
     a = np.asarray(running, dtype=float)
     ctx = np.asarray(context_sum, dtype=float)
@@ -1072,5 +1155,7 @@ def decode_step_array(table: ComponentTable, model: TransformerShape, running, c
         else:
             layer = layer + price(kernel[1] * a / table.stream_bandwidth)
     head_n = model.output_dim / tp
-    head = price(gemv(model.hidden_dim, head_n)) + price(BF16 * head_n * a / table.stream_bandwidth)
-    return model.layers * layer + head
+    body = model.layers * layer + price(gemv(model.hidden_dim, head_n))
+    if sampler is None:
+        return body + price(BF16 * head_n * a / table.stream_bandwidth)
+    return body + sampler_seconds(table, model, a, sampler[0], sampler[1], body, eager)

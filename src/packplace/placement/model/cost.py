@@ -1231,7 +1231,7 @@ class CostModel:
           pace of the slowest, the last one with the output head, so the weight terms (``2N·a`` and
           ``2W/tp``) are scaled by ``pp·stage_gemm_share``
           (:func:`~packplace.placement.model.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for Llama-3.1-8B at
-          pp 4).
+          pp 4). On a component table vLLM's sampler follows the head (:meth:`decode_sampler`; none on the knobs).
 
         Without CUDA graphs (``engine.enforce_eager``, vLLM's ``enforce_eager``) the host issues every
         kernel of the iteration: on a GPU type with a component table the layers and the head are an eager
@@ -1263,7 +1263,7 @@ class CostModel:
         table = self.decode_table(model)   # a vLLM engine's KV read at vllm_kv_bandwidth_fraction
         eager = self.engine.enforce_eager
         if table is not None:   # measured components: the step's kernels, captured or eager
-            body = decode_step_array(table, model, running, context_sum, tp, eager) * imbalance
+            body = decode_step_array(table, model, running, context_sum, tp, eager, self.decode_sampler()) * imbalance
         else:
             # each kernel class at its own roofline, as the component tables price each GEMM and the
             # attention: the weight GEMMs turn compute-bound at large batches while the attention stays
@@ -1286,6 +1286,22 @@ class CostModel:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
             step = step + (pp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         return step
+
+    def decode_sampler(self) -> tuple[str, str | None] | None:
+        """``(engine generation, logprobs)`` of the engine's sampler, which a decode iteration priced on a
+        component table runs after the head (:func:`~packplace.placement.model.components.sampler_seconds`):
+        the engine's ``engine_generation`` and the framework's
+        :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_logprobs`; ``None`` for an engine
+        that is not vLLM (no ``engine_generation`` on the engine or the framework profile: DeepSpeed's hybrid
+        engine, the head's argmax). The sampler (the fp32 logits, temperature, softmax, the exponential-race
+        sample and, with log-probabilities, a log-softmax and the rank, over the whole vocabulary of every
+        running sequence) runs eagerly after the captured forward. The knob model prices no head kernel
+        beside the head's weights (no argmax either), so it takes no sampler: a mixture of experts or a GPU
+        type without a table is priced as before."""
+        gen = self.engine.engine_generation
+        if gen is None or self.framework.engine_generation is None:
+            return None
+        return gen, self.framework.engine_logprobs
 
     def host_per_sequence(self, synchronous: bool = True) -> float:
         """Host seconds a decode iteration adds per running sequence: the engine's own

@@ -52,8 +52,11 @@ INFERENCE_OFFLOAD = {"none": (), "reference": ("reference",), "reference+reward"
 #: Refit paths on the trainer's own block (:func:`refit_seconds`).
 REFITS = ("p2p", "in_place", "cuda_ipc")
 #: Seconds a vLLM engine adds to every decode iteration beyond the roofline of
-#: :meth:`~packplace.placement.model.cost.CostModel.decode_step_times` (scheduler, input preparation, sampling,
-#: detokenisation, the launches CUDA graphs do not hide). Source: ``benchmarks/benchmark_latency.py`` at
+#: :meth:`~packplace.placement.model.cost.CostModel.decode_step_times` (scheduler, input preparation, the
+#: sampler's host work, detokenisation, the launches CUDA graphs do not hide; the sampler's GPU kernels are
+#: priced on their own on a component table, ``components.sampler_seconds``: at this source's batch 8 and
+#: OPT's 50,272 entries 34 µs of the figure on the H100 table, left in it). Source:
+#: ``benchmarks/benchmark_latency.py`` at
 #: its defaults (batch 8, 32 prompt and 128 generated tokens: 128 engine iterations) for OPT-125M on one
 #: H100, the V1 engine's batch latency after github.com/vllm-project/vllm/pull/10733 ("[V1] Optimize the
 #: CPU overheads in FlashAttention custom op"). A model of 0.25 GB of weights leaves the iterations almost
@@ -601,6 +604,17 @@ class FrameworkProfile:
             worker is a Ray actor, nemo_rl/models/generation/vllm/vllm_worker.py), OpenRLHF (``LLMRayActor``) and a
             bare engine (``none``). False: verl's hybrid engine builds vLLM inside the trainer's
             ``ActorRolloutRefWorker`` process, DeepSpeed-Chat's hybrid engine is the training engine.
+        engine_logprobs: The log-probabilities the framework's rollout requests ask vLLM for, as vLLM's
+            ``logprobs_mode`` computes them (``raw_logprobs``, vLLM's default, or ``processed_logprobs``;
+            ``None``: none asked), which add a log-softmax and the rank over the vocabulary to every decode
+            iteration's sampler (:data:`~packplace.placement.model.components.VLLM_SAMPLER_KERNELS`): verl's
+            synchronous rollout (verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, v0.3.0 to v0.6.x:
+            ``logprobs=0``, vLLM's default mode; its asynchronous agent loop, the default ``rollout.mode``
+            from v0.7.0, asks only with ``calculate_log_probs``, false by default); NeMo RL
+            (nemo_rl/models/generation/vllm/vllm_worker.py: ``logprobs=0`` at every release v0.1.0-v0.7.0,
+            ``logprobs_mode="processed_logprobs"`` from v0.5.0, ``raw_logprobs`` at v0.4.x). OpenRLHF asks
+            only for its importance-sampling correction (``logprobs=1 if ... else None``, off by default).
+            All three pass temperature 1.0, ``top_p`` 1.0 and ``top_k`` -1 by default.
         offload_between_passes: A trainer's ``offload`` moves its state to the host between passes and the
             whole state back for each pass (verl's FSDP ``param_offload`` / ``optimizer_offload``:
             ``verl/workers/fsdp_workers.py`` at commit b25bb7d4f, ``update_actor`` calls
@@ -634,6 +648,7 @@ class FrameworkProfile:
     inprocess_engine: bool = False
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     engine_own_process: bool = True
+    engine_logprobs: str | None = None
 
 
 #: The profiles (``policy.framework``).
@@ -647,7 +662,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES,
         offload_between_passes=True, gpu_memory_utilization=VERL_GPU_MEMORY_UTILIZATION,
-        engine_own_process=False),
+        engine_own_process=False, engine_logprobs="raw_logprobs"),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -663,7 +678,8 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         stale_engine_max_num_seqs=VLLM_ASYNC_ENGINE_MAX_NUM_SEQS,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
         refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0,
-        inprocess_engine=True, gpu_memory_utilization=NEMO_RL_GPU_MEMORY_UTILIZATION),
+        inprocess_engine=True, gpu_memory_utilization=NEMO_RL_GPU_MEMORY_UTILIZATION,
+        engine_logprobs="processed_logprobs"),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "

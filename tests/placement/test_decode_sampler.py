@@ -1,0 +1,107 @@
+"""vLLM's sampler in a decode iteration (components.VLLM_SAMPLER_KERNELS, sampler_seconds): bytes per vocabulary
+entry counted from vLLM's sampler, hand calculations on a round table, and its share for a small and a large
+model on the H200 table."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from packplace.placement.model import components as C
+from packplace.placement.model.framework import FRAMEWORKS
+from packplace.placement.problem.models import ModelSpec
+from packplace.placement.task_estimate import resolve_model
+
+# The round table of test_placement_eager_decode: 1e12 B/s streams, 2 µs GPU and 20 µs host per kernel.
+TABLE = C.ComponentTable(gpu="tiny", gemm_flops=1e15, gemm_k_overhead=0.0, gemm_stream_bandwidth=1e12,
+                         gemm_launch_s=0.0, stream_bandwidth=1e12, attention_flops=1e14, kernel_issue_s=20e-6,
+                         kernel_gpu_s=2e-6, decode_weight_bandwidth=1e12, kv_bandwidth=1e12)
+TINY = ModelSpec(layers=2, hidden_dim=128, ffn_dim=256, vocab_size=1_000_000, num_kv_heads=1, head_dim=128)
+# one layer's bytes at batch 1 and 1,000 cached tokens (test_placement_eager_decode)
+LAYER_BYTES = 844_288
+
+
+def test_bytes_per_vocabulary_entry_and_kernels():
+    # V1: upcast 2 + 4, temperature 4 + 4, softmax 3·4 + 4, exponential 4, div 4 + 4 + 4, argmax 4 = 50 bytes;
+    # with logprobs the rank's read 4 and the raw log-softmax of the bf16 logits 3·2 + 4 (64) or the processed
+    # one of the fp32 logits 3·4 + 4 (70); V0 softmax and log-softmax always (74), the rank's copy, compare, sum
+    per_entry = {key: sum(b for _, b in kernels) for key, kernels in C.VLLM_SAMPLER_KERNELS.items()}
+    assert per_entry == {("v1", None): 50.0, ("v1", "raw_logprobs"): 64.0, ("v1", "processed_logprobs"): 70.0,
+                         ("v0", None): 74.0, ("v0", "raw_logprobs"): 88.0, ("v0", "processed_logprobs"): 88.0}
+    assert {key: len(k) for key, k in C.VLLM_SAMPLER_KERNELS.items()} == {
+        ("v1", None): 8, ("v1", "raw_logprobs"): 14, ("v1", "processed_logprobs"): 14,
+        ("v0", None): 9, ("v0", "raw_logprobs"): 20, ("v0", "processed_logprobs"): 20}
+    # Qwen2.5's 151,936 entries, 256 sequences, V1 with logprobs: 64 · 151,936 · 256 = 2,489,319,424 bytes
+    qwen = resolve_model("qwen2.5-0.5b")
+    kernels = C.decode_sampler_kernels(qwen, 256, "v1", "raw_logprobs")
+    assert sum(k[1] for k in kernels) == 2_489_319_424
+    assert all(k[0] == "ew" for k in kernels)
+    with pytest.raises(ValueError, match="generation must be one of v0, v1, got 'v2'"):
+        C.decode_sampler_kernels(qwen, 1, "v2", None)
+    with pytest.raises(ValueError, match="logprobs must be one of"):
+        C.decode_sampler_kernels(qwen, 1, "v1", True)
+
+
+def test_captured_sampler_runs_after_the_graph():
+    # layers 2·(10·2 µs + 0.844288 µs), head GEMM 2 + 256 µs; sampler V1 without logprobs: 8 kernels of 2 µs
+    # and 50 bytes · 1e6 entries = 50 µs; its host issue 8 · 20 = 160 µs hides behind the graph
+    graph = C.decode_seconds(TABLE, TINY, 1, 1000, sampler=("v1", None))
+    assert graph == pytest.approx(2 * (20e-6 + LAYER_BYTES / 1e12) + 258e-6 + 16e-6 + 50e-6, rel=1e-12)
+    assert graph == pytest.approx(365.688576e-6, rel=1e-12)
+    array = C.decode_step_array(TABLE, TINY, np.array([1.0, 4.0]), np.array([1000.0, 4000.0]),
+                                sampler=("v1", None))
+    assert array[0] == pytest.approx(graph, rel=1e-12)
+    assert array[1] == pytest.approx(C.decode_seconds(TABLE, TINY, 4, 1000, sampler=("v1", None)), rel=1e-12)
+
+
+def test_host_issue_shows_where_it_outlasts_the_graph():
+    # a vocabulary of 1,000: layers 41.688576 µs, head GEMM 2 + 0.256 µs, sampler GPU 16 + 0.05 µs: 60 µs of
+    # GPU work against 8 · 20 µs = 160 µs of issue -> the iteration lasts 160 µs
+    small = ModelSpec(layers=2, hidden_dim=128, ffn_dim=256, vocab_size=1000, num_kv_heads=1, head_dim=128)
+    assert C.decode_seconds(TABLE, small, 1, 1000, sampler=("v1", None)) == pytest.approx(160e-6, rel=1e-12)
+    array = C.decode_step_array(TABLE, small, np.array([1.0]), np.array([1000.0]), sampler=("v1", None))
+    assert array[0] == pytest.approx(160e-6, rel=1e-12)
+
+
+def test_eager_sampler_kernels_are_eager_kernels():
+    # every kernel max(20 µs, 2 µs + t ≤ 18 µs) = 20 µs: layers 400 µs, head GEMM 258 µs, sampler 8 · 20 µs
+    eager = C.decode_seconds(TABLE, TINY, 1, 1000, eager=True, sampler=("v1", None))
+    assert eager == pytest.approx(400e-6 + 258e-6 + 160e-6, rel=1e-12)
+    array = C.decode_step_array(TABLE, TINY, np.array([1.0]), np.array([1000.0]), eager=True,
+                                sampler=("v1", None))
+    assert array[0] == pytest.approx(eager, rel=1e-12)
+
+
+def test_small_model_step_rises_by_the_sampler():
+    # Qwen2.5-0.5B on the H200 table, 256 sequences: the argmax (one kernel, 2 bytes per entry) becomes
+    # 8 kernels of 50 bytes per entry: 7 · kernel_gpu_s + 48 · 151,936 · 256 / stream_bandwidth
+    table = C.load_table("h200")
+    qwen = resolve_model("qwen2.5-0.5b")
+    before = C.decode_seconds(table, qwen, 256, 1024)
+    after = C.decode_seconds(table, qwen, 256, 1024, sampler=("v1", None))
+    rise = 7 * table.kernel_gpu_s + 48 * 151_936 * 256 / table.stream_bandwidth
+    assert after - before == pytest.approx(rise, rel=1e-9)
+    assert after / before > 1.2   # 50 · 151,936 · 256 = 1.94 GB, twice the weights (0.99 GB)
+    with_logprobs = C.decode_seconds(table, qwen, 256, 1024, sampler=("v1", "raw_logprobs"))
+    assert with_logprobs - after == pytest.approx(6 * table.kernel_gpu_s + 14 * 151_936 * 256
+                                                  / table.stream_bandwidth, rel=1e-9)
+    # NeMo RL's processed mode: the log-softmax of the fp32 logits, 16 bytes against the raw one's 10
+    processed = C.decode_seconds(table, qwen, 256, 1024, sampler=("v1", "processed_logprobs"))
+    assert processed - with_logprobs == pytest.approx(6 * 151_936 * 256 / table.stream_bandwidth, rel=1e-9)
+
+
+def test_large_model_share_is_small():
+    # Llama-3.1-8B, 128 sequences of 2,048 tokens, V1 with logprobs: 64 · 128,256 · 128 = 1.05 GB against
+    # 16 GB of weights and 34 GB of KV cache: a few percent of the iteration, not < 1%
+    table = C.load_table("h200")
+    llama = resolve_model("llama3.1-8b")
+    step = C.decode_seconds(table, llama, 128, 2048, sampler=("v1", "raw_logprobs"))
+    share = float(C.sampler_seconds(table, llama, 128, "v1", "raw_logprobs", 0.0 * step)) / step
+    assert 0.01 < share < 0.05
+
+
+def test_frameworks_that_ask_for_logprobs():
+    # verl's synchronous rollout passes logprobs=0 (vLLM's raw mode), NeMo RL logprobs=0 in the processed mode;
+    # OpenRLHF and a bare engine pass none
+    assert FRAMEWORKS["verl"].engine_logprobs == "raw_logprobs"
+    assert FRAMEWORKS["nemo-rl"].engine_logprobs == "processed_logprobs"
+    assert FRAMEWORKS["openrlhf"].engine_logprobs is None and FRAMEWORKS["none"].engine_logprobs is None
