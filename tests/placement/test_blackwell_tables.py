@@ -135,7 +135,7 @@ def test_the_placement_evaluator_prices_b200_decode_with_the_table_not_the_knobs
     knobs = CostModel(replace(hw, component_table="none"), Cluster(1, 1, 8), workload)
     t_table = table.decode_step_times(model, 1, 1, (1, 1, 1), 1, running, ctx)[0]
     t_knobs = knobs.decode_step_times(model, 1, 1, (1, 1, 1), 1, running, ctx)[0]
-    # framework none is the bare vLLM profile: its KV read at the preset's vllm_kv_bandwidth_fraction (0.434)
+    # framework none is the bare vLLM profile: its KV read at the preset's vllm_kv_bandwidth_fraction (0.441)
     kernels = C.decode_step_array(vllm_decode_table(C.load_table("b200"), hw), model, running, ctx,
                                   sampler=("v1", None))[0]
     # the engine's per-step and per-sequence host time, the same on both

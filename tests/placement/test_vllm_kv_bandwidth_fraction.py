@@ -1,4 +1,4 @@
-"""``vllm_kv_bandwidth_fraction``: a vLLM engine's decode attention on Blackwell reads the KV cache at 0.434 of the
+"""``vllm_kv_bandwidth_fraction``: a vLLM engine's decode attention on Blackwell reads the KV cache at 0.441 of the
 rate its kernels reach, the component table's ``kv_bandwidth`` or, for a mixture of experts (the knob model),
 ``memory_bandwidth·decode_bw_eff`` (fitted by ``benchmarks/blackwell_engine_term.py`` to ML.ENERGY's B200 runs);
 every other GPU type, and every engine that is not vLLM, keeps the kernels' rate."""
@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_only_the_blackwell_presets_set_it():
-    assert VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL == 0.434
+    assert VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL == 0.441
     for gpu in ("b200", "gb200", "gb200-nvl72"):
-        assert resolve_hardware(gpu)[1].vllm_kv_bandwidth_fraction == 0.434
+        assert resolve_hardware(gpu)[1].vllm_kv_bandwidth_fraction == 0.441
     for gpu in ("h100-sxm", "h200", "a100", "h20", "l40s"):
         assert resolve_hardware(gpu)[1].vllm_kv_bandwidth_fraction == 1.0
 
@@ -33,8 +33,8 @@ def test_the_engine_table_scales_only_the_kv_read():
     hw = resolve_hardware("b200")[1]
     table = hardware_table(hw, "b200")
     got = vllm_decode_table(table, hw)
-    # the b200 table's KV read: the H200's device copy x 1.609 (decode attention's achieved ratio); x 0.434
-    assert got.kv_bandwidth == pytest.approx(table.kv_bandwidth * 0.434, rel=1e-12)
+    # the b200 table's KV read: the H200's device copy x 1.609 (decode attention's achieved ratio); x 0.441
+    assert got.kv_bandwidth == pytest.approx(table.kv_bandwidth * 0.441, rel=1e-12)
     assert got.decode_weight_bandwidth == table.decode_weight_bandwidth and got.gemm_flops == table.gemm_flops
     h100 = resolve_hardware("h100-sxm")[1]
     assert vllm_decode_table(load_table("h100-sxm"), h100) is not None
@@ -52,9 +52,9 @@ def test_the_added_time_is_the_kv_bytes_at_the_slower_rate():
     kv_bytes = 32 * 128 * 4000 * 2 * 8 * 128 * 2
     assert kv_bytes == 67_108_864_000
     bw = load_table("b200").kv_bandwidth
-    extra = kv_bytes / (bw * 0.434) - kv_bytes / bw
+    extra = kv_bytes / (bw * 0.441) - kv_bytes / bw
     assert _decode("b200") - _decode("b200", vllm_kv_bandwidth_fraction=1.0) == pytest.approx(extra, rel=1e-6)
-    assert extra == pytest.approx(kv_bytes / bw * (1 / 0.434 - 1), rel=1e-12)
+    assert extra == pytest.approx(kv_bytes / bw * (1 / 0.441 - 1), rel=1e-12)
 
 
 def _sampler_rise(gpu):
@@ -96,14 +96,14 @@ def test_the_step_model_applies_it_to_vllm_engines_not_deepspeed():
     kv_bytes = 32 * 128 * 4000 * 2 * 8 * 128 * 2
     bw = load_table("b200").kv_bandwidth
     for framework in ("verl", "nemo-rl", "openrlhf", "none"):
-        assert _step("b200", framework, 0.434) - _step("b200", framework, 1.0) == pytest.approx(
-            kv_bytes / bw * (1 / 0.434 - 1), rel=1e-6)
-    assert _step("b200", "deepspeed-chat", 0.434) == _step("b200", "deepspeed-chat", 1.0)
+        assert _step("b200", framework, 0.441) - _step("b200", framework, 1.0) == pytest.approx(
+            kv_bytes / bw * (1 / 0.441 - 1), rel=1e-6)
+    assert _step("b200", "deepspeed-chat", 0.441) == _step("b200", "deepspeed-chat", 1.0)
 
 
 def test_estimate_names_it():
     text = format_estimate(estimate("llama3.1-8b", "b200", "decode", batch=8, context=100, framework="vllm"))
-    assert "  (vLLM decode attention: KV cache read at kv_bandwidth x vllm_kv_bandwidth_fraction 0.434 of b200)" in (
+    assert "  (vLLM decode attention: KV cache read at kv_bandwidth x vllm_kv_bandwidth_fraction 0.441 of b200)" in (
         text.splitlines())
     text = format_estimate(estimate("llama3.1-8b", "h100-sxm", "decode", batch=8, context=100, framework="vllm"))
     assert "vllm_kv_bandwidth_fraction" not in text
@@ -139,10 +139,10 @@ def _moe_decode(gpu, framework="vllm", **hardware):
 
 def test_a_moe_decode_on_b200_reads_its_kv_cache_at_the_fraction_of_the_knob_rate():
     assert MOE_KV_BYTES == 50_331_648_000
-    # b200 preset: 8 TB/s x decode_bw_eff 0.65 = 5.2 TB/s; x 0.434 = 2.2568 TB/s
+    # b200 preset: 8 TB/s x decode_bw_eff 0.65 = 5.2 TB/s; x 0.441 = 2.2932 TB/s
     knob = 8e12 * 0.65
-    extra = MOE_KV_BYTES / (knob * 0.434) - MOE_KV_BYTES / knob
-    assert extra == pytest.approx(0.012623, abs=1e-6)   # 22.302 ms - 9.679 ms
+    extra = MOE_KV_BYTES / (knob * 0.441) - MOE_KV_BYTES / knob
+    assert extra == pytest.approx(0.012269, abs=1e-6)   # 21.948 ms - 9.679 ms
     got, full = _moe_decode("b200"), _moe_decode("b200", vllm_kv_bandwidth_fraction=1.0)
     assert full.time_s == pytest.approx(0.024344640479749477, rel=1e-12)   # main before: the kernels' rate
     assert got.components == "knobs"
@@ -150,7 +150,7 @@ def test_a_moe_decode_on_b200_reads_its_kv_cache_at_the_fraction_of_the_knob_rat
     assert got.parts["decode"] - full.parts["decode"] == pytest.approx(extra, rel=1e-9)
     assert got.parts["overhead"] == full.parts["overhead"]   # the engine's host time does not move
     assert "  (vLLM decode attention: KV cache read at memory_bandwidth x decode_bw_eff x vllm_kv_bandwidth_fraction " \
-           "0.434 of b200)" in format_estimate(got).splitlines()
+           "0.441 of b200)" in format_estimate(got).splitlines()
 
 
 def test_a_moe_decode_keeps_the_kernels_rate_without_a_vllm_engine():
@@ -176,36 +176,36 @@ def _moe_step(gpu, framework, fraction, eager=False, running=128, context=4000):
 
 
 def test_the_step_model_applies_it_to_a_moe_decode_of_every_vllm_engine_not_deepspeed():
-    extra = MOE_KV_BYTES / (8e12 * 0.65) * (1 / 0.434 - 1)
+    extra = MOE_KV_BYTES / (8e12 * 0.65) * (1 / 0.441 - 1)
     for framework in ("verl", "nemo-rl", "openrlhf", "none"):   # place's none is the bare vLLM engine
-        assert _moe_step("b200", framework, 0.434) - _moe_step("b200", framework, 1.0) == pytest.approx(
+        assert _moe_step("b200", framework, 0.441) - _moe_step("b200", framework, 1.0) == pytest.approx(
             extra, rel=1e-6)
         # gb200: the same die, the same knob rate
-        assert _moe_step("gb200", framework, 0.434) - _moe_step("gb200", framework, 1.0) == pytest.approx(
+        assert _moe_step("gb200", framework, 0.441) - _moe_step("gb200", framework, 1.0) == pytest.approx(
             extra, rel=1e-6)
-    assert _moe_step("b200", "deepspeed-chat", 0.434) == _moe_step("b200", "deepspeed-chat", 1.0)
+    assert _moe_step("b200", "deepspeed-chat", 0.441) == _moe_step("b200", "deepspeed-chat", 1.0)
     # a GPU type priced by the knob model alone (no table): a dense model takes it too (Llama-3.1-8B, 67.1 GB)
-    dense = 32 * 128 * 4000 * 2 * 8 * 128 * 2 / (8e12 * 0.65) * (1 / 0.434 - 1)
-    assert (_step_on("b200", "verl", 0.434, "none") - _step_on("b200", "verl", 1.0, "none")
+    dense = 32 * 128 * 4000 * 2 * 8 * 128 * 2 / (8e12 * 0.65) * (1 / 0.441 - 1)
+    assert (_step_on("b200", "verl", 0.441, "none") - _step_on("b200", "verl", 1.0, "none")
             == pytest.approx(dense, rel=1e-6))
     # eager (enforce_eager): the host issues every kernel; at 128 x 4,000 tokens the attention kernels outlast
     # their issue time either way, so the whole KV term is added
-    eager = _moe_step("b200", "verl", 0.434, eager=True) - _moe_step("b200", "verl", 1.0, eager=True)
+    eager = _moe_step("b200", "verl", 0.441, eager=True) - _moe_step("b200", "verl", 1.0, eager=True)
     assert eager == pytest.approx(extra, rel=1e-6)
-    # at 8 x 500 tokens (98.6 us more KV read, 2 us per layer) the slower attention stays under the 20.4 us
+    # at 8 x 500 tokens (95.9 us more KV read, 2 us per layer) the slower attention stays under the 20.4 us
     # each kernel takes to issue (the b200 table), which the step already pays: eager adds nothing, the
     # captured step the KV term
-    small = 48 * 8 * 500 * 2 * 4 * 128 * 2 / (8e12 * 0.65) * (1 / 0.434 - 1)
-    assert small == pytest.approx(98.6e-6, abs=0.1e-6)
-    assert (_moe_step("b200", "verl", 0.434, False, 8, 500) - _moe_step("b200", "verl", 1.0, False, 8, 500)
+    small = 48 * 8 * 500 * 2 * 4 * 128 * 2 / (8e12 * 0.65) * (1 / 0.441 - 1)
+    assert small == pytest.approx(95.9e-6, abs=0.1e-6)
+    assert (_moe_step("b200", "verl", 0.441, False, 8, 500) - _moe_step("b200", "verl", 1.0, False, 8, 500)
             == pytest.approx(small, rel=1e-6))
-    assert (_moe_step("b200", "verl", 0.434, True, 8, 500) - _moe_step("b200", "verl", 1.0, True, 8, 500)
+    assert (_moe_step("b200", "verl", 0.441, True, 8, 500) - _moe_step("b200", "verl", 1.0, True, 8, 500)
             == pytest.approx(0.0, abs=1e-12))
 
 
 def test_the_step_model_and_estimate_agree_on_a_moe_decode():
     # place's iteration (framework verl's profile, overheads aside) and estimate's decode part move alike
-    step = _moe_step("b200", "verl", 0.434) - _moe_step("b200", "verl", 1.0)
+    step = _moe_step("b200", "verl", 0.441) - _moe_step("b200", "verl", 1.0)
     est = _moe_decode("b200", "verl").parts["decode"] - _moe_decode("b200", "verl",
                                                                     vllm_kv_bandwidth_fraction=1.0).parts["decode"]
     assert step == pytest.approx(est, rel=1e-9)
@@ -214,10 +214,10 @@ def test_the_step_model_and_estimate_agree_on_a_moe_decode():
 def test_place_s_framework_none_rollout_is_estimate_s_vllm_engine_not_its_bare_kernels(capsys):
     # place's framework none rolls out on a bare vLLM engine, which estimate --framework vllm prices; estimate's
     # --framework none decode is the kernels alone (documented in --help and docs/placement-model.md)
-    place = _moe_step("b200", "none", 0.434) - _moe_step("b200", "none", 1.0)
+    place = _moe_step("b200", "none", 0.441) - _moe_step("b200", "none", 1.0)
     engine = _moe_decode("b200", "vllm").parts["decode"] - _moe_decode("b200", "none").parts["decode"]
     assert place == pytest.approx(engine, rel=1e-9)
-    assert engine == pytest.approx(MOE_KV_BYTES / (8e12 * 0.65) * (1 / 0.434 - 1), rel=1e-9)   # 12.62 ms
+    assert engine == pytest.approx(MOE_KV_BYTES / (8e12 * 0.65) * (1 / 0.441 - 1), rel=1e-9)   # 12.62 ms
     assert FRAMEWORKS["none"].engine_generation is not None
     from packplace.cli import main
     with pytest.raises(SystemExit):

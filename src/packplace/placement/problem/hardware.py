@@ -396,17 +396,17 @@ GEMM_PEAK_FRACTION_GB200 = 0.55 * (1622 / 5000) / (744 / 1979)
 GEMM_PEAK_FRACTION_B200 = 0.55 * (1576 / 4500) / (744 / 1979)
 #: ``vllm_kv_bandwidth_fraction`` of the ``b200`` and ``gb200`` presets (the same Blackwell die): a vLLM engine's
 #: decode attention on Blackwell reads the KV cache at ``1 / (1 + k)`` of the table's ``kv_bandwidth``,
-#: ``k`` = 1.304 fitted by ``benchmarks/blackwell_engine_term.py`` (non-negative least squares on the relative
+#: ``k`` = 1.266 fitted by ``benchmarks/blackwell_engine_term.py`` (non-negative least squares on the relative
 #: inter-token-latency residual) to the 62 B200 runs of the ML.ENERGY Leaderboard v3.0 (vLLM 0.11.1, ``vllm serve
 #: --async-scheduling``; five dense models on the chat and long-context ``gpqa`` tasks), chosen among a host time
 #: per running sequence, a per-iteration constant and their pairs by the error held out one model and one task
-#: at a time (docs/calibration-and-validation.md, "Whole engines on Blackwell"): 0.434, the rate of the H100
+#: at a time (docs/calibration-and-validation.md, "Whole engines on Blackwell"): 0.441, about the rate of the H100
 #: table. Measured on vLLM 0.11.1 only (V1 runs FlashInfer's decode on Blackwell by default, with TRT-LLM-gen
 #: kernels on SM100 since mid-2025: github.com/vllm-project/vllm/pull/19118, /pull/19825); no source says why the
 #: whole engine reads slower than the kernel microbenchmarks, so it is applied to every vLLM V1 release alike.
 #: A ratio of the engine's rate to its kernels', it multiplies the knob model's KV read too (a mixture of
 #: experts: ``memory_bandwidth·decode_bw_eff``), :meth:`~packplace.placement.model.cost.CostModel.kv_read_fraction`.
-VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL = 0.434
+VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL = 0.441
 
 #: Hardware presets: ``hardware: {preset: h100-sxm, nodes_per_rack: 2}``; every field may be overridden.
 #:
