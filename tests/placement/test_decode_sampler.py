@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from packplace.placement.candidates import cost_model
 from packplace.placement.model import components as C
-from packplace.placement.model.framework import FRAMEWORKS
+from packplace.placement.model.framework import FRAMEWORKS, engine_logprobs, release_profile
+from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.models import ModelSpec
-from packplace.placement.task_estimate import resolve_model
+from packplace.placement.task_estimate import MODEL_PRESETS, estimate, resolve_model
 
 # The round table of test_placement_eager_decode: 1e12 B/s streams, 2 µs GPU and 20 µs host per kernel.
 TABLE = C.ComponentTable(gpu="tiny", gemm_flops=1e15, gemm_k_overhead=0.0, gemm_stream_bandwidth=1e12,
@@ -102,6 +104,73 @@ def test_large_model_share_is_small():
 def test_frameworks_that_ask_for_logprobs():
     # verl's synchronous rollout passes logprobs=0 (vLLM's raw mode), NeMo RL logprobs=0 in the processed mode;
     # OpenRLHF and a bare engine pass none
-    assert FRAMEWORKS["verl"].engine_logprobs == "raw_logprobs"
+    assert FRAMEWORKS["verl"].engine_logprobs is None   # the current release: the agent loop (v0.7.0+)
     assert FRAMEWORKS["nemo-rl"].engine_logprobs == "processed_logprobs"
     assert FRAMEWORKS["openrlhf"].engine_logprobs is None and FRAMEWORKS["none"].engine_logprobs is None
+
+
+def test_logprobs_mode_by_release():
+    # NeMo RL passes logprobs=0 at every release, in vLLM's raw mode to v0.4.x and the processed mode from
+    # v0.5.0; verl's synchronous rollout asks raw to v0.6.x, its agent loop (the default from v0.7.0) none;
+    # OpenRLHF none at every release; no release: the profile's (the current one)
+    asked = {("nemo-rl", "0.1.0"): "raw_logprobs", ("nemo-rl", "0.4.0"): "raw_logprobs",
+             ("nemo-rl", "0.4.5"): "raw_logprobs", ("nemo-rl", "0.5.0"): "processed_logprobs",
+             ("nemo-rl", "0.7.0"): "processed_logprobs", ("nemo-rl", None): "processed_logprobs",
+             ("verl", "0.2.0"): "raw_logprobs", ("verl", "0.6.0"): "raw_logprobs", ("verl", "0.6.1"): "raw_logprobs",
+             ("verl", "0.7.0"): None, ("verl", None): None, ("openrlhf", "0.6.0"): None, ("openrlhf", None): None,
+             ("none", None): None}
+    for (framework, version), mode in asked.items():
+        assert engine_logprobs(framework, version) == mode, (framework, version)
+        assert release_profile(framework, version).engine_logprobs == mode, (framework, version)
+    assert release_profile("nemo-rl", None) is FRAMEWORKS["nemo-rl"]
+    assert release_profile("nemo-rl", "0.4.0").old_log_prob == FRAMEWORKS["nemo-rl"].old_log_prob
+
+
+def test_bytes_per_release():
+    # Qwen2.5-0.5B (151,936 entries), 256 running sequences, V1: NeMo RL v0.4 raw 64 bytes per entry
+    # (2,489,319,424 B), v0.5 processed 70 (2,722,693,120 B); verl v0.6 raw (2,489,319,424 B), v0.7 none:
+    # 50 (1,944,780,800 B)
+    qwen = resolve_model("qwen2.5-0.5b")
+    got = {key: sum(k[1] for k in C.decode_sampler_kernels(qwen, 256, "v1", engine_logprobs(*key)))
+           for key in (("nemo-rl", "0.4.0"), ("nemo-rl", "0.5.0"), ("verl", "0.6.0"), ("verl", "0.7.0"))}
+    assert got == {("nemo-rl", "0.4.0"): 2_489_319_424, ("nemo-rl", "0.5.0"): 2_722_693_120,
+                   ("verl", "0.6.0"): 2_489_319_424, ("verl", "0.7.0"): 1_944_780_800}
+
+
+def test_the_estimate_prices_the_release_mode():
+    # one decode iteration on the H200 table: NeMo RL v0.5 against v0.4 adds the processed log-softmax's 6 more
+    # bytes per entry (the same 14 kernels); verl v0.6 against v0.7 the log-probs' 6 kernels and 14 bytes
+    table = C.load_table("h200")
+    V, B = 151_936, 256
+
+    def decode(framework, version):
+        return estimate("qwen2.5-0.5b", "h200", "decode", batch=B, context=1024, framework=framework,
+                        framework_version=version).parts["decode"]
+
+    assert decode("nemo-rl", "0.5.0") - decode("nemo-rl", "0.4.0") == pytest.approx(
+        6 * V * B / table.stream_bandwidth, rel=1e-9)
+    assert decode("verl", "0.6.0") - decode("verl", "0.7.0") == pytest.approx(
+        6 * table.kernel_gpu_s + 14 * V * B / table.stream_bandwidth, rel=1e-9)
+    assert decode("nemo-rl", "0.5.0") == decode("nemo-rl", None)
+
+
+def _place_cost(framework, version):
+    policy = {"algorithm": "grpo", "framework": framework}
+    if version is not None:
+        policy["framework_version"] = version
+    return cost_model(build_instance({
+        "hardware": {"preset": "h100-sxm", "racks": 1, "nodes_per_rack": 1, "gpus_per_node": 8},
+        "models": {"actor": dict(MODEL_PRESETS["llama3.1-8b"]), "reward": "rule"},
+        "workload": {"batch_size": 64, "samples_per_prompt": 4, "context_length": 256, "generation_length": 512},
+        "policy": policy}))
+
+
+def test_place_prices_the_release_mode():
+    # place's cost model (candidates.cost_model) takes the release's mode as the estimate does
+    assert _place_cost("nemo-rl", "0.4.0").decode_sampler() == ("v1", "raw_logprobs")
+    assert _place_cost("nemo-rl", "0.5.0").decode_sampler() == ("v1", "processed_logprobs")
+    assert _place_cost("nemo-rl", None).decode_sampler() == ("v1", "processed_logprobs")
+    assert _place_cost("verl", "0.6.0").decode_sampler() == ("v1", "raw_logprobs")
+    assert _place_cost("verl", "0.7.0").decode_sampler() == ("v1", None)
+    assert _place_cost("verl", "0.3.0").decode_sampler() == ("v0", "raw_logprobs")
+

@@ -183,7 +183,8 @@ def test_estimate_knob_model_matches_the_cost_model():
 
 def test_estimate_takes_the_release_engine_and_eager_default_of_a_framework_version():
     """verl v0.3 ran vLLM's V0 engine without CUDA graphs: 93 µs of host time per running sequence per
-    iteration ((20 - 1.4) ms / 200) and eager kernels; v0.6 runs V1 with graphs, as the unversioned profile."""
+    iteration ((20 - 1.4) ms / 200) and eager kernels; v0.6 runs V1 with graphs, as the unversioned profile (v0.7+),
+    whose agent loop asks for no log-probabilities where v0.6's synchronous rollout asked for raw ones."""
     kwargs = dict(batch=64, context=4096, framework="verl")
     old = estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.3.0", **kwargs)
     current = estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.6.0", **kwargs)
@@ -193,7 +194,14 @@ def test_estimate_takes_the_release_engine_and_eager_default_of_a_framework_vers
     v0 = (20e-3 - 1.4e-3) / 200
     v1 = (128 * 128 * 129 / (3048 * 3177) + 256 * 256 * 219 / (4039 * 4258)) / (128 ** 2 + 256 ** 2)
     assert old.parts["overhead"] - current.parts["overhead"] == pytest.approx(64 * (v0 - v1), rel=1e-9)
-    assert current.parts == unversioned.parts and not current.inputs["enforce_eager"]
+    assert not current.inputs["enforce_eager"]
+    assert estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.7.0", **kwargs).parts == unversioned.parts
+    # v0.6's log-probs: 6 more sampler kernels and 14 more bytes per vocabulary entry (151,936) per sequence (64)
+    table = C.load_table("h200")
+    assert current.parts["decode"] - unversioned.parts["decode"] == pytest.approx(
+        6 * table.kernel_gpu_s + 14 * 151_936 * 64 / table.stream_bandwidth, rel=1e-9)
+    assert {k: v for k, v in current.parts.items() if k != "decode"} == {
+        k: v for k, v in unversioned.parts.items() if k != "decode"}
     eager = estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.6.0", enforce_eager=True, **kwargs)
     assert old.parts["decode"] == eager.parts["decode"] > current.parts["decode"]
     # training runs no engine: the release changes nothing there

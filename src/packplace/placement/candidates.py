@@ -49,6 +49,7 @@ from packplace.placement.model.framework import (
     inference_owner,
     pass_padding,
     profile,
+    release_profile,
     trainer_logit_bytes,
 )
 from packplace.placement.model.layout_rules import Context, kv_head_refusal, strategy_refusal, trainer_backend
@@ -1157,7 +1158,8 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
     degrees.update({role: vertex_setting(instance, owner).context_parallel.degree for role, owner in forwards})
     return CostModel(hardware if hardware is not None else instance.hardware,
                      cluster if cluster is not None else instance.cluster, instance.workload, instance.engine,
-                     profile(instance.framework), sharded, training, Context.of(instance), moves,
+                     release_profile(instance.framework, getattr(instance, "framework_version", None)), sharded,
+                     training, Context.of(instance), moves,
                      release.transformer_engine if release is not None else None,
                      packed_passes(instance, release), getattr(instance, "dynamic_bsz", None),
                      frozenset(["actor", *sharers]) if "actor" in instance.models else frozenset(),

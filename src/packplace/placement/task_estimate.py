@@ -78,6 +78,7 @@ from packplace.placement.model.framework import (
     engine_takes_model_context,
     host_seconds_per_sequence,
     micro_rollout_loop,
+    release_profile,
     table_release,
     trainer_logit_bytes,
     version_defaults,
@@ -620,8 +621,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
     parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs, gpu), task,
                         micro_batch, seq_len, batch, context, recompute, optimizer, tp, pp, dp * cp, ep, framework,
-                        enforce_eager, host_seconds_per_sequence(engine_generation), pack,   # dp x cp: the ranks
-                        sharding=sharding, cp=cp, backend=backend, megatron=megatron)
+                        enforce_eager, host_seconds_per_sequence(engine_generation), pack, sharding=sharding,
+                        cp=cp, backend=backend, megatron=megatron, framework_version=framework_version)  # dp x cp ranks
     held = (1, pack.peak) if pack is not None else (micro_batch, seq_len or 0)   # a pack: SequencePacking.peak_tokens
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
@@ -1333,7 +1334,7 @@ ESTIMATE_ROLE = "model"
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
           framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None,
           backend: TrainerBackend | None = None, options: TrainingOptions | None = None,
-          bare_loop: bool = False):
+          bare_loop: bool = False, framework_version: str | None = None):
     """The cost model of ``sequences`` sequences of ``prompt`` tokens growing by ``new_tokens`` (its
     workload: the knob model's prefill length and the tokens a framework's dispatch carries), with the
     trainer's layout and Transformer Engine release of ``backend`` (:class:`TrainerBackend`) as ``place``
@@ -1342,8 +1343,9 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prom
     :meth:`~packplace.placement.model.cost.CostModel.adam_seconds`, its recompute a bare loop's weight casts,
     :meth:`~packplace.placement.model.cost.CostModel.bare_loop_casts`); ``bare_loop``: ``shape`` trains in a bare
     PyTorch loop (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`), as ``place``'s cost model
-    marks it (:func:`~packplace.placement.candidates.bare_loop_models`)."""
-    profile = FRAMEWORKS["none" if framework in ("none", "vllm") else framework]
+    marks it (:func:`~packplace.placement.candidates.bare_loop_models`); the profile at ``framework_version``
+    (:func:`~packplace.placement.model.framework.release_profile`: the log-probabilities its sampler asks for)."""
+    profile = release_profile("none" if framework in ("none", "vllm") else framework, framework_version)
     workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=prompt,
                         generation_length=new_tokens)
     layout = backend.layout if backend is not None else None
@@ -1373,7 +1375,8 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
                 host_per_sequence: float = 0.0, pack: _PackPricing | None = None,
                 sharding: str = "none", cp: int = 1, backend: TrainerBackend | None = None,
-                megatron: TrainingOptions = DEFAULT_TRAINING) -> dict[str, float]:
+                megatron: TrainingOptions = DEFAULT_TRAINING,
+                framework_version: str | None = None) -> dict[str, float]:
     """Seconds by part of ``task`` (:attr:`Estimate.parts`): a trainer's pass priced as ``place`` prices it
     where ``backend`` says so, or by the efficiency knobs (:func:`trainer_pass_parts`); the bare kernels of a
     train, infer or prefill pass (:func:`_bare_pass_parts`); an engine's decode and generate
@@ -1388,7 +1391,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     bare = (task == "train" and backend is not None and backend.layout is not None and optimizer == "adam"
             and bare_loop(sharding, backend.layout.framework, backend.layout.backend, (tp, pp, ep, cp)))
     cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend,
-                 TrainingOptions(sharding=sharding, recompute=recompute), bare)
+                 TrainingOptions(sharding=sharding, recompute=recompute), bare, framework_version)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None

@@ -372,6 +372,18 @@ class VersionDefaults:
         gpu_memory_utilization: The rollout engine's ``gpu_memory_utilization`` default at those releases
             (:func:`default_gpu_memory_utilization`); ``None``: the profile's
             (:attr:`FrameworkProfile.gpu_memory_utilization`), which held at every release of the table.
+        engine_logprobs: The log-probabilities those releases' rollout requests ask vLLM for
+            (:attr:`FrameworkProfile.engine_logprobs`: ``raw_logprobs``, ``processed_logprobs``, or ``None`` for
+            none asked), which the decode iteration's sampler prices (:func:`engine_logprobs`). verl v0.1-v0.6.x:
+            ``raw_logprobs`` (verl/workers/rollout/vllm_rollout/ ``SamplingParams(logprobs=...)``; vLLM before
+            0.10 has no ``logprobs_mode`` and V1 returns the raw ones; V0 prices both modes alike); verl v0.7.0+:
+            ``None`` (the asynchronous agent loop, verl/experimental/agent_loop/, is the default
+            ``rollout.mode``, and asks only with ``calculate_log_probs``, false by default). NeMo RL
+            v0.1.x-v0.4.x: ``raw_logprobs`` (nemo_rl/models/generation/vllm/vllm_worker.py ``logprobs=0``; vLLM
+            0.8.0-0.10.0, no ``logprobs_mode`` passed); v0.5.0+: ``processed_logprobs`` (the same file passes
+            ``logprobs_mode="processed_logprobs"`` to the engine). OpenRLHF at every release: ``None``
+            (openrlhf/trainer/ray/vllm_engine.py asks only for its importance-sampling correction, off by
+            default).
     """
 
     since: tuple[int, ...]
@@ -381,6 +393,7 @@ class VersionDefaults:
     logit_bytes: tuple[float, float] | None = None
     vllm: tuple[int, ...] | None = None
     gpu_memory_utilization: float | None = None
+    engine_logprobs: str | None = None
 
 
 #: Version-dependent defaults per framework, oldest first; a release at or after the last entry takes the
@@ -395,26 +408,31 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
                         "rollout.enforce_eager: True; logits at the model default (v0.2: transformers<4.48, "
                         "which before 4.46 upcasts the logits to fp32; the update always takes the entropy, "
                         "entropy_coeff 0.001; flash-attn's cross entropy out of place)",
-                        vllm=(0, 6, 3)),
+                        vllm=(0, 6, 3), engine_logprobs="raw_logprobs"),
         VersionDefaults((0, 3), True, "v0",
                         "verl v0.3.x: requirements.txt '# vllm==0.6.3.post1' (setup.py vllm<=0.8.2); "
                         "docs/README_vllm0.7.md: V1 only when the user exports VLLM_USE_V1=1; "
                         "ppo_trainer.yaml rollout.enforce_eager: True; logits at the model default (as v0.1)",
-                        vllm=(0, 6, 3)),
+                        vllm=(0, 6, 3), engine_logprobs="raw_logprobs"),
         VersionDefaults((0, 4), True, "v1",
                         "verl v0.4.0-v0.5.x: requirements.txt '# vllm==0.8.4' (setup.py vllm<=0.8.5); "
                         "docs/start/install.rst recommends VLLM_USE_V1=1, recipe/dapo/runtime_env.yaml sets it; "
                         "rollout enforce_eager: True; dp_actor.py logprobs_from_logits(inplace_backward=True), "
-                        "entropy_coeff: 0", VERL_LOGIT_BYTES, vllm=(0, 8, 4)),
+                        "entropy_coeff: 0", VERL_LOGIT_BYTES, vllm=(0, 8, 4), engine_logprobs="raw_logprobs"),
         VersionDefaults((0, 6), False, "v1",
                         "verl v0.6.0: verl/trainer/config/rollout/rollout.yaml enforce_eager: False (commit "
                         "ff6978c14); vllm_rollout_spmd.py and vllm_async_server.py import vllm.v1; requirements.txt "
                         "'# vllm==0.8.4' (setup.py vllm>=0.7.3,<=0.9.1, as on main until v0.6.1, e.g. b25bb7d4f: "
-                        "every release of the range before 0.11)", VERL_LOGIT_BYTES, vllm=(0, 8, 4)),
+                        "every release of the range before 0.11)", VERL_LOGIT_BYTES, vllm=(0, 8, 4),
+                        engine_logprobs="raw_logprobs"),
         VersionDefaults((0, 6, 1), False, "v1",
                         "verl v0.6.1+: as v0.6.0, but setup.py vllm>=0.8.5,<=0.11.0 (v0.7.0: <=0.12.0), a range "
                         "across 0.11, where NCCL's buffers leave gpu_memory_utilization: no release taken",
-                        VERL_LOGIT_BYTES),
+                        VERL_LOGIT_BYTES, engine_logprobs="raw_logprobs"),
+        VersionDefaults((0, 7), False, "v1",
+                        "verl v0.7.0+: as v0.6.1; rollout.mode's default the asynchronous agent loop "
+                        "(verl/experimental/agent_loop/), whose requests ask vLLM for no log-probs unless "
+                        "rollout.calculate_log_probs (false by default)", VERL_LOGIT_BYTES),
     ),
     "openrlhf": (
         VersionDefaults((0, 1), False, "v0",
@@ -447,22 +465,24 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
     "nemo-rl": (
         VersionDefaults((0, 1), True, "v0",
                         "NeMo RL v0.1.x: nemo_reinforcer/models/generation/vllm.py env VLLM_USE_V1=0 and "
-                        "vllm.LLM(enforce_eager=True); pyproject.toml vllm==0.8.0", vllm=(0, 8, 0)),
+                        "vllm.LLM(enforce_eager=True); pyproject.toml vllm==0.8.0", vllm=(0, 8, 0),
+                        engine_logprobs="raw_logprobs"),
         VersionDefaults((0, 2), True, "v1",
                         "NeMo RL v0.2.x: pyproject.toml vllm==0.8.4 (no VLLM_USE_V1 override); "
-                        "nemo_rl/models/generation/vllm.py vllm.LLM(enforce_eager=True)", vllm=(0, 8, 4)),
+                        "nemo_rl/models/generation/vllm.py vllm.LLM(enforce_eager=True)", vllm=(0, 8, 4),
+                        engine_logprobs="raw_logprobs"),
         VersionDefaults((0, 3), False, "v1",
                         "NeMo RL v0.3.0+: examples/configs/grpo_math_1B.yaml vllm_cfg.enforce_eager: False; "
                         "NRL_VLLM_USE_V1 default 1 (vllm 0.9.0 and later); pyproject.toml vllm==0.9.0",
-                        vllm=(0, 9, 0)),
+                        vllm=(0, 9, 0), engine_logprobs="raw_logprobs"),
         VersionDefaults((0, 4), False, "v1", "NeMo RL v0.4.x: as v0.3; pyproject.toml vllm==0.10.0",
-                        vllm=(0, 10, 0)),
+                        vllm=(0, 10, 0), engine_logprobs="raw_logprobs"),
         VersionDefaults((0, 5), False, "v1", "NeMo RL v0.5.x: as v0.3; pyproject.toml vllm==0.11.2",
-                        vllm=(0, 11, 2)),
+                        vllm=(0, 11, 2), engine_logprobs="processed_logprobs"),
         VersionDefaults((0, 6), False, "v1", "NeMo RL v0.6.x: as v0.3; pyproject.toml vllm==0.17.1",
-                        vllm=(0, 17, 1)),
+                        vllm=(0, 17, 1), engine_logprobs="processed_logprobs"),
         VersionDefaults((0, 7), False, "v1", "NeMo RL v0.7.x: as v0.3; pyproject.toml vllm==0.20.0",
-                        vllm=(0, 20, 0)),
+                        vllm=(0, 20, 0), engine_logprobs="processed_logprobs"),
     ),
 }
 
@@ -607,10 +627,12 @@ class FrameworkProfile:
         engine_logprobs: The log-probabilities the framework's rollout requests ask vLLM for, as vLLM's
             ``logprobs_mode`` computes them (``raw_logprobs``, vLLM's default, or ``processed_logprobs``;
             ``None``: none asked), which add a log-softmax and the rank over the vocabulary to every decode
-            iteration's sampler (:data:`~packplace.placement.model.components.VLLM_SAMPLER_KERNELS`): verl's
-            synchronous rollout (verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, v0.3.0 to v0.6.x:
-            ``logprobs=0``, vLLM's default mode; its asynchronous agent loop, the default ``rollout.mode``
-            from v0.7.0, asks only with ``calculate_log_probs``, false by default); NeMo RL
+            iteration's sampler (:data:`~packplace.placement.model.components.VLLM_SAMPLER_KERNELS`), at the
+            current release (an older one, ``policy.framework_version``: :attr:`VersionDefaults.engine_logprobs`,
+            :func:`release_profile`): verl none (its synchronous rollout,
+            verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py, v0.3.0 to v0.6.x, passed ``logprobs=0``,
+            vLLM's default mode; its asynchronous agent loop, the default ``rollout.mode`` from v0.7.0, asks
+            only with ``calculate_log_probs``, false by default); NeMo RL
             (nemo_rl/models/generation/vllm/vllm_worker.py: ``logprobs=0`` at every release v0.1.0-v0.7.0,
             ``logprobs_mode="processed_logprobs"`` from v0.5.0, ``raw_logprobs`` at v0.4.x). OpenRLHF asks
             only for its importance-sampling correction (``logprobs=1 if ... else None``, off by default).
@@ -662,7 +684,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES,
         offload_between_passes=True, gpu_memory_utilization=VERL_GPU_MEMORY_UTILIZATION,
-        engine_own_process=False, engine_logprobs="raw_logprobs"),
+        engine_own_process=False),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -1201,6 +1223,26 @@ def engine_vllm_release(framework: str, version: str | None) -> tuple[int, ...] 
         return None
     entry = version_defaults(framework, version) if version is not None else table[-1]
     return entry.vllm
+
+
+def engine_logprobs(framework: str, version: str | None) -> str | None:
+    """The log-probabilities the rollout requests of ``framework`` at release ``version`` ask vLLM for
+    (:attr:`VersionDefaults.engine_logprobs`, sources there); with no ``version``, or for a framework without a
+    version table (``none``, ``deepspeed-chat``), the profile's
+    (:attr:`FrameworkProfile.engine_logprobs`: the current release). Errors: :func:`version_defaults`'s."""
+    if version is None or framework not in FRAMEWORK_VERSIONS:
+        return profile(framework).engine_logprobs
+    entry = version_defaults(framework, version)
+    return profile(framework).engine_logprobs if entry is None else entry.engine_logprobs
+
+
+def release_profile(framework: str, version: str | None) -> FrameworkProfile:
+    """The profile of ``framework`` with what release ``version`` sets of the settings the cost model reads
+    from it (:attr:`~FrameworkProfile.engine_logprobs`, :func:`engine_logprobs`); the profile itself with no
+    ``version``. Errors: :func:`engine_logprobs`'."""
+    own = profile(framework)
+    asked = engine_logprobs(framework, version)
+    return own if asked == own.engine_logprobs else dataclasses.replace(own, engine_logprobs=asked)
 
 
 def trainer_logit_bytes(framework: str, version: str | None, entropy_in_loss: bool = False
