@@ -9,6 +9,7 @@ import pytest
 from packplace.placement.candidates import cost_model
 from packplace.placement.model import components as C
 from packplace.placement.model.framework import FRAMEWORKS, engine_logprobs, release_profile
+from packplace.placement.model.memory import stage_gemm_share
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.task_estimate import MODEL_PRESETS, estimate, resolve_model
@@ -174,3 +175,52 @@ def test_place_prices_the_release_mode():
     assert _place_cost("verl", "0.7.0").decode_sampler() == ("v1", None)
     assert _place_cost("verl", "0.3.0").decode_sampler() == ("v0", "raw_logprobs")
 
+
+def test_pipelined_iteration_samples_once_per_batch_on_the_last_stage():
+    # TINY at 2 sequences of 1,000 tokens: a layer's 10 kernels of 2 µs and 327,680 weight + 9,216 elementwise
+    # + 1,024,000 KV bytes (1.360896 µs), the head's GEMM 2 + 256 µs: the forward 300.721792 µs. At pp 2 the last
+    # stage holds one layer and the head, 128,163,840 of the 128,327,680 GEMM parameters: the forward runs at
+    # 2 x that share of it; the sampler runs on the last stage once per batch in flight, 2 batches of one
+    # sequence, each 8 kernels of 2 µs + 50 bytes x 1e6 entries (66 µs), its issue (160 µs) behind the graph
+    forward = 2 * (10 * 2e-6 + 1_360_896 / 1e12) + 258e-6
+    assert forward == pytest.approx(300.721792e-6, rel=1e-12)
+    share = 128_163_840 / 128_327_680
+    assert stage_gemm_share(TINY, 2) == pytest.approx(share, rel=1e-12)
+    got = C.decode_seconds(TABLE, TINY, 2, 1000, sampler=("v1", None), pp=2, stage_share=share)
+    assert got == pytest.approx(forward * 2 * share + 2 * 66e-6, rel=1e-12)
+    assert got == pytest.approx(732.6757019904e-6, rel=1e-9)
+    # it had been scaled with the forward: (forward + 116 µs) x 2 x share = 832.38 µs
+    assert got < (forward + 116e-6) * 2 * share - 99e-6
+    array = C.decode_step_array(TABLE, TINY, np.array([2.0]), np.array([2000.0]), sampler=("v1", None), pp=2,
+                                stage_share=share)
+    assert array[0] == pytest.approx(got, rel=1e-12)
+    # pp 1: the forward and one sampler of both sequences (8 x 2 µs + 100 µs)
+    assert C.decode_seconds(TABLE, TINY, 2, 1000, sampler=("v1", None)) == pytest.approx(forward + 116e-6,
+                                                                                        rel=1e-12)
+    with pytest.raises(ValueError, match="pp must be at least 1"):
+        C.decode_seconds(TABLE, TINY, 2, 1000, sampler=("v1", None), pp=0)
+
+
+def test_the_estimate_and_place_price_the_pipelined_sampler_alike():
+    # Qwen2.5-0.5B on the H200 table at pp 2: the pp 1 forward (the iteration less its sampler of 256
+    # sequences) at 2 x the last stage's share, then 2 samplers of 128 sequences
+    table = C.load_table("h200")
+    qwen = resolve_model("qwen2.5-0.5b")
+    sampler = ("v1", None)
+    one = C.decode_seconds(table, qwen, 256, 1024, sampler=sampler)
+    forward = one - float(C.sampler_seconds(table, qwen, 256, "v1", None, 1.0))   # its issue hidden at 1 s
+    share = stage_gemm_share(qwen, 2)
+    by_hand = forward * 2 * share + 2 * float(C.sampler_seconds(table, qwen, 128, "v1", None, forward * share))
+    two = estimate("qwen2.5-0.5b", "h200", "decode", batch=256, context=1024, pp=2, framework="vllm")
+    assert two.parts["decode"] == pytest.approx(by_hand, rel=1e-9)
+    # place's step (CostModel.decode_step_times) takes the same table term
+    cost = _place_cost("openrlhf", None)
+    cost.components = table
+    steps = [float(cost.decode_step_times(qwen, 1, pp, (1, 1, 8), 1, np.array([256.0]),
+                                          np.array([256.0 * 1024]))[0]) for pp in (1, 2)]
+    table_terms = [float(C.decode_step_array(table, qwen, 256.0, 256.0 * 1024, 1, False, sampler, pp,
+                                             stage_gemm_share(qwen, pp))) for pp in (1, 2)]
+    assert table_terms[1] == pytest.approx(by_hand, rel=1e-9)
+    hand_off = steps[1] - steps[0] - (table_terms[1] - table_terms[0])
+    alpha, beta = cost.hw.p2p(cost.group_level(2, (1, 1, 8)))
+    assert hand_off == pytest.approx(alpha + 256 * qwen.hidden_dim * 2 * beta, rel=1e-9)

@@ -1469,16 +1469,18 @@ def _engine_parts(cost, shape: ModelSpec, hw: Hardware, table: ComponentTable | 
     generation vertex of one replica whose ``batch`` sequences all run at once (the prefill of
     :meth:`~packplace.placement.model.cost.CostModel.prefill_time`, the whole model in one pass with its
     tensor-parallel all-reduces in ``communication``; each decode iteration at the slowest pipeline stage's pace,
-    ``pp · stage_gemm_share``, as :meth:`~packplace.placement.model.cost.CostModel.decode_step_times` prices it;
+    ``pp · stage_gemm_share``, and vLLM's sampler on the last stage
+    (:func:`~packplace.placement.model.components.pipelined_decode`), as
+    :meth:`~packplace.placement.model.cost.CostModel.decode_step_times` prices it;
     ``tests/placement/test_estimate_generate_contract.py``)."""
     parts: dict[str, float] = {}
     step_overhead = decode_step_overhead(hw, cost.framework) if framework != "none" else 0.0
 
     def step(running: float, ctx: float) -> float:
-        if table is not None:   # the whole model's kernels at the slowest stage's pace, pp batches in flight, as
-            # CostModel.decode_step_times prices a pipelined engine's iteration (pp x stage_gemm_share)
-            return decode_seconds(table, shape, running, ctx, tp, eager=eager,
-                                  sampler=cost.decode_sampler()) * pp * stage_gemm_share(shape, pp)
+        if table is not None:   # the whole model's kernels at the slowest stage's pace, pp batches in flight, and
+            # the sampler on the last stage, as CostModel.decode_step_times prices a pipelined engine's iteration
+            return decode_seconds(table, shape, running, ctx, tp, eager=eager, sampler=cost.decode_sampler(), pp=pp,
+                                  stage_share=stage_gemm_share(shape, pp))
         one = cost.decode_step_times(shape, tp, pp, extent, dp, np.array([float(running)]),
                                      np.array([float(running) * ctx]), ep)
         return float(one[0]) - decode_step_overhead(hw, cost.framework) - _decode_comm(cost, shape, running, tp, pp,

@@ -952,23 +952,43 @@ def sampler_seconds(table: ComponentTable, model: TransformerShape, running, gen
 
 def decode_seconds(table: ComponentTable, model: TransformerShape, batch: float, context: float,
                    tp: int = 1, layers: float | None = None, head: bool = True, eager: bool = False,
-                   sampler: tuple[str, str | None] | None = None) -> float:
+                   sampler: tuple[str, str | None] | None = None, pp: int = 1, stage_share: float = 1.0) -> float:
     """Seconds of one decode iteration of ``batch`` sequences of ``context`` cached tokens on one GPU
     (``layers`` of them, default all; ``head``: :func:`decode_head_kernels`): graph-captured,
     :meth:`ComponentTable.graph_seconds` of the kernels of :func:`decode_kernels`; with ``eager`` (vLLM's
     ``enforce_eager``, no CUDA graph) the same kernels as an eager pass, :meth:`ComponentTable.eager_seconds`
     (each kernel at least the host's ``kernel_issue_s``). ``sampler``: ``(engine generation, logprobs)`` of
     a vLLM engine (:func:`decode_sampler_kernels`), whose sampler (:func:`sampler_seconds`) replaces the
-    head's argmax; ``None``: the argmax (the measured decode rows' step)."""
+    head's argmax; ``None``: the argmax (the measured decode rows' step). ``pp`` pipeline stages of which the
+    slowest, the last, holds ``stage_share`` of the model's GEMM work
+    (:func:`~packplace.placement.model.memory.stage_gemm_share`): :func:`pipelined_decode`."""
     price = table.eager_seconds if eager else table.graph_seconds
     n = model.layers if layers is None else layers
     t = n * price(decode_kernels(model, batch, context, tp))
-    if head:
-        kernels = decode_head_kernels(model, batch, tp)
-        t += price(kernels if sampler is None else kernels[:1])
-        if sampler is not None:
-            t += float(sampler_seconds(table, model, batch, sampler[0], sampler[1], t, eager))
-    return t
+    if not head:
+        return t * pp * stage_share
+    kernels = decode_head_kernels(model, batch, tp)
+    t += price(kernels if sampler is None else kernels[:1])
+    return float(pipelined_decode(table, model, batch, t, sampler, eager, pp, stage_share))
+
+
+def pipelined_decode(table: ComponentTable, model: TransformerShape, running, forward,
+                     sampler: tuple[str, str | None] | None, eager: bool, pp: int = 1, stage_share: float = 1.0):
+    """Seconds of a decode iteration of ``running`` sequences whose layers and head (the head's argmax too
+    where ``sampler`` is ``None``) take ``forward`` seconds on one GPU, run by ``pp`` pipeline stages: the
+    forward at the slowest stage's pace, ``pp·stage_share`` times it (``pp`` batches in flight, vLLM's
+    virtual engines; ``stage_share`` the last stage's share of the GEMM work, with the head), then vLLM's
+    sampler (:func:`sampler_seconds`) on the last stage only, once per batch in flight: ``pp`` batches of
+    ``running / pp`` sequences, each after its share ``1/pp`` of the pipelined forward, so its bytes are
+    those of every running sequence once and its kernels run ``pp`` times. ``pp`` 1: ``forward`` plus the
+    sampler after it."""
+    if pp < 1:
+        raise ValueError(f"pp must be at least 1, got {pp!r}")
+    body = forward * pp * stage_share
+    if sampler is None:
+        return body
+    return body + pp * sampler_seconds(table, model, np.asarray(running, dtype=float) / pp, sampler[0], sampler[1],
+                                       body / pp, eager)
 
 
 # -- measurement files and fitting ---------------------------------------------------------------------
@@ -1123,7 +1143,8 @@ def leave_one_model_out(document: Any, gpu: str, where: str = "measurements") ->
 
 
 def decode_step_array(table: ComponentTable, model: TransformerShape, running, context_sum, tp: int = 1,
-                      eager: bool = False, sampler: tuple[str, str | None] | None = None):
+                      eager: bool = False, sampler: tuple[str, str | None] | None = None, pp: int = 1,
+                      stage_share: float = 1.0):
     """:func:`decode_seconds` over arrays: one decode iteration of ``running`` sequences whose cached
     contexts add up to ``context_sum`` tokens (numpy arrays of one shape, or floats), every layer and the
     head on one of ``tp`` ranks. Each kernel of :func:`decode_kernels` and :func:`decode_head_kernels`
@@ -1132,8 +1153,8 @@ def decode_step_array(table: ComponentTable, model: TransformerShape, running, c
     kernel its bytes at ``stream_bandwidth``; a captured step sums ``kernel_gpu_s + t`` over the kernels
     (:meth:`ComponentTable.graph_seconds`), an eager one (``eager``: vLLM's ``enforce_eager``)
     ``max(kernel_issue_s, kernel_gpu_s + t)`` (:meth:`ComponentTable.eager_seconds`). ``sampler``: as in
-    :func:`decode_seconds`, vLLM's sampler (:func:`sampler_seconds`) in place of the head's argmax. Seconds,
-    the shape of ``running``."""
+    :func:`decode_seconds`, vLLM's sampler (:func:`sampler_seconds`) in place of the head's argmax; ``pp``,
+    ``stage_share``: :func:`pipelined_decode`. Seconds, the shape of ``running``."""
 
     a = np.asarray(running, dtype=float)
     ctx = np.asarray(context_sum, dtype=float)
@@ -1157,5 +1178,5 @@ def decode_step_array(table: ComponentTable, model: TransformerShape, running, c
     head_n = model.output_dim / tp
     body = model.layers * layer + price(gemv(model.hidden_dim, head_n))
     if sampler is None:
-        return body + price(BF16 * head_n * a / table.stream_bandwidth)
-    return body + sampler_seconds(table, model, a, sampler[0], sampler[1], body, eager)
+        body = body + price(BF16 * head_n * a / table.stream_bandwidth)
+    return pipelined_decode(table, model, a, body, sampler, eager, pp, stage_share)

@@ -1221,17 +1221,16 @@ class CostModel:
           :data:`~packplace.placement.model.framework.VLLM_HOST_SECONDS_PER_SEQUENCE`), and for a synchronous
           iteration of a framework whose engine runs in its own process
           (:attr:`~packplace.placement.model.framework.FrameworkProfile.inprocess_engine`) the hardware's
-          ``inprocess_host_per_sequence · a`` (0 unless a config or the cross-validation's fit sets it),
-          the non-GEMM time of ``a/tp``
-          tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et al.
-          2019) at the TP group's level (:meth:`tp_allreduce`: inside a node, or over the inter-node links
-          for a group spanning nodes, on its ranks' own cards) and ``pp − 1`` stage hand-offs. A pipeline
-          of ``pp`` stages keeps ``pp`` batches in flight (vLLM virtual engines): an iteration over all running
-          sequences still reads every weight once, so ``pp`` does not shorten it; the stages run at the
-          pace of the slowest, the last one with the output head, so the weight terms (``2N·a`` and
-          ``2W/tp``) are scaled by ``pp·stage_gemm_share``
-          (:func:`~packplace.placement.model.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for Llama-3.1-8B at
-          pp 4). On a component table vLLM's sampler follows the head (:meth:`decode_sampler`; none on the knobs).
+          ``inprocess_host_per_sequence · a`` (0 unless a config or the cross-validation's fit sets it), the non-GEMM
+          time of ``a/tp`` tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et
+          al. 2019) at the TP group's level (:meth:`tp_allreduce`: inside a node, or over the inter-node links for a
+          group spanning nodes, on its ranks' own cards) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages
+          keeps ``pp`` batches in flight (vLLM virtual engines): an iteration over all running sequences still reads
+          every weight once, so ``pp`` does not shorten it; the stages run at the pace of the slowest, the last one with
+          the output head, so the weight terms (``2N·a`` and ``2W/tp``) are scaled by ``pp·stage_gemm_share``
+          (:func:`~packplace.placement.model.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for Llama-3.1-8B at pp 4). On
+          a component table vLLM's sampler follows the head on the last stage, once per batch in flight, unscaled
+          (:meth:`decode_sampler`, :func:`~packplace.placement.model.components.pipelined_decode`).
 
         Without CUDA graphs (``engine.enforce_eager``, vLLM's ``enforce_eager``) the host issues every
         kernel of the iteration: on a GPU type with a component table the layers and the head are an eager
@@ -1263,7 +1262,8 @@ class CostModel:
         table = self.decode_table(model)   # a vLLM engine's KV read at vllm_kv_bandwidth_fraction
         eager = self.engine.enforce_eager
         if table is not None:   # measured components: the step's kernels, captured or eager
-            body = decode_step_array(table, model, running, context_sum, tp, eager, self.decode_sampler()) * imbalance
+            body = decode_step_array(table, model, running, context_sum, tp, eager, self.decode_sampler(), pp,
+                                     imbalance / pp)   # the forward at the last stage's pace, then the sampler
         else:
             # each kernel class at its own roofline, as the component tables price each GEMM and the
             # attention: the weight GEMMs turn compute-bound at large batches while the attention stays
