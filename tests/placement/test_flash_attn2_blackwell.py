@@ -1,6 +1,7 @@
 """NeMo RL's DTensor passes with sequence packing run flash-attn 2 (``attn_implementation="flash_attention_2"``),
-which has no Blackwell code path: on the B200 / GB200 tables their attention runs at the published flash-attn 2 /
-cuDNN time ratio of one same-GPU run (cudnn-frontend's SDPA training benchmark), every other pass as before."""
+which has no Blackwell code path: on the B200 / GB200 tables their attention runs at flash-attn 2's published forward
+and backward rates over the cuDNN 9.27 forward rate the tables' attention ratio takes (cudnn-frontend), every other
+pass as before."""
 
 import os
 from dataclasses import replace
@@ -18,24 +19,29 @@ GKE = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validat
 H100_MEGATRON = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation",
                              "nemo_rl_grpo_llama3.1-8b_2x8xh100.yaml")
 
-#: (cuDNN forward + backward ms, flash-attn forward + backward ms) at 2,048 / 4,096 / 8,192 / 16,384 tokens,
-#: causal, 128 query / 8 KV heads, head dim 128: cudnn-frontend benchmark/sdpa_benchmark_training/artifacts,
-#: B200 (pyt_cudnn, flash_attention) and GB200 (cudnn_fe, pyt_flash_attention).
-PUBLISHED = {
-    "b200": [(0.287 + 0.925, 0.540 + 1.728), (0.642 + 1.960, 1.603 + 5.025), (1.877 + 5.833, 5.499 + 17.288),
-             (6.602 + 20.460, 20.690 + 65.324)],
-    "gb200": [(0.129 + 0.525, 0.409 + 1.284), (0.397 + 1.304, 1.422 + 4.414), (1.389 + 4.542, 5.308 + 16.249),
-              (5.273 + 16.863, 20.445 + 62.397)],
-}
+#: flash-attn 2.7.4.post1's forward and backward TFLOP/s on one B200 at 2,048 / 4,096 / 8,192 / 16,384 tokens, causal,
+#: 128 query / 8 KV heads, head dim 128 (cudnn-frontend benchmark/sdpa_benchmark_training/artifacts, backend
+#: flash_attention), and cuDNN 9.27's causal forward TFLOP/s on the B200 at the same lengths (64 / 8 heads:
+#: benchmark/attention_inference/results/prefill_sweep/b200, the rate the B200 table's attention ratio takes).
+FLASH_ATTN_FORWARD = [254.381, 342.990, 399.925, 425.128]
+FLASH_ATTN_BACKWARD = [198.845, 273.484, 318.004, 336.635]
+CUDNN_927_FORWARD = [914.991, 1201.542, 1401.241, 1488.046]
 
 
-@pytest.mark.parametrize("gpu", ["b200", "gb200"])
-def test_the_fraction_is_the_median_of_the_published_time_ratios(gpu):
-    ratios = sorted(cudnn / flash for cudnn, flash in PUBLISHED[gpu])
-    median = (ratios[1] + ratios[2]) / 2
-    # b200: 0.534, 0.393, 0.338, 0.315 -> 0.3655; gb200: 0.386, 0.291, 0.275, 0.267 -> 0.2831
-    assert FLASH_ATTN2_ATTENTION_FRACTION[gpu] == pytest.approx(median, abs=6e-4)
-    assert all(r < 1 for r in ratios)
+def _median(values):
+    ordered = sorted(values)
+    return (ordered[1] + ordered[2]) / 2
+
+
+def test_the_fractions_are_flash_attn2_over_the_tables_cudnn_rate():
+    # forward 371.46 / 1,301.39 = 0.2854; backward 295.74 / 1,301.39 = 0.2273
+    forward = _median(FLASH_ATTN_FORWARD) / _median(CUDNN_927_FORWARD)
+    backward = _median(FLASH_ATTN_BACKWARD) / _median(CUDNN_927_FORWARD)
+    assert forward == pytest.approx(0.2854, abs=1e-4) and backward == pytest.approx(0.2273, abs=1e-4)
+    assert FLASH_ATTN2_ATTENTION_FRACTION["b200"] == pytest.approx((forward, backward), abs=6e-4)
+    # the same die: the GB200 carries the B200's fractions (no flash-attn 2 row on a GB200)
+    assert FLASH_ATTN2_ATTENTION_FRACTION["gb200"] == FLASH_ATTN2_ATTENTION_FRACTION["b200"]
+    assert backward < forward < 1
 
 
 def _gke():
@@ -63,13 +69,30 @@ def test_the_packed_pass_prices_attention_at_the_fraction_and_nothing_else():
     assert table is not None and table.gpu == "b200"
     tokens, seq = 4096.0, 1280.0
     layer, head = cm._component_pass(table, model, tokens, seq, False, 1, 1, 1)
-    slow = replace(table, attention_flops=table.attention_flops * 0.366)
+    slow = replace(table, attention_flops=table.attention_flops * 0.285)
     expected = pass_times(slow, model, tokens=tokens, seq_len=seq, train=False, layers=1, head=False, tp=1,
                           kernels="hf")
     assert layer == pytest.approx(expected.forward + expected.backward, rel=1e-12)
     base = pass_times(table, model, tokens=tokens, seq_len=seq, train=False, layers=1, head=False, tp=1, kernels="hf")
-    # slower, by the attention kernels alone: at most 1/0.366 times the whole layer
-    assert base.total < layer < base.total / 0.366
+    # slower, by the attention kernels alone: at most 1/0.285 times the whole layer
+    assert base.total < layer < base.total / 0.285
+
+
+def test_a_training_pass_takes_the_forward_and_the_backward_fraction_each_where_it_belongs():
+    instance, cm = _gke()
+    model = instance.models["actor"]
+    table = cm.components_for(model)
+    tokens, seq = 4096.0, 1280.0
+    layer, _ = cm._component_pass(table, model, tokens, seq, True, 1, 1, 1)
+    rate = cm.train_rate_fraction(model, 1, 1, 1)
+
+    def at(fraction):
+        return pass_times(replace(table, attention_flops=table.attention_flops * fraction), model, tokens=tokens,
+                          seq_len=seq, train=True, layers=1, head=False, tp=1, kernels="hf")
+
+    assert layer == pytest.approx((at(0.285).forward + at(0.227).backward) / rate, rel=1e-12)
+    # the backward's attention is slower than the forward's fraction would make it
+    assert layer > (at(0.285).forward + at(0.285).backward) / rate
 
 
 def test_the_gke_row_gets_slower_only_in_its_trainer_passes(monkeypatch):
@@ -92,7 +115,7 @@ def test_a_megatron_h100_run_does_not_move(monkeypatch):
     instance, plan, section = load_setup(H100_MEGATRON)
     assert cost_model(instance).pass_kernels(2, 1) == "megatron"
     before = predict(instance, plan, section)[0]
-    monkeypatch.setattr(cost_module, "FLASH_ATTN2_ATTENTION_FRACTION", {"h100-sxm": 0.5})
+    monkeypatch.setattr(cost_module, "FLASH_ATTN2_ATTENTION_FRACTION", {"h100-sxm": (0.5, 0.5)})
     instance, plan, section = load_setup(H100_MEGATRON)
     assert predict(instance, plan, section)[0] == before
 

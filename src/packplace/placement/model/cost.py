@@ -119,17 +119,18 @@ ULYSSES_LOGPROB_BYTES = 4
 #: which the step model prices at 0.63-0.74 with this fraction at 1 (held out one model at a time: 0.88-1.12)
 #: (docs/calibration-and-validation.md, "PyTorch FSDP training throughput"). No source sizes the mechanism.
 PYTORCH_TRAIN_FRACTION = 0.67
-#: flash-attn 2's attention rate as a fraction of the fused attention a component table prices (cuDNN's), per GPU
-#: type whose table is derived for Blackwell, where flash-attn 2 has no SM100 code path (Ampere-style MMA): one
-#: published run times both kernels on the same GPU, causal, 128 query / 8 KV heads, head dim 128, bf16, and the
-#: fraction is the median over 2,048 / 4,096 / 8,192 / 16,384 tokens (the lengths the tables' attention ratio takes)
-#: of cuDNN's forward + backward time over flash-attn's. NVIDIA cudnn-frontend
-#: ``benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv`` (torch 2.9.0, cuDNN
-#: 9.13, flash-attn 2.7.4.post1; ``pyt_cudnn`` over ``flash_attention``): 0.534, 0.393, 0.338, 0.315, median 0.366;
-#: ``..._NVIDIA_GB200.csv`` (cuDNN 9.17, no flash-attn row: PyTorch's own flash kernel ``pyt_flash_attention``, within
-#: 5-8% of flash-attn's on the B200 run; over ``cudnn_fe``): 0.386, 0.291, 0.275, 0.267, median 0.283. Other table
-#: GPUs: 1 (no same-run pair). Which passes run flash-attn 2: :meth:`CostModel.runs_flash_attn2`.
-FLASH_ATTN2_ATTENTION_FRACTION: dict[str, float] = {"b200": 0.366, "gb200": 0.283}
+#: flash-attn 2's attention rate as a fraction of the fused attention a component table prices, ``(forward,
+#: backward)``, per GPU type whose table is derived for Blackwell, where flash-attn 2 has no SM100 code path
+#: (Ampere-style MMA). The table's rate is the H200's times cuDNN 9.27's causal forward (NVIDIA cudnn-frontend
+#: ``benchmark/attention_inference/results/prefill_sweep/``, median of 2,048-16,384 tokens), so each fraction is
+#: flash-attn 2's published rate over that cuDNN rate on the same GPU, both medians of the same four lengths and in
+#: the same FLOP count (causal half): flash-attn 2.7.4.post1's forward and backward TFLOP/s on one B200, causal, 128
+#: query / 8 KV heads, head dim 128 (cudnn-frontend
+#: ``benchmark/sdpa_benchmark_training/artifacts/sdpa_bf16_benchmark_results_NVIDIA_B200.csv``, backend
+#: ``flash_attention``), over ``b200/prefill_sweep_20260918_221024.csv``'s 1,301.4. A forward (log-prob) pass takes
+#: the first, a training pass's backward the second. ``gb200`` by the same die (no flash-attn 2 row on a GB200).
+#: Other table GPUs: 1. Which passes run flash-attn 2: :meth:`CostModel.runs_flash_attn2`.
+FLASH_ATTN2_ATTENTION_FRACTION: dict[str, tuple[float, float]] = {"b200": (0.285, 0.227), "gb200": (0.285, 0.227)}
 
 
 def hardware_table(hardware: Hardware, table: ComponentTable | str | None) -> ComponentTable | None:
@@ -1149,13 +1150,19 @@ class CostModel:
         kernels = self.pass_kernels(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
         bare = train and self.bare_loop_table(model, pp, tp, ep) is not None   # fp32 weights under autocast
+        fwd_table = bwd_table = table
         if kernels == "hf" and self.runs_flash_attn2(model):
-            table = replace(table, attention_flops=table.attention_flops
-                            * FLASH_ATTN2_ATTENTION_FRACTION.get(table.gpu, 1.0))
-        layer = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False, tp=tp,
-                           kernels=kernels, transformer_engine=te, master_fp32=bare)
-        top = pass_times(table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
+            fwd_frac, bwd_frac = FLASH_ATTN2_ATTENTION_FRACTION.get(table.gpu, (1.0, 1.0))
+            fwd_table = replace(table, attention_flops=table.attention_flops * fwd_frac)
+            bwd_table = replace(table, attention_flops=table.attention_flops * bwd_frac)
+        layer = pass_times(fwd_table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False,
+                           tp=tp, kernels=kernels, transformer_engine=te, master_fp32=bare)
+        top = pass_times(fwd_table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
                          kernels=kernels, transformer_engine=te, master_fp32=bare)
+        if train and bwd_table is not fwd_table:   # the backward at flash-attn 2's backward rate
+            layer = replace(layer, backward=pass_times(
+                bwd_table, model, tokens=tokens, seq_len=seq_len, train=True, layers=1, head=False, tp=tp,
+                kernels=kernels, transformer_engine=te, master_fp32=bare).backward)
         factor = self.hw.megatron_pass_factor if kernels == "megatron" else 1.0
         rate = self.train_rate_fraction(model, pp, tp, ep) if train else 1.0
         casts = self.bare_loop_casts(table, model) if bare else 0.0   # once per micro-batch, on the one stage
@@ -1168,8 +1175,8 @@ class CostModel:
         (:meth:`packed`) load the model with ``attn_implementation="flash_attention_2"`` at context parallelism 1
         (v0.3.1-v0.5.0 ``dtensor_policy_worker*.py``, v0.6.0-v0.7.0 ``nemo_rl/models/automodel/setup.py``; v0.7.0
         refuses any other backend with packing). On a Blackwell table the attention then runs at
-        :data:`FLASH_ATTN2_ATTENTION_FRACTION` of the table's rate (:meth:`_component_pass`); other frameworks'
-        flash-attn passes (verl's, OpenRLHF's) are not priced so."""
+        :data:`FLASH_ATTN2_ATTENTION_FRACTION` of the table's rate, forward and backward each at its own fraction
+        (:meth:`_component_pass`); other frameworks' flash-attn passes (verl's, OpenRLHF's) are not priced so."""
         ctx = self.layout
         return (ctx is not None and ctx.framework == "nemo-rl" and self.packed(model)
                 and self.context_parallel_degree(model) == 1)
