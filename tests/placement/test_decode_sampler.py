@@ -179,16 +179,21 @@ def test_place_prices_the_release_mode():
 def test_pipelined_iteration_samples_once_per_batch_on_the_last_stage():
     # TINY at 2 sequences of 1,000 tokens: a layer's 10 kernels of 2 µs and 327,680 weight + 9,216 elementwise
     # + 1,024,000 KV bytes (1.360896 µs), the head's GEMM 2 + 256 µs: the forward 300.721792 µs. At pp 2 the last
-    # stage holds one layer and the head, 128,163,840 of the 128,327,680 GEMM parameters: the forward runs at
-    # 2 x that share of it; the sampler runs on the last stage once per batch in flight, 2 batches of one
-    # sequence, each 8 kernels of 2 µs + 50 bytes x 1e6 entries (66 µs), its issue (160 µs) behind the graph
+    # stage holds one layer and the head, 128,163,840 of the 128,327,680 GEMM parameters: the forward less its
+    # attention (9 kernels a layer, 336,896 bytes: 294.673792 µs) runs at 2 x that share of it; each batch in
+    # flight (one sequence) reads its own 512,000 KV bytes a layer, the stage its one layer of both batches:
+    # 2 batches x 1 layer x (2 + 0.512) µs = 5.024 µs; the sampler runs on the last stage once per batch in
+    # flight, 2 batches of one sequence, each 8 kernels of 2 µs + 50 bytes x 1e6 entries (66 µs), its issue
+    # (160 µs) behind the graph
     forward = 2 * (10 * 2e-6 + 1_360_896 / 1e12) + 258e-6
     assert forward == pytest.approx(300.721792e-6, rel=1e-12)
     share = 128_163_840 / 128_327_680
     assert stage_gemm_share(TINY, 2) == pytest.approx(share, rel=1e-12)
     got = C.decode_seconds(TABLE, TINY, 2, 1000, sampler=("v1", None), pp=2, stage_share=share)
-    assert got == pytest.approx(forward * 2 * share + 2 * 66e-6, rel=1e-12)
-    assert got == pytest.approx(732.6757019904e-6, rel=1e-9)
+    assert got == pytest.approx(294.673792e-6 * 2 * share + 5.024e-6 + 2 * 66e-6, rel=1e-12)
+    assert got == pytest.approx(725.6191453e-6, rel=1e-9)
+    # the whole model's KV read scaled with the forward, as it had been: 732.68 µs
+    assert got < forward * 2 * share + 2 * 66e-6 - 7e-6
     # it had been scaled with the forward: (forward + 116 µs) x 2 x share = 832.38 µs
     assert got < (forward + 116e-6) * 2 * share - 99e-6
     array = C.decode_step_array(TABLE, TINY, np.array([2.0]), np.array([2000.0]), sampler=("v1", None), pp=2,
@@ -210,7 +215,13 @@ def test_the_estimate_and_place_price_the_pipelined_sampler_alike():
     one = C.decode_seconds(table, qwen, 256, 1024, sampler=sampler)
     forward = one - float(C.sampler_seconds(table, qwen, 256, "v1", None, 1.0))   # its issue hidden at 1 s
     share = stage_gemm_share(qwen, 2)
-    by_hand = forward * 2 * share + 2 * float(C.sampler_seconds(table, qwen, 128, "v1", None, forward * share))
+    # the attention's KV reads apart: 24 layers of one kernel over 256 x 1,024 tokens at pp 1; at pp 2 each
+    # batch in flight reads its 128 sequences' cache, the stage its 12 layers of both batches
+    kv_bytes = next(k[1] for k in C.decode_kernels(qwen, 256, 1024) if k[0] == "kv")
+    kv_one = 24 * (table.kernel_gpu_s + kv_bytes / table.kv_bandwidth)
+    kv_two = 2 * 12 * (table.kernel_gpu_s + kv_bytes / 2 / table.kv_bandwidth)
+    body = (forward - kv_one) * 2 * share + kv_two
+    by_hand = body + 2 * float(C.sampler_seconds(table, qwen, 128, "v1", None, body / 2))
     two = estimate("qwen2.5-0.5b", "h200", "decode", batch=256, context=1024, pp=2, framework="vllm")
     assert two.parts["decode"] == pytest.approx(by_hand, rel=1e-9)
     # place's step (CostModel.decode_step_times) takes the same table term

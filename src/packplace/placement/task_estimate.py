@@ -1469,7 +1469,7 @@ def _engine_parts(cost, shape: ModelSpec, hw: Hardware, table: ComponentTable | 
     generation vertex of one replica whose ``batch`` sequences all run at once (the prefill of
     :meth:`~packplace.placement.model.cost.CostModel.prefill_time`, the whole model in one pass with its
     tensor-parallel all-reduces in ``communication``; each decode iteration at the slowest pipeline stage's pace,
-    ``pp · stage_gemm_share``, and vLLM's sampler on the last stage
+    its weights ``pp · stage_gemm_share`` and its layers' share of the KV cache, and vLLM's sampler on the last stage
     (:func:`~packplace.placement.model.components.pipelined_decode`), as
     :meth:`~packplace.placement.model.cost.CostModel.decode_step_times` prices it;
     ``tests/placement/test_estimate_generate_contract.py``)."""

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from packplace.errors import ConfigError
+from packplace.placement.model.stages import stage_share as stage_layer_share
 from packplace.shape import TransformerShape, from_hf_config
 
 #: Folder of the shipped component tables (``<preset>.json``).
@@ -961,30 +962,51 @@ def decode_seconds(table: ComponentTable, model: TransformerShape, batch: float,
     a vLLM engine (:func:`decode_sampler_kernels`), whose sampler (:func:`sampler_seconds`) replaces the
     head's argmax; ``None``: the argmax (the measured decode rows' step). ``pp`` pipeline stages of which the
     slowest, the last, holds ``stage_share`` of the model's GEMM work
-    (:func:`~packplace.placement.model.memory.stage_gemm_share`): :func:`pipelined_decode`."""
+    (:func:`~packplace.placement.model.memory.stage_gemm_share`), each batch in flight reading the KV cache of
+    its ``batch / pp`` sequences only: :func:`pipelined_decode`."""
+    if pp < 1:
+        raise ValueError(f"pp must be at least 1, got {pp!r}")
     price = table.eager_seconds if eager else table.graph_seconds
     n = model.layers if layers is None else layers
-    t = n * price(decode_kernels(model, batch, context, tp))
+    t = n * price([k for k in decode_kernels(model, batch, context, tp) if k[0] != "kv"])
+    kv = n * price([k for k in decode_kernels(model, batch / pp, context, tp) if k[0] == "kv"])
     if not head:
-        return t * pp * stage_share
+        return float(pipelined_forward(model, t, kv, pp, stage_share))
     kernels = decode_head_kernels(model, batch, tp)
     t += price(kernels if sampler is None else kernels[:1])
-    return float(pipelined_decode(table, model, batch, t, sampler, eager, pp, stage_share))
+    return float(pipelined_decode(table, model, batch, t, sampler, eager, pp, stage_share, kv))
+
+
+def pipelined_forward(model: TransformerShape, forward, kv, pp: int = 1, stage_share: float = 1.0):
+    """Seconds the slowest of ``pp`` pipeline stages spends on one decode iteration's layers and head, ``pp``
+    batches in flight (vLLM's V0 virtual engines, V1's batch queue of ``max_concurrent_batches``; each
+    running sequence in one batch): ``forward`` (the weight GEMMs and elementwise kernels of the whole model
+    for every running sequence, on one GPU) ``pp·stage_share`` times (every batch streams the stage's weights;
+    ``stage_share`` the slowest stage's share of the GEMM work,
+    :func:`~packplace.placement.model.memory.stage_gemm_share`, the last stage's with the head), plus ``kv``
+    (the attention kernels of every layer for ONE batch in flight, whose KV cache is its ``1/pp`` of the
+    running sequences') ``pp·s`` times, ``s`` the largest stage's share of the layers
+    (:func:`~packplace.placement.model.memory.stage_share`, as :func:`~packplace.placement.model.memory.
+    stage_kv_bytes_per_token` sizes a stage's cache; the last stage's ``1/pp`` for an even split): the stage
+    reads its own layers' KV cache of every running sequence once per iteration, ``s`` of the whole model's,
+    while each attention kernel's fixed time is paid once per batch. ``pp`` 1: ``forward + kv``."""
+    if pp < 1:
+        raise ValueError(f"pp must be at least 1, got {pp!r}")
+    return forward * pp * stage_share + kv * pp * stage_layer_share(model.layers, pp)
 
 
 def pipelined_decode(table: ComponentTable, model: TransformerShape, running, forward,
-                     sampler: tuple[str, str | None] | None, eager: bool, pp: int = 1, stage_share: float = 1.0):
+                     sampler: tuple[str, str | None] | None, eager: bool, pp: int = 1, stage_share: float = 1.0,
+                     kv=0.0):
     """Seconds of a decode iteration of ``running`` sequences whose layers and head (the head's argmax too
-    where ``sampler`` is ``None``) take ``forward`` seconds on one GPU, run by ``pp`` pipeline stages: the
-    forward at the slowest stage's pace, ``pp·stage_share`` times it (``pp`` batches in flight, vLLM's
-    virtual engines; ``stage_share`` the last stage's share of the GEMM work, with the head), then vLLM's
+    where ``sampler`` is ``None``) take ``forward`` seconds on one GPU besides their attention's KV reads, ``kv``
+    seconds for one batch in flight, run by ``pp`` pipeline stages: the forward and the attention at the
+    slowest stage's pace, :func:`pipelined_forward` (``pp`` batches in flight, vLLM's virtual engines), then vLLM's
     sampler (:func:`sampler_seconds`) on the last stage only, once per batch in flight: ``pp`` batches of
     ``running / pp`` sequences, each after its share ``1/pp`` of the pipelined forward, so its bytes are
     those of every running sequence once and its kernels run ``pp`` times. ``pp`` 1: ``forward`` plus the
     sampler after it."""
-    if pp < 1:
-        raise ValueError(f"pp must be at least 1, got {pp!r}")
-    body = forward * pp * stage_share
+    body = pipelined_forward(model, forward, kv, pp, stage_share)
     if sampler is None:
         return body
     return body + pp * sampler_seconds(table, model, np.asarray(running, dtype=float) / pp, sampler[0], sampler[1],
@@ -1154,8 +1176,11 @@ def decode_step_array(table: ComponentTable, model: TransformerShape, running, c
     (:meth:`ComponentTable.graph_seconds`), an eager one (``eager``: vLLM's ``enforce_eager``)
     ``max(kernel_issue_s, kernel_gpu_s + t)`` (:meth:`ComponentTable.eager_seconds`). ``sampler``: as in
     :func:`decode_seconds`, vLLM's sampler (:func:`sampler_seconds`) in place of the head's argmax; ``pp``,
-    ``stage_share``: :func:`pipelined_decode`. Seconds, the shape of ``running``."""
+    ``stage_share``: :func:`pipelined_decode` (each batch in flight's attention over its ``1/pp`` of
+    ``context_sum``). Seconds, the shape of ``running``."""
 
+    if pp < 1:
+        raise ValueError(f"pp must be at least 1, got {pp!r}")
     a = np.asarray(running, dtype=float)
     ctx = np.asarray(context_sum, dtype=float)
     fixed = table.kernel_gpu_s
@@ -1166,17 +1191,17 @@ def decode_step_array(table: ComponentTable, model: TransformerShape, running, c
     def gemv(k: float, n: float):
         return np.maximum(BF16 * k * n / table.decode_weight_bandwidth, 2.0 * a * k * n / table.gemm_flops)
 
-    layer = 0.0 * a
+    layer, attention = 0.0 * a, 0.0 * a
     for kernel in decode_kernels(model, 1.0, 1.0, tp):
         kind = kernel[0]
         if kind == "gemv":
             layer = layer + price(gemv(kernel[2], kernel[3]))
-        elif kind == "kv":
-            layer = layer + price(kernel[1] * ctx / table.kv_bandwidth)   # bytes of one token of one sequence
+        elif kind == "kv":   # bytes of one token of one sequence, one batch in flight's 1/pp of the context
+            attention = attention + price(kernel[1] * ctx / pp / table.kv_bandwidth)
         else:
             layer = layer + price(kernel[1] * a / table.stream_bandwidth)
     head_n = model.output_dim / tp
     body = model.layers * layer + price(gemv(model.hidden_dim, head_n))
     if sampler is None:
         body = body + price(BF16 * head_n * a / table.stream_bandwidth)
-    return pipelined_decode(table, model, a, body, sampler, eager, pp, stage_share)
+    return pipelined_decode(table, model, a, body, sampler, eager, pp, stage_share, model.layers * attention)

@@ -80,6 +80,7 @@ from packplace.placement.model.memory import (
     resident_bytes,
     stage_gemm_share,
     stage_layers,
+    stage_share,
     stage_split,
     trainable_stage_params,
     vllm_profile_tokens,
@@ -1232,11 +1233,16 @@ class CostModel:
           time of ``a/tp`` tokens, 2 tensor-parallel all-reduces per layer of ``a·d·2`` bytes (Megatron-LM, Shoeybi et
           al. 2019) at the TP group's level (:meth:`tp_allreduce`: inside a node, or over the inter-node links for a
           group spanning nodes, on its ranks' own cards) and ``pp − 1`` stage hand-offs. A pipeline of ``pp`` stages
-          keeps ``pp`` batches in flight (vLLM virtual engines): an iteration over all running sequences still reads
-          every weight once, so ``pp`` does not shorten it; the stages run at the pace of the slowest, the last one with
-          the output head, so the weight terms (``2N·a`` and ``2W/tp``) are scaled by ``pp·stage_gemm_share``
-          (:func:`~packplace.placement.model.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for Llama-3.1-8B at pp 4). On
-          a component table vLLM's sampler follows the head on the last stage, once per batch in flight, unscaled
+          keeps ``pp`` batches of ``a/pp`` sequences in flight (vLLM V0's virtual engines, V1's batch queue of
+          ``max_concurrent_batches``): the stages run at the pace of the slowest, the last one with the output head;
+          every batch streams the stage's weights, so the weight terms (``2N·a`` and ``2W/tp``) are scaled by
+          ``pp·stage_gemm_share`` (:func:`~packplace.placement.model.memory.stage_gemm_share`; 1 for pp = 1, 1.21 for
+          Llama-3.1-8B at pp 4), while each batch reads only its own sequences' KV cache of the stage's layers, so
+          the attention terms (``4·L·q·Σctx`` and the KV read) are scaled by the stage's share of the layers,
+          :func:`~packplace.placement.model.memory.stage_share` (``1/pp`` for an even split; the largest stage's, as
+          :func:`~packplace.placement.model.memory.stage_kv_bytes_per_token` sizes its cache). On a component table
+          the same split (:func:`~packplace.placement.model.components.pipelined_forward`), and vLLM's sampler
+          follows the head on the last stage, once per batch in flight, unscaled
           (:meth:`decode_sampler`, :func:`~packplace.placement.model.components.pipelined_decode`).
 
         Without CUDA graphs (``engine.enforce_eager``, vLLM's ``enforce_eager``) the host issues every
@@ -1253,34 +1259,15 @@ class CostModel:
         """
         hw = self.hw
         d, L = model.hidden_dim, model.layers
-        k_eff = d / tp / (d / tp + hw.gemm_k_half * GEMM_UNIT) if hw.gemm_k_half > 0 else 1.0
         imbalance = pp * stage_gemm_share(model, pp)  # the slowest stage's weights, pp batches in flight
-        rate = tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff
-        gemm_compute = 2.0 * model.gemm_params * imbalance * running / rate
-        attention_compute = 4.0 * L * model.attention_dim * context_sum / rate
-        experts = self.decode_expert_weights_read(model, running, ep)
-        dense = self.decode_weights_read(model, running, ep) - experts
-        weight_memory = 2.0 * dense * imbalance / tp / (hw.memory_bandwidth * hw.decode_bw_eff)
-        kv_memory = context_sum * model.kv_bytes_per_token(tp, 1) / (   # the engine's, as decode_table's
-            hw.memory_bandwidth * hw.decode_bw_eff * self.kv_read_fraction())
-        if model.is_moe:
-            weight_memory = weight_memory + 2.0 * experts * imbalance / tp / (
-                hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
         table = self.decode_table(model)   # a vLLM engine's KV read at vllm_kv_bandwidth_fraction
         eager = self.engine.enforce_eager
-        if table is not None:   # measured components: the step's kernels, captured or eager
+        if table is not None:   # measured components: the step's kernels, captured or eager, at the slowest
+            # stage's pace (pipelined_forward), then the sampler
             body = decode_step_array(table, model, running, context_sum, tp, eager, self.decode_sampler(), pp,
-                                     imbalance / pp)   # the forward at the last stage's pace, then the sampler
+                                     imbalance / pp)
         else:
-            # each kernel class at its own roofline, as the component tables price each GEMM and the
-            # attention: the weight GEMMs turn compute-bound at large batches while the attention stays
-            # bound by its KV-cache read, and the two run one after the other
-            body = (np.maximum(gemm_compute, weight_memory) + np.maximum(attention_compute, kv_memory)
-                    + self._non_gemm(L, running / tp))
-            if eager:   # the host's issue time the kernels of the knob model's step do not cover
-                rates = self.engine_eager_rates()
-                body = body + (decode_step_array(rates, model, running, context_sum, tp, True)
-                               - decode_step_array(rates, model, running, context_sum, tp)) * imbalance
+            body = self._knob_decode_body(model, tp, pp, running, context_sum, ep)
         step = body + decode_step_overhead(hw, self.framework) + self.host_per_sequence(synchronous) * running
         if ep > 1 and model.is_moe:
             step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
@@ -1293,6 +1280,37 @@ class CostModel:
             alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
             step = step + (pp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         return step
+
+    def _knob_decode_body(self, model: ModelSpec, tp: int, pp: int, running: np.ndarray, context_sum: np.ndarray,
+                          ep: int) -> np.ndarray:
+        """The knob model's layers and head of :meth:`decode_step_times` (no overheads or communication): each
+        kernel class at its own roofline, as the component tables price each GEMM and the attention (the weight
+        GEMMs turn compute-bound at large batches while the attention stays bound by its KV-cache read, and the
+        two run one after the other), the weights at ``pp·stage_gemm_share``, the attention at the slowest
+        stage's share of the layers; eager, plus the host's issue time its kernels do not cover."""
+        hw = self.hw
+        d, L = model.hidden_dim, model.layers
+        k_eff = d / tp / (d / tp + hw.gemm_k_half * GEMM_UNIT) if hw.gemm_k_half > 0 else 1.0
+        imbalance = pp * stage_gemm_share(model, pp)  # the slowest stage's weights, pp batches in flight
+        layer_share = stage_share(L, pp)   # its layers' KV cache of every running sequence, once per iteration
+        rate = tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff
+        gemm_compute = 2.0 * model.gemm_params * imbalance * running / rate
+        attention_compute = 4.0 * L * model.attention_dim * context_sum * layer_share / rate
+        experts = self.decode_expert_weights_read(model, running, ep)
+        dense = self.decode_weights_read(model, running, ep) - experts
+        weight_memory = 2.0 * dense * imbalance / tp / (hw.memory_bandwidth * hw.decode_bw_eff)
+        kv_memory = context_sum * layer_share * model.kv_bytes_per_token(tp, 1) / (   # as decode_table's
+            hw.memory_bandwidth * hw.decode_bw_eff * self.kv_read_fraction())
+        if model.is_moe:
+            weight_memory = weight_memory + 2.0 * experts * imbalance / tp / (
+                hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
+        body = (np.maximum(gemm_compute, weight_memory) + np.maximum(attention_compute, kv_memory)
+                + self._non_gemm(L, running / tp))
+        if self.engine.enforce_eager:   # the host's issue time the kernels of the knob model's step do not cover
+            rates = self.engine_eager_rates()
+            body = body + (decode_step_array(rates, model, running, context_sum, tp, True, None, pp, imbalance / pp)
+                           - decode_step_array(rates, model, running, context_sum, tp, False, None, pp, imbalance / pp))
+        return body
 
     def decode_sampler(self) -> tuple[str, str | None] | None:
         """``(engine generation, logprobs)`` of the engine's sampler, which a decode iteration priced on a
