@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from packplace.errors import ConfigError, show
-from packplace.placement.model.components import pass_times
 from packplace.placement.model.cost import ACT_BYTES, CostModel
 from packplace.placement.model.framework import dispatch_seconds
 from packplace.placement.model.layout_rules import (
@@ -259,25 +258,26 @@ def _send(cost: CostModel, shape: ModelSpec, train: bool, tokens: float, degrees
 def _table_stage(cost: CostModel, table, shape: ModelSpec, train: bool, tokens: float, attention: float,
                  degrees: tuple[int, int, int, int], extent: tuple[int, int, int]) -> dict[str, float]:
     """The slowest stage on the component table, as
-    :meth:`~packplace.placement.model.cost.CostModel._component_pass` prices it: the kernels of
-    :meth:`~packplace.placement.model.cost.CostModel.pass_kernels` (Megatron's under the Transformer Engine
-    release, times ``megatron_pass_factor``), a training pass at
+    :meth:`~packplace.placement.model.cost.CostModel._component_pass` prices it: each stage's kernels from the
+    cost model's own :meth:`~packplace.placement.model.cost.CostModel.component_pass_times` (those of
+    :meth:`~packplace.placement.model.cost.CostModel.pass_kernels`, Megatron's under the Transformer Engine
+    release, the bare loop's under autocast, flash-attn 2's attention rates where
+    :meth:`~packplace.placement.model.cost.CostModel.runs_flash_attn2`), times ``megatron_pass_factor`` on
+    Megatron's, a training pass at
     :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction` of the rates (the time that adds:
     ``trainer_rate``), each layer with its communication; a bare PyTorch loop's
-    (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`) under autocast with fp32 master weights,
-    its micro-batch's weight casts the part ``optimizer``
+    (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`) micro-batch's weight casts the part
+    ``optimizer``
     (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_casts`), as the evaluator adds them to the stage."""
     _, pp, tp, ep = degrees
     kernels = cost.pass_kernels(pp, tp, ep)
-    te = cost.transformer_engine if kernels == "megatron" else None
     bare = train and cost.bare_loop_table(shape, pp, tp, ep) is not None
     factor = cost.hw.megatron_pass_factor if kernels == "megatron" else 1.0
     rate = cost.train_rate_fraction(shape, pp, tp, ep) if train else 1.0
     comm = _layer_comm(cost, shape, train, tokens, tp, ep, extent)
     best: tuple[float, dict[str, float]] | None = None
     for i, n in enumerate(stage_layers(shape.layers, pp)):
-        t = pass_times(table, shape, tokens=tokens, seq_len=attention, train=train, layers=n, head=i == pp - 1,
-                       tp=tp, kernels=kernels, transformer_engine=te, master_fp32=bare)
+        t = cost.component_pass_times(table, shape, tokens, attention, train, pp, tp, ep, layers=n, head=i == pp - 1)
         forward, backward = factor * t.forward, factor * t.backward
         parts = {"forward": forward, "backward": backward}
         if bare:

@@ -29,6 +29,7 @@ import numpy as np
 
 from packplace.placement.model.components import (
     ComponentTable,
+    PassTimes,
     decode_step_array,
     for_hardware,
     load_table,
@@ -1141,13 +1142,31 @@ class CostModel:
     def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,
                         pp: int, tp: int, ep: int) -> tuple[float, float]:
         """``(one layer, the head)`` seconds of a micro-batch of ``tokens`` on the component table: forward
-        (and backward when ``train``) with the kernels of :meth:`pass_kernels` (Megatron's under the
-        Transformer Engine release ``transformer_engine``, times the GPU type's ``megatron_pass_factor``:
-        published Megatron-Core pre-training steps over the table's,
+        (and backward when ``train``) with the kernels of :meth:`component_pass_times`, times the GPU type's
+        ``megatron_pass_factor`` on Megatron's kernels (published Megatron-Core pre-training steps over the table's,
         :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`, ``..._GB200``); a training pass of
         the Hugging Face kernels at :meth:`train_rate_fraction` of the table's rates; a bare PyTorch loop's
-        (:meth:`bare_loop_table`) under autocast with fp32 master weights at the table's rates, its head adding
-        the micro-batch's weight casts (:meth:`bare_loop_casts`)."""
+        (:meth:`bare_loop_table`) head adding the micro-batch's weight casts (:meth:`bare_loop_casts`)."""
+        kernels = self.pass_kernels(pp, tp, ep)
+        bare = train and self.bare_loop_table(model, pp, tp, ep) is not None   # fp32 weights under autocast
+        layer = self.component_pass_times(table, model, tokens, seq_len, train, pp, tp, ep, layers=1, head=False)
+        top = self.component_pass_times(table, model, tokens, seq_len, train, pp, tp, ep, layers=0, head=True)
+        factor = self.hw.megatron_pass_factor if kernels == "megatron" else 1.0
+        rate = self.train_rate_fraction(model, pp, tp, ep) if train else 1.0
+        casts = self.bare_loop_casts(table, model) if bare else 0.0   # once per micro-batch, on the one stage
+        return (factor * (layer.forward + layer.backward) / rate,
+                factor * (top.forward + top.backward) / rate + casts)
+
+    def component_pass_times(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float,
+                             train: bool, pp: int, tp: int, ep: int, layers: float, head: bool) -> PassTimes:
+        """The kernels' seconds (forward, and backward when ``train``) of a micro-batch of ``tokens`` through
+        ``layers`` layers (and the head when ``head``) on the component table, before :meth:`_component_pass`'s
+        factors: the kernels of :meth:`pass_kernels` (Megatron's under the Transformer Engine release
+        ``transformer_engine``), a bare PyTorch loop's (:meth:`bare_loop_table`) under autocast with fp32 master
+        weights, and where the pass runs flash-attn 2 (:meth:`runs_flash_attn2`) its attention at
+        :data:`FLASH_ATTN2_ATTENTION_FRACTION` of the table's rate, the forward (and a forward-only pass) at the
+        first fraction, the backward at the second. The one path by which ``place`` (:meth:`_component_pass`) and
+        ``packplace estimate`` (:func:`~packplace.placement.estimate_trainer.trainer_pass_parts`) price them."""
         kernels = self.pass_kernels(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
         bare = train and self.bare_loop_table(model, pp, tp, ep) is not None   # fp32 weights under autocast
@@ -1156,19 +1175,13 @@ class CostModel:
             fwd_frac, bwd_frac = FLASH_ATTN2_ATTENTION_FRACTION.get(table.gpu, (1.0, 1.0))
             fwd_table = replace(table, attention_flops=table.attention_flops * fwd_frac)
             bwd_table = replace(table, attention_flops=table.attention_flops * bwd_frac)
-        layer = pass_times(fwd_table, model, tokens=tokens, seq_len=seq_len, train=train, layers=1, head=False,
+        times = pass_times(fwd_table, model, tokens=tokens, seq_len=seq_len, train=train, layers=layers, head=head,
                            tp=tp, kernels=kernels, transformer_engine=te, master_fp32=bare)
-        top = pass_times(fwd_table, model, tokens=tokens, seq_len=seq_len, train=train, layers=0, head=True, tp=tp,
-                         kernels=kernels, transformer_engine=te, master_fp32=bare)
-        if train and bwd_table is not fwd_table:   # the backward at flash-attn 2's backward rate
-            layer = replace(layer, backward=pass_times(
-                bwd_table, model, tokens=tokens, seq_len=seq_len, train=True, layers=1, head=False, tp=tp,
+        if train and layers and bwd_table is not fwd_table:   # the layers' backward at flash-attn 2's (a head has none)
+            times = replace(times, backward=pass_times(
+                bwd_table, model, tokens=tokens, seq_len=seq_len, train=True, layers=layers, head=head, tp=tp,
                 kernels=kernels, transformer_engine=te, master_fp32=bare).backward)
-        factor = self.hw.megatron_pass_factor if kernels == "megatron" else 1.0
-        rate = self.train_rate_fraction(model, pp, tp, ep) if train else 1.0
-        casts = self.bare_loop_casts(table, model) if bare else 0.0   # once per micro-batch, on the one stage
-        return (factor * (layer.forward + layer.backward) / rate,
-                factor * (top.forward + top.backward) / rate + casts)
+        return times
 
     def runs_flash_attn2(self, model: ModelSpec) -> bool:
         """Whether ``model``'s trainer-side passes on the Hugging Face kernels run flash-attn 2 rather than the
