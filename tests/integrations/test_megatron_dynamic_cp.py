@@ -207,35 +207,100 @@ def test_split_crowded_halves_a_group_until_it_keeps_the_cap():
     assert split_crowded(tight, instance, 1).micro_batches[0] == tight.micro_batches[0]
 
 
-def test_max_num_seqs_re_plan_shares_the_time_limit(monkeypatch):
+def _spending(monkeypatch, work_clock, calls):
+    """Every ``solve_context_parallel`` of the drop-in spends its whole ``time_limit_s`` on the work clock,
+    recorded in ``calls`` as (solver, fixed count, limit); the dict returned maps a fixed count (None: the
+    first solve) to the seconds its solves spend instead (an overrun), for the test to fill."""
     from packplace.integrations import megatron_dynamic_cp as module
 
-    now = [0.0]
-    limits = []
     original = module.solve_context_parallel
+    overrun = {}
 
-    def spending(instance, solver, *, time_limit_s=None, seed=0):   # every solve spends its whole share
-        limits.append(time_limit_s)
-        now[0] += time_limit_s
-        return original(instance, solver, time_limit_s=time_limit_s, seed=seed)
+    def spending(instance, solver, *, time_limit_s=None, seed=0):
+        calls.append((solver, instance.micro_batches, time_limit_s))
+        result = original(instance, solver, time_limit_s=time_limit_s, seed=seed)
+        work_clock.now += overrun.get(instance.micro_batches, time_limit_s or 0.0)
+        return result
 
-    monkeypatch.setattr(module, "clock", lambda: now[0])
     monkeypatch.setattr(module, "solve_context_parallel", spending)
+    return overrun
+
+
+def test_max_num_seqs_re_plan_shares_the_time_limit(monkeypatch, work_clock):
+    calls = []
+    overrun = _spending(monkeypatch, work_clock, calls)
     scheduler = PackplaceDynamicCPScheduler(100, 1, 1, None, 2, time_limit_s=8.0)
     plan = scheduler.plan(list(enumerate([10] * 8)))
     assert len(plan.micro_batches) == 4
-    # the first plan's two solves (greedy, megatron) at 8 s each, as before; then the re-plan's counts 4, 5, 6,
-    # 7, 8 share one 8 s: 8 s over 4 counts and 2 backends, then the 6 s left likewise; it stops after count 5
-    assert limits == [8.0, 8.0, 1.0, 1.0, 0.75, 0.75] and sum(limits[2:]) <= 8.0
+    # one deadline of 8 s for the call: the first solve (greedy) gets half (a re-plan may follow), Megatron's
+    # comparison is one pass with no limit; the re-plan's counts 4, 5, 6, 7, 8 share the 4 s left: 4 s over 4
+    # counts and 2 backends, then the 3 s left likewise; it stops after count 5
+    limits = [limit for _, _, limit in calls]
+    assert limits[1] is None and [solver for solver, _, _ in calls[:2]] == ["greedy", "megatron"]
+    assert [limits[0]] + limits[2:] == pytest.approx([4.0, 0.5, 0.5, 0.375, 0.375], abs=1e-3)
+    assert sum(limits[:1] + limits[2:]) <= 8.0 and not scheduler.last_result.hit_time_limit
 
-    # the budget gone before the re-plan's first solve (the clock past its deadline): refused, not proven
-    readings = iter([0.0])
-    monkeypatch.setattr(module, "clock", lambda: next(readings, 100.0))
+    # the first solve overruns the whole deadline (a backend's start-up): the comparison is made past it, and
+    # the re-plan has nothing left: refused, not proven
+    calls.clear()
+    overrun[None] = 100.0
     crowded = PackplaceDynamicCPScheduler(100, 1, 1, None, 1, time_limit_s=8.0)
     with pytest.raises(InfeasibleError, match=r"^max_num_seqs: no plan found keeping every CP group within "
                                               r"max_num_seqs 1 at no micro-batches of the counts 8 to 8 "
                                               r"\(time_limit_s ran out; not proven infeasible"):
         crowded.plan(list(enumerate([10] * 8)))
+    assert [(solver, count) for solver, count, _ in calls] == [("greedy", None), ("megatron", None)]
+
+
+def test_the_stages_of_one_plan_share_one_deadline(monkeypatch, work_clock):
+    # nine 10-token sequences on one rank of 30, VPP 2, max_num_seqs 2: the first plan has 3 micro-batches (not
+    # a multiple of 2), the VPP re-plan's at 4 groups 3 sequences, so the max_num_seqs re-plan runs too (6, 8)
+    calls = []
+    _spending(monkeypatch, work_clock, calls)
+    started = work_clock.now
+    scheduler = PackplaceDynamicCPScheduler(30, 1, 1, 2, 2, solver="greedy", compare_megatron=False,
+                                            time_limit_s=9.0)
+    assert len(scheduler.plan(list(enumerate([10] * 9))).micro_batches) == 6
+    # a third of 9 s to the first solve (two re-plans may follow), half of the 6 s left to the VPP re-plan
+    # (one count), the 3 s left to the max_num_seqs re-plan's two counts
+    assert calls == [("greedy", None, pytest.approx(3.0, abs=1e-3)), ("greedy", 4, pytest.approx(3.0, abs=1e-3)),
+                     ("greedy", 6, pytest.approx(1.5, abs=1e-3)), ("greedy", 8, pytest.approx(1.5, abs=1e-3))]
+    # the whole call, the scoring after the last solve included (a few clock readings, 1 µs each)
+    assert sum(limit for _, _, limit in calls) <= 9.0 and work_clock.now - started <= 9.0 + 1e-3
+    assert not scheduler.last_result.hit_time_limit
+
+
+def test_megatron_s_comparison_made_past_the_deadline_says_so(monkeypatch, work_clock):
+    calls = []
+    overrun = _spending(monkeypatch, work_clock, calls)
+    overrun[None] = 1.0   # the first solve (no re-plan may follow: the whole 8 s) ends early
+    on_time = PackplaceDynamicCPScheduler(100, 1, 1, time_limit_s=8.0)
+    on_time.plan(list(enumerate([10] * 8)))
+    assert not on_time.last_result.hit_time_limit and calls[0][2] == pytest.approx(8.0, abs=1e-3)
+    overrun[None] = 100.0   # the first solve overruns its limit: Megatron's pass is still made, past the deadline
+    late = PackplaceDynamicCPScheduler(100, 1, 1, time_limit_s=8.0)
+    late.plan(list(enumerate([10] * 8)))
+    assert [solver for solver, _, _ in calls[2:]] == ["greedy", "megatron"] and late.last_result.hit_time_limit
+
+
+@pytest.mark.parametrize("cut", [None, 4, 6])
+def test_hit_time_limit_survives_a_later_stage(monkeypatch, work_clock, cut):
+    # the solve of one stage (None: the first, 4: the VPP re-plan, 6: the max_num_seqs re-plan) says its time
+    # limit cut it; the later stages' solves do not: the call's result still says so
+    from packplace.integrations import megatron_dynamic_cp as module
+
+    original = module.solve_context_parallel
+
+    def cut_short(instance, solver, *, time_limit_s=None, seed=0):
+        result = original(instance, solver, time_limit_s=time_limit_s, seed=seed)
+        return dataclasses.replace(result, hit_time_limit=instance.micro_batches == cut)
+
+    monkeypatch.setattr(module, "solve_context_parallel", cut_short)
+    scheduler = PackplaceDynamicCPScheduler(30, 1, 1, 2, 2, solver="greedy", compare_megatron=False,
+                                            time_limit_s=9.0)
+    scheduler.plan(list(enumerate([10] * 9)))
+    result = scheduler.last_result
+    assert result.info["max_num_seqs"]["tried"] == [6, 8] and result.hit_time_limit
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -771,38 +836,28 @@ def test_cap_counts_steps_up_or_down_then_doubles_its_stride():
     assert cap_counts(6, 4, 2) == cap_counts(6, 4, 2, downward=True) == []
 
 
-def test_the_vpp_re_plan_shares_the_time_limit(monkeypatch):
-    from packplace.integrations import megatron_dynamic_cp as module
-
-    now = [0.0]
-    limits = []
-    original = module.solve_context_parallel
-
-    def spending(instance, solver, *, time_limit_s=None, seed=0):   # every solve spends its whole share
-        limits.append((solver, instance.micro_batches, time_limit_s))
-        now[0] += time_limit_s or 0.0
-        return original(instance, solver, time_limit_s=time_limit_s, seed=seed)
-
-    monkeypatch.setattr(module, "clock", lambda: now[0])
-    monkeypatch.setattr(module, "solve_context_parallel", spending)
+def test_the_vpp_re_plan_shares_the_time_limit(monkeypatch, work_clock):
+    calls = []
+    overrun = _spending(monkeypatch, work_clock, calls)
     lengths = list(enumerate([12, 12, 2, 2]))
     scheduler = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat", compare_megatron=False,
                                             time_limit_s=8.0)
     assert len(scheduler.plan(lengths).micro_batches) == 2
-    # the first plan's solve at 8 s, as before; then the counts 4 and 2 share one 8 s: 8 s over 2 counts, then
-    # the 4 s left over the one count still to try
-    assert limits == [("cpsat", None, 8.0), ("cpsat", 4, 4.0), ("cpsat", 2, 4.0)]
+    # one deadline of 8 s: the first solve gets half (the VPP re-plan may follow), then the counts 4 and 2
+    # share the 4 s left: 4 s over 2 counts, then the 2 s left over the one count still to try
+    assert calls == [("cpsat", None, pytest.approx(4.0, abs=1e-3)), ("cpsat", 4, pytest.approx(2.0, abs=1e-3)),
+                     ("cpsat", 2, pytest.approx(2.0, abs=1e-3))]
+    assert sum(limit for _, _, limit in calls) <= 8.0
     assert not scheduler.last_result.hit_time_limit
 
-    # the budget gone before the re-plan's first solve: no count solved, Megatron's own plan aligned at the
-    # multiple above its count (one pass, no search) is what comes back, marked as cut by the time limit
-    limits.clear()
-    readings = iter([0.0])
-    monkeypatch.setattr(module, "clock", lambda: next(readings, 100.0))
+    # the first solve overruns the deadline: no count solved, Megatron's own plan aligned at the multiple
+    # above its count (one pass, no search) is what comes back, marked as cut by the time limit
+    calls.clear()
+    overrun[None] = 100.0
     late = PackplaceDynamicCPScheduler(8, 2, 1, 2, cost=_RING_HEAVY, solver="cpsat", compare_megatron=False,
                                        time_limit_s=8.0)
     plan = late.plan(lengths)
-    assert [solver for solver, *_ in limits] == ["cpsat", "megatron"] and limits[1][2] is None
+    assert [solver for solver, *_ in calls] == ["cpsat", "megatron"] and calls[1][2] is None
     result = late.last_result
     assert len(plan.micro_batches) % 2 == 0 and sorted(k for g in plan.groups for k in g.keys) == [0, 1, 2, 3]
     assert result.hit_time_limit and result.info["micro_batch_multiple"]["tried"] == []

@@ -53,7 +53,7 @@ from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
 from packplace.errors import ConfigError, InfeasibleError, show
 from packplace.integrations import megatron_planning
 from packplace.result import FEASIBLE, OPTIMAL, SolveResult, optimality_level
-from packplace.run import clock
+from packplace.run import Run
 from packplace.solvers import available
 from packplace.solvers.context_parallel.megatron import megatron_slots
 
@@ -74,6 +74,9 @@ CAP_STEPS = 4
 CAP_ALTERNATIVES = 1
 #: A re-plan's budget is split over at most this many of the counts still to try.
 CAP_SHARES = 4
+#: The least ``time_limit_s`` (seconds) :meth:`PackplaceDynamicCPScheduler.plan`'s first solve is given (the
+#: backends refuse 0): it runs even where the deadline has passed, for there is no plan without it.
+MIN_SOLVE_S = 1e-3
 
 
 def dynamic_cp_sizes(ranks: int, min_cp_size: int = 1) -> tuple[int, ...]:
@@ -194,21 +197,33 @@ class _Search:
 
 
 def solve_dynamic_cp(instance: ContextParallelInstance, solver: str = DEFAULT_SOLVER, *,
-                     time_limit_s: float | None = None, seed: int = 0, compare_megatron: bool = True) -> SolveResult:
+                     time_limit_s: float | None = None, seed: int = 0, compare_megatron: bool = True,
+                     deadline: Run | None = None) -> SolveResult:
     """Solve ``instance`` with ``solver`` and, with ``compare_megatron``, also with the ``megatron`` backend;
     the feasible result with the smaller objective (the evaluator's; ties keep ``solver``'s) comes back,
     its ``info["compared_with"]`` naming the other and its objective.
+
+    ``solver`` gets ``time_limit_s``; Megatron's plan is one pass with no search and is made even where
+    ``deadline`` (the caller's :class:`~packplace.run.Run`; default: ``time_limit_s`` from now) has passed,
+    and then the result says ``hit_time_limit``.
 
     Raises:
         RuntimeError: neither found a feasible plan (the message has both statuses).
         ConfigError: :func:`~packplace.context_parallel.solve_context_parallel`'s.
     """
+    if deadline is None:
+        deadline = Run("context_parallel", instance, time_limit_s=time_limit_s)
     result = solve_context_parallel(instance, solver, time_limit_s=time_limit_s, seed=seed)
     if compare_megatron and solver != MEGATRON_BACKEND and MEGATRON_BACKEND in available("context_parallel"):
+        late = deadline.expired()
         try:
-            other = solve_context_parallel(instance, MEGATRON_BACKEND, time_limit_s=time_limit_s, seed=seed)
+            other = solve_context_parallel(instance, MEGATRON_BACKEND, seed=seed)   # one pass, no search
         except InfeasibleError:
             other = None
+        if late:
+            result = dataclasses.replace(result, hit_time_limit=True)
+            if other is not None:
+                other = dataclasses.replace(other, hit_time_limit=True)
         if other is not None and other.solution is not None:
             if result.solution is None or other.objective < result.objective:
                 other.info["compared_with"] = {"solver": result.solver, "objective": result.objective
@@ -342,6 +357,19 @@ class PackplaceDynamicCPScheduler:
         """The :class:`~packplace.context_parallel.ContextParallelPlan` (keys: the sample ids) of one global
         batch, its micro-batch count a multiple of the virtual-pipeline group.
 
+        ``time_limit_s`` is one deadline (a :class:`~packplace.run.Run`) for the whole call, shared by its
+        stages in turn: the first solve, the virtual-pipeline re-plan (:meth:`_aligned`, only where a
+        ``microbatch_group_size_per_vp_stage`` above 1 is given) and the ``max_num_seqs`` re-plan
+        (:meth:`_within_max_num_seqs`, only where ``max_num_seqs`` is given). Each stage that runs gets an equal
+        share of the time left among itself and the stages that may still follow (the first solve ``1/3`` with
+        both re-plans possible, ``1/2`` with one, all without); what a stage leaves goes on to the next, and the
+        last gets all that is left. A solve never gets more than the time left, so the call returns within
+        ``time_limit_s`` plus one backend's overrun of its own limit (what its limit does not count, e.g.
+        CP-SAT's model build and start-up; the first solve runs even past the deadline, with at least
+        :data:`MIN_SOLVE_S`), plus what needs no search: at most two one-pass Megatron plans (the comparison and
+        the aligned plan), the evaluator's scores and the bound. ``last_result.hit_time_limit`` is true where
+        any stage's budget stopped its search or passed before such a one-pass plan was made.
+
         Raises:
             ConfigError: an entry that is not a ``(sample id, length)`` pair, a repeated id, a bad length.
             InfeasibleError: a sequence longer than the full DP×CP group holds; no plan of a multiple of the
@@ -363,6 +391,9 @@ class PackplaceDynamicCPScheduler:
             lengths.append(entry[1])
         if not ids:
             raise ConfigError("sample_id_seqlens: no samples to schedule")
+        deadline = Run("context_parallel", None, time_limit_s=self.time_limit_s)   # the call's one deadline
+        multiple = self.microbatch_group_size_per_vp_stage or 1
+        stages = 1 + (multiple > 1) + (self.max_num_seqs is not None)   # the first solve and the re-plans
         try:
             instance = self._instance(lengths, ids, None)
         except ConfigError as error:   # name the pair's element as the caller wrote it
@@ -375,29 +406,33 @@ class PackplaceDynamicCPScheduler:
         except InfeasibleError as error:
             raise _callers_message(error, "sample_id_seqlens", "sample", "dp_size x cp_size") from None
         self._lengths = dict(zip(instance.keys, instance.tokens.tolist()))
-        result = solve_dynamic_cp(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed,
-                                  compare_megatron=self.compare_megatron)
-        multiple = self.microbatch_group_size_per_vp_stage or 1
+        first = deadline.share(1 / stages, at_least=MIN_SOLVE_S)
+        result = solve_dynamic_cp(instance, self.solver, time_limit_s=first.time_limit_s, seed=self.seed,
+                                  compare_megatron=self.compare_megatron, deadline=deadline)
+        hit = result.hit_time_limit
         if len(result.solution.micro_batches) % multiple:
-            result = self._aligned(instance, lengths, ids, len(result.solution.micro_batches), multiple)
+            result = self._aligned(instance, lengths, ids, len(result.solution.micro_batches), multiple,
+                                   deadline.share(1 / (stages - 1)))
+            hit = hit or result.hit_time_limit
         if self.max_num_seqs is not None and not ContextParallelEvaluator(
                 instance, max_num_seqs=self.max_num_seqs).score(result.solution).feasible:
-            result = self._within_max_num_seqs(instance, lengths, ids, multiple, self.max_num_seqs)
-        self.last_result = result
+            result = self._within_max_num_seqs(instance, lengths, ids, multiple, self.max_num_seqs, deadline)
+            hit = hit or result.hit_time_limit
+        self.last_result = dataclasses.replace(result, hit_time_limit=hit)   # every stage's, not the last one's
         plan: ContextParallelPlan = result.solution
         return plan
 
     def _within_max_num_seqs(self, instance: ContextParallelInstance, lengths: list[int], ids: list[Any],
-                             multiple: int, cap: int) -> SolveResult:
+                             multiple: int, cap: int, budget: Run) -> SolveResult:
         """A plan whose every CP group holds at most ``cap`` (``max_num_seqs``) sequences: solved again at fixed
         micro-batch counts (multiples of ``multiple``; :func:`cap_counts`) from the least the cap and the token
         cap allow upward to the most the sequences fill (:meth:`_plans_at_counts`: ``solver``'s and
         (``compare_megatron``) Megatron's plans at each, a plan's crowded groups split where they can be,
         :func:`split_crowded`); the first count with a plan within the cap and the counts of the schedule up to
         :data:`CAP_ALTERNATIVES` multiples above it compete and the evaluator's least step time is kept (fewer
-        micro-batches on a tie). The solves share one ``time_limit_s``. The result's objective is the
-        evaluator's on ``instance``, its bound the instance's at the least count (every plan within the caps
-        has at least that many micro-batches).
+        micro-batches on a tie). The solves share ``budget`` (what :meth:`plan`'s deadline leaves). The result's
+        objective is the evaluator's on ``instance``, its bound the instance's at the least count (every plan
+        within the caps has at least that many micro-batches).
 
         Raises:
             InfeasibleError: none found, naming ``max_num_seqs`` and the counts tried; "proven" only where
@@ -415,7 +450,7 @@ class PackplaceDynamicCPScheduler:
                 f"{instance.sizes[0]} of {instance.ranks} ranks), {most * groups * cap} sequences at most")
         evaluator = ContextParallelEvaluator(instance, max_num_seqs=cap)
         search = self._plans_at_counts(lengths, ids, cap_counts(least, most, multiple), evaluator, multiple,
-                                       mend=lambda plan: split_crowded(plan, instance, cap))
+                                       budget, mend=lambda plan: split_crowded(plan, instance, cap))
         if not search.kept:
             why = "time_limit_s ran out" if search.out_of_time else "the solves found none"
             reasons = search.reasons
@@ -437,20 +472,19 @@ class PackplaceDynamicCPScheduler:
                                 and MEGATRON_BACKEND in available("context_parallel") else [])
 
     def _plans_at_counts(self, lengths: list[int], ids: list[Any], counts: list[int],
-                         evaluator: ContextParallelEvaluator, multiple: int,
+                         evaluator: ContextParallelEvaluator, multiple: int, budget: Run,
                          mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None) -> _Search:
         """The re-plans' one search: the batch solved at each fixed micro-batch count of ``counts`` in turn
         (:func:`cap_counts`' order), by each backend of :meth:`_solvers`, every plan scored by ``evaluator``
         (one it finds infeasible goes through ``mend`` where given, and is kept where the mended plan is
         feasible). It stops at the first count more than :data:`CAP_ALTERNATIVES` multiples of ``multiple``
         from the first count with a plan, so that count and its neighbours in the schedule compete, or where
-        the one ``time_limit_s`` the solves share has run out; a solve gets the time left over the counts still
-        to try (at most :data:`CAP_SHARES` of them) and the backends."""
+        the ``budget`` the solves share (a :class:`~packplace.run.Run`) has run out; a solve gets the time left
+        over the counts still to try (at most :data:`CAP_SHARES` of them) and the backends."""
         solvers = self._solvers()
-        deadline = None if self.time_limit_s is None else clock() + self.time_limit_s
         search = _Search()
         for i, count in enumerate(counts):
-            left = None if deadline is None else deadline - clock()
+            left = None if budget.deadline is None else budget.left()
             if left is not None and left <= 0:
                 search.out_of_time = True
                 break
@@ -469,7 +503,7 @@ class PackplaceDynamicCPScheduler:
         return search
 
     def _aligned(self, instance: ContextParallelInstance, lengths: list[int], ids: list[Any], slots: int,
-                 multiple: int) -> SolveResult:
+                 multiple: int, budget: Run) -> SolveResult:
         """A plan of a multiple of ``multiple`` micro-batches where packplace's own has ``slots``: the
         multiples compete by the evaluator's step time on ``instance`` (:meth:`_plans_at_counts`), from the
         next one above ``slots`` (or the most the sequences fill) downward to the token cap's least count
@@ -477,10 +511,10 @@ class PackplaceDynamicCPScheduler:
         down the schedule until one does (and its neighbour); a tie keeps the count tried first, the larger.
         Megatron's own plan aligned by its own rule (:func:`align_slots`, at the multiple above its count)
         competes too (with ``compare_megatron``, or where the solves find none; one pass of Megatron's
-        algorithm, no search, so it runs even where the re-plan's ``time_limit_s`` is spent). The solves share
-        one ``time_limit_s``. Its bound and status hold over every multiple the drop-in may choose
-        (:func:`_over_every_multiple`), not only over the count it was solved at; ``info["micro_batch_multiple"]``
-        adds the counts ``tried``.
+        algorithm, no search, so it runs even where ``budget`` is spent, and the result then says
+        ``hit_time_limit``). The solves share ``budget`` (:meth:`plan`'s share of its deadline). Its bound and
+        status hold over every multiple the drop-in may choose (:func:`_over_every_multiple`), not only over
+        the count it was solved at; ``info["micro_batch_multiple"]`` adds the counts ``tried``.
 
         Raises:
             InfeasibleError: none found: no multiple lies between the token cap's least count and the count
@@ -493,11 +527,12 @@ class PackplaceDynamicCPScheduler:
         above = min(-(-slots // multiple) * multiple, most // multiple * multiple)
         evaluator = ContextParallelEvaluator(instance)
         counts = cap_counts(first, above, multiple, downward=True)
-        search = self._plans_at_counts(lengths, ids, counts, evaluator, multiple)
+        search = self._plans_at_counts(lengths, ids, counts, evaluator, multiple, budget)
         natural = megatron_slots(instance)
         own = None if natural is None else -(-len(natural) // multiple) * multiple
         covered = own in search.tried and MEGATRON_BACKEND in self._solvers()
         if own is not None and own <= most and not covered and (self.compare_megatron or not search.kept):
+            search.out_of_time = search.out_of_time or budget.expired()   # made past the deadline: it says so
             try:
                 option = solve_context_parallel(self._instance(lengths, ids, own), MEGATRON_BACKEND, seed=self.seed)
                 search.keep(option, evaluator, len(counts), own, MEGATRON_BACKEND)
