@@ -341,6 +341,11 @@ def test_bad_arguments_and_entries_are_refused_in_one_line():
         PackplaceDynamicCPScheduler(4, 1, 2, 0)
     with pytest.raises(ConfigError, match="^solver: unknown context_parallel backend 'nope'; valid: "):
         PackplaceDynamicCPScheduler(4, 1, 2, None, solver="nope")
+    # refused when built, before plan() makes a deadline of it (a negative limit is no first-solve minimum)
+    with pytest.raises(ConfigError, match=r"^time_limit_s: must be a positive number of seconds, got -1$"):
+        PackplaceDynamicCPScheduler(4, 1, 2, None, time_limit_s=-1)
+    with pytest.raises(ConfigError, match=r"^seed: must be an integer in \[0, 2\^31\), got -1$"):
+        PackplaceDynamicCPScheduler(4, 1, 2, None, seed=-1)
     scheduler = PackplaceDynamicCPScheduler(4, 1, 2, None)
     with pytest.raises(ConfigError, match=r"^sample_id_seqlens\[1\]: must be a \(sample id, sequence length\) pair"):
         scheduler.get_groups_and_subsamples([(0, 3), 5])

@@ -53,7 +53,7 @@ from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
 from packplace.errors import ConfigError, InfeasibleError, show
 from packplace.integrations import megatron_planning
 from packplace.result import FEASIBLE, OPTIMAL, SolveResult, optimality_level
-from packplace.run import Run
+from packplace.run import Run, check_limits
 from packplace.solvers import available
 from packplace.solvers.context_parallel.megatron import megatron_slots
 
@@ -312,7 +312,8 @@ class PackplaceDynamicCPScheduler:
         last_result: The :class:`~packplace.result.SolveResult` of the latest schedule.
 
     Raises:
-        ConfigError: a size that is not a positive integer, an unknown solver (one line each).
+        ConfigError: a size that is not a positive integer, an unknown solver, a ``time_limit_s`` that is not
+            a positive number or a bad ``seed`` (one line each).
     """
 
     is_dynamic_cp = True
@@ -331,6 +332,7 @@ class PackplaceDynamicCPScheduler:
                                       or value < 1):
                 raise ConfigError(f"{name}: must be None or an integer >= 1, got {show(value)}")
         _check_solver(solver)
+        check_limits(time_limit_s, seed)   # before plan() builds its deadline of it
         dynamic_cp_sizes(dp_size * cp_size, min_cp_size)   # min_cp_size within the pool
         self.max_seqlen_per_dp_cp_rank = int(max_seqlen_per_dp_cp_rank)
         self.cp_size, self.dp_size = int(cp_size), int(dp_size)
