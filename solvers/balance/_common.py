@@ -26,6 +26,7 @@ import numpy as np
 from packplace.balance.bounds import integral_costs, round_up
 from packplace.balance.schema import BalanceInstance, SampleKey, key_order
 from packplace.errors import ConfigError
+from packplace.result import optimality_level
 from packplace.run import clock
 
 
@@ -167,6 +168,15 @@ def first_fit_decreasing(
 def canonical(bins: Sequence[Sequence[SampleKey]]) -> tuple[tuple[SampleKey, ...], ...]:
     """Bins of keys with the keys of each bin in :func:`~packplace.balance.schema.key_order`."""
     return tuple(tuple(sorted(b, key=key_order)) for b in bins)
+
+
+def proof_level(evaluator: object, bound: float) -> float:
+    """The largest objective ``bound`` proves optimal by the test :func:`packplace.run.finalize` applies: the
+    evaluator's ``optimality_level`` (exact, the bound rounded up, where the objective is an integer), else
+    :func:`~packplace.result.optimality_level` (the relative tolerance). A backend claims ``optimal`` only
+    at or below it."""
+    level = getattr(evaluator, "optimality_level", optimality_level)
+    return float(level(bound))
 
 
 def integer_makespan_bound(instance: BalanceInstance, bound: float) -> float | None:

@@ -46,9 +46,9 @@ from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance, SampleKey
 from packplace.errors import ConfigError
 from packplace.registry import register
-from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
+from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.run import Run, clock
-from packplace.solvers.balance._common import canonical, integer_makespan_bound
+from packplace.solvers.balance._common import canonical, integer_makespan_bound, proof_level
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
 from packplace.solvers.balance.cpsat.start import START_FINISHES
 from packplace.solvers.balance.lockstep import lockstep_aware
@@ -381,7 +381,7 @@ class _Lns:
         self.hit_limit = self.stalled = self.counted_out = False
 
     def meets_bound(self, value: float) -> bool:
-        return value <= optimality_level(self.bound)
+        return value <= proof_level(self.evaluator, self.bound)
 
     def meets_integer_bound(self, value: float) -> bool:
         return self.meets_bound(value) or (self.integer_bound is not None and value <= self.integer_bound)

@@ -363,6 +363,7 @@ def finalize(
     analytic_bound: float,
     params: dict[str, Any],
     wall_s: float,
+    level: Callable[[float], float] = optimality_level,
 ) -> SolveResult:
     """Turn a solver's proposal into a :class:`SolveResult` scored by the evaluator.
 
@@ -373,13 +374,16 @@ def finalize(
         analytic_bound: The evaluator's analytic lower bound for the instance.
         params: Parameters to record.
         wall_s: Measured wall time (seconds).
+        level: The largest objective ``bound`` proves optimal (default :func:`optimality_level`, the
+            relative tolerance; an evaluator whose objective is an integer gives the bound rounded up, so
+            ``optimal`` there is exact: ``BalanceEvaluator.optimality_level``).
 
     Rules, so that no number is the solver's word alone:
       * ``objective`` comes from ``score``; an infeasible solution is a solver bug and gives status
         ``error`` with the evaluator's reason.
       * ``bound`` = max(solver bound, analytic bound), never above the objective by more than the
         solver's tolerance (a bound above a feasible objective would be a false proof: status ``error``).
-      * ``optimal`` iff ``objective <= optimality_level(bound)``, whatever the
+      * ``optimal`` iff ``objective <= level(bound)``, whatever the
         solver claimed: a claim that fails the test becomes ``feasible`` (the message gives the gap), and
         any feasible answer that passes it is ``optimal`` (the bound proves it).
     """
@@ -411,14 +415,16 @@ def finalize(
             if bound > (objective * (1 + tol) if objective > 0 else OPTIMALITY_ATOL):
                 return error(f"bound {bound!r} exceeds the evaluated objective {objective!r}: a false proof", objective)
             bound = objective
-        proven = objective <= optimality_level(bound)
+        proven = objective <= level(bound)
         if status == OPTIMAL and not proven:
             status = FEASIBLE
             # what the solver proved, for callers that accept its looser tolerance
             info["solver_optimal_within"] = tol
+            exact = level is not optimality_level and level(bound) < optimality_level(bound)
             message = (message + "; " if message else "") + (
                 f"optimal claim withdrawn: evaluated objective {objective:.9g} is above the bound {bound:.9g} "
-                f"by {relative_gap(objective, bound):.2e} relative (tolerance {OPTIMALITY_RTOL:g})"
+                f"by {relative_gap(objective, bound):.2e} relative "
+                + ("(an integer objective: compared exactly)" if exact else f"(tolerance {OPTIMALITY_RTOL:g})")
             )
         elif proven:
             status = OPTIMAL
@@ -555,8 +561,8 @@ def solve_with(
         proposal=proposal,
         score=score,
         analytic_bound=evaluator.lower_bound() if analytic_bound is None else analytic_bound,
-        params={"time_limit_s": time_limit_s, "seed": seed, **params},
-        wall_s=wall_s,
+        params={"time_limit_s": time_limit_s, "seed": seed, **params}, wall_s=wall_s,
+        level=getattr(evaluator, "optimality_level", optimality_level),
     )
     if interrupted:
         result.interrupted = True

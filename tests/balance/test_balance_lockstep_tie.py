@@ -193,7 +193,10 @@ def test_tie_break_cut_before_its_levelling_is_marked(monkeypatch, work_clock):
     result = packplace.balance(instance, solver="repair", tie_break="lockstep", time_limit_s=100)
     assert len(calls) == 1
     assert result.hit_time_limit
-    assert result.status == "optimal"  # the makespan objective is at its bound: the cut is the tie-break's
+    # the makespan is within 1e-6 of its bound (the cut is the tie-break's), but with integer costs optimal is
+    # exact and the bound (above 1e9, round_up keeps it fractional) is not met: feasible
+    assert result.status == "feasible"
+    assert 0 < result.objective - result.bound < 1e-6 * result.objective
     assert "the time limit cut the lockstep tie-break short" in result.message
     assert "levelled within ranks" not in result.message
     assert not ev.violations(result.solution)

@@ -103,6 +103,9 @@ def test_the_config_keeps_the_staleness_the_release_runs():
     assert release_staleness("openrlhf", "0.9.1", asked) == asked
     assert release_staleness("openrlhf", None, asked) == asked
     assert release_staleness("verl", "0.2.0", asked) == asked
+    # every asked value above the release's most: that most, not 0
+    assert release_staleness("openrlhf", "0.8.0", {"actor": (2, 3)}) == {"actor": (1,)}
+    assert release_staleness("openrlhf", "0.6.0", {"actor": (2, 3)}) == {"actor": (0,)}
     assert instance("0.6.0").optimizer["staleness_candidates"] == {"actor": (0,), "critic": (0,), "ac_share": (0,)}
     assert instance(None).optimizer["staleness_candidates"] == {"actor": (0, 1), "critic": (0, 1), "ac_share": (0,)}
 

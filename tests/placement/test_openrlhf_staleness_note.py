@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
+import yaml
 
 import packplace
 from packplace.cli import main
 from packplace.placement.model.layout_rules import release_staleness, release_staleness_note
 from packplace.placement.problem.config import build_instance
 
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 pytestmark = pytest.mark.usefixtures("toy_cuda_graphs")
 
 SMALL = dict(layers=8, hidden_dim=1024, ffn_dim=4096, vocab_size=32000, head_dim=128)
@@ -44,7 +47,7 @@ def config(version, staleness=(0, 1)):
     ("openrlhf", "0.6.0", (0, 1), SYNC),
     ("openrlhf", "0.7.5", (1,), "staleness_candidates narrowed to what the release runs (OpenRLHF 0.7.5 trains "
                                 "synchronously: asynchronous training (--async_train) comes with v0.8.0): actor [1] -> "
-                                "[0]"),
+                                "[0] (every asked value is above 0: the release's most)"),
     ("openrlhf", "0.8.0", (0, 1, 2), "staleness_candidates narrowed to what the release runs (OpenRLHF 0.8.0 "
                                      "queues one rollout batch (a staleness of at most 1): --async_queue_size comes "
                                      "with v0.9.1): actor [0, 1, 2] -> [0, 1]"),
@@ -56,6 +59,23 @@ def config(version, staleness=(0, 1)):
 def test_the_note_names_the_release_and_the_flag(framework, version, asked, note):
     assert release_staleness_note(framework, version, {"actor": asked}) == note
     assert bool(note) == (release_staleness(framework, version, {"actor": asked}) != {"actor": asked})
+
+
+@pytest.mark.parametrize("version, narrowed", [("0.6.0", (0,)), ("0.8.0", (1,)), ("0.9.1", (2, 3))])
+def test_values_all_above_the_release_narrow_to_its_most(version, narrowed):
+    # the shipped GRPO Qwen2.5-7B 2x8 H100 config asking staleness 2 or 3 of an OpenRLHF release
+    with open(os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")) as f:
+        cfg = yaml.safe_load(f)
+    cfg["policy"].update(framework="openrlhf", framework_version=version)
+    cfg["optimizer"]["staleness_candidates"] = {"actor": [2, 3]}
+    inst = build_instance(cfg)
+    assert inst.optimizer["staleness_candidates"]["actor"] == narrowed
+    if version == "0.9.1":
+        assert inst.notes == ()
+        return
+    most = narrowed[0]
+    assert inst.notes == (release_staleness_note("openrlhf", version, {"actor": (2, 3)}),)
+    assert inst.notes[0].endswith(f"actor [2, 3] -> [{most}] (every asked value is above {most}: the release's most)")
 
 
 def test_the_instance_carries_the_note_and_place_says_it():

@@ -36,6 +36,7 @@ from packplace.lazy import lazy_module
 from packplace.registry import register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.run import OutOfTime, Run, passed
+from packplace.solvers.balance._common import proof_level
 from packplace.solvers.balance.cpsat.model import (
     FORMULATIONS,
     _add_hint,
@@ -310,7 +311,7 @@ class _ExactSolve:
             run, time_limit_s=start_limit, fallback_deadline=run.deadline - READBACK_RESERVE_S - scoring_s)
         start = self.start
         self.info = {"start": start.source if start else None, "start_objective": start.objective if start else None}
-        if start is not None and start.objective <= self.analytic * (1 + OPTIMALITY_RTOL):
+        if start is not None and start.objective <= proof_level(self.evaluator, self.analytic):
             self.info.update(scale=None, slack=0.0, optimality_tolerance=0.0, returned=start.source)
             return Proposal(self.in_key_order(start.bins), OPTIMAL, bound=self.analytic, iterations=0,
                             message=f"{start.source} start meets the analytic lower bound; CP-SAT not run",

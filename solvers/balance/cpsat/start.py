@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from packplace.balance.schema import SampleKey
 from packplace.registry import available
-from packplace.result import OPTIMALITY_RTOL
 from packplace.run import Run, clock
+from packplace.solvers.balance._common import proof_level
 from packplace.solvers.balance.cpsat.model import TIGHT_FILL, _token_fill
 
 #: Heuristics tried, in order, for the starting solution (hint, domain bound and fallback).
@@ -117,7 +117,7 @@ def _heuristic_start(
     best = min(candidates, key=lambda start: start.objective)
     tight = _token_fill(instance) >= TIGHT_FILL
     if (tight and not timed_out and "lns" in names
-            and best.objective > evaluator.lower_bound() * (1 + OPTIMALITY_RTOL)):
+            and best.objective > proof_level(evaluator, evaluator.lower_bound())):
         # Tight packings: the fast paths stop well above the optimum there; the large-neighbourhood
         # search from them gives the model a far better hint and ceiling.
         proposal = run.call("lns", time_limit_s=time_limit_s)

@@ -23,6 +23,9 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import numpy as np
 
 from packplace.balance.lockstep import lockstep_cost
@@ -88,7 +91,41 @@ RESPLIT_MIN_CHECKS = 256
 RESPLIT_CHECKS_PER_RANK = 32
 
 
+def _tie_break_skipped(instance: BalanceInstance) -> str | None:
+    """Why ``tie_break="lockstep"`` does nothing on ``instance`` (None where it applies: ``makespan`` without
+    rank rules, padding or budgets, :func:`_fine_tunable`)."""
+    if instance.objective == "lockstep":
+        return "moot, objective 'lockstep' minimises the lockstep time itself"
+    if instance.objective != "makespan":
+        return f"it orders makespan answers; objective is {instance.objective!r}"
+    if instance.has_rank_rules:
+        return "rank rules (equal_count, max_samples_per_bin, groups) take the rule-keeping search, which has none"
+    if instance.padding_cost is not None:
+        return "a padding cost (loads are not plain cost sums)"
+    if instance.constraints.budgets:
+        return "budgets (loads are not plain cost sums)"
+    return None
+
+
+def _says_tie_break(solve: Any) -> Any:
+    """``solve`` that says, in the answer's message, where ``tie_break="lockstep"`` is not applied
+    (:func:`_tie_break_skipped`, judged on the instance as given, before ``lockstep_aware`` rewrites it)."""
+
+    @functools.wraps(solve)
+    def wrapper(instance: BalanceInstance, run: Run, **params: Any) -> Proposal:
+        why = _tie_break_skipped(instance) if params.get("tie_break") == "lockstep" else None
+        if why is None:
+            return solve(instance, run, **params)
+        proposal: Proposal = solve(instance, run, **{**params, "tie_break": None})
+        note = f"tie_break='lockstep' not applied: {why}"
+        proposal.message = f"{proposal.message}; {note}" if proposal.message else note
+        return proposal
+
+    return wrapper
+
+
 @register("balance", "repair")
+@_says_tie_break
 @lockstep_aware
 def solve(
     instance: BalanceInstance,
@@ -111,7 +148,8 @@ def solve(
             start whose bins cost least in lockstep is fine-tuned to it, and the lower lockstep time of
             the two, levelled within ranks, is returned (:meth:`_Repair.lockstep_tie`); the makespan is
             never higher than the answer's. Cut short by the deadline, the plan is still valid and
-            ``hit_time_limit`` is set (the message says so).
+            ``hit_time_limit`` is set (the message says so). Where it does not apply (another objective,
+            rank rules, a padding cost, budgets) the message says ``tie_break='lockstep' not applied: ...``.
 
     Returns:
         A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and

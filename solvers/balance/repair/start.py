@@ -24,7 +24,7 @@ from packplace.balance.evaluator import objective_value
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, Proposal, optimality_level
 from packplace.run import Run
-from packplace.solvers.balance._common import PreparedSamples, first_fit_decreasing, integer_makespan_bound
+from packplace.solvers.balance._common import PreparedSamples, first_fit_decreasing, integer_makespan_bound, proof_level
 from packplace.solvers.balance.repair.acceptance import power_of_two_above
 
 
@@ -91,7 +91,7 @@ def better_of_kk(instance: BalanceInstance, proposal: Proposal, run: Run) -> Pro
     is optimal within the tolerance."""
     evaluator = run.evaluator
     if proposal.solution is not None and (evaluator.objective(proposal.solution)
-                                          <= optimality_level(evaluator.lower_bound())):
+                                          <= proof_level(evaluator, evaluator.lower_bound())):
         return proposal
     other = run.call("karmarkar_karp", time_limit_s=None if run.deadline is None else run.left())
     if other.solution is None:

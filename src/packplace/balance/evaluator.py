@@ -40,7 +40,7 @@ from packplace.balance.lockstep import (
 )
 from packplace.balance.schema import Assignment, BalanceInstance, SampleKey
 from packplace.jsontext import json_text
-from packplace.result import register_solution_type
+from packplace.result import optimality_level, register_solution_type
 from packplace.run import clock, register_evaluator
 
 
@@ -229,6 +229,7 @@ class BalanceEvaluator:
         self.tokens = instance.tokens
         self.costs = instance.costs
         self._bounds: dict[str, float] | None = None  # makespan_bounds(), computed on first use
+        self._integral_loads: bool | None = None  # _integral(), computed on first use
 
     @property
     def index(self) -> dict[SampleKey, int]:
@@ -697,9 +698,22 @@ class BalanceEvaluator:
         """``bound`` rounded up (:func:`~packplace.balance.bounds.round_up`) when every rank load, bin cost
         and objective but ``balance`` is an integer: integer costs (:func:`~packplace.balance.bounds.integral_costs`,
         whatever the cost function) and no padding cost; else ``bound`` as it is."""
-        if self.instance.padding_cost is None and integral_costs(self.costs):
+        return round_up(bound) if self._integral() else bound
+
+    def optimality_level(self, bound: float) -> float:
+        """The largest objective ``bound`` proves optimal, the test :func:`packplace.run.finalize` applies:
+        where the objective is an integer (:meth:`_round_up`'s case, every objective but ``balance``) the
+        bound rounded up, so ``optimal`` means the objective equals it; else
+        :func:`~packplace.result.optimality_level` (the relative tolerance)."""
+        if self.instance.objective != "balance" and self._integral():
             return round_up(bound)
-        return bound
+        return optimality_level(bound)
+
+    def _integral(self) -> bool:
+        """Every rank load and bin cost is an integer: integer costs and no padding cost."""
+        if self._integral_loads is None:
+            self._integral_loads = self.instance.padding_cost is None and integral_costs(self.costs)
+        return self._integral_loads
 
     def makespan_bounds(self) -> dict[str, float]:
         """Every lower bound on max_r ℓ_r of :func:`packplace.balance.bounds.makespan_bounds`, by name

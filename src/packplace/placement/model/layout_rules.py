@@ -712,11 +712,12 @@ def release_staleness(framework: str, version: str | None,
                       candidates: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """``optimizer.staleness_candidates`` without the values the framework release cannot run
     (:func:`openrlhf_most_stale`; unchanged for other frameworks or without a release): the search then never
-    tries them, and the evaluator refuses a plan that has them."""
+    tries them, and the evaluator refuses a plan that has them. A model whose asked values are all above the
+    release's most keeps that most (the closest the release runs)."""
     most = openrlhf_most_stale(table_release(version)) if framework == "openrlhf" and version is not None else None
     if most is None:
         return dict(candidates)
-    return {model: tuple(t for t in values if t <= most) or (0,) for model, values in candidates.items()}
+    return {model: tuple(t for t in values if t <= most) or (most,) for model, values in candidates.items()}
 
 
 def _release_text(release: tuple[int, ...]) -> str:
@@ -734,13 +735,17 @@ def release_staleness_note(framework: str, version: str | None,
     if not dropped:
         return ""
     most = openrlhf_most_stale(table_release(version))
+    assert most is not None     # a narrowing implies a release with a most
     if most == 0:
         why = (f"OpenRLHF {version} trains synchronously: asynchronous training (--async_train) comes with "
                f"{_release_text(OPENRLHF_ASYNC)}")
     else:
         why = (f"OpenRLHF {version} queues one rollout batch (a staleness of at most 1): --async_queue_size comes "
                f"with {_release_text(OPENRLHF_ASYNC_QUEUE)}")
-    changes = ", ".join(f"{model} {list(values)} -> {list(narrowed[model])}" for model, values in dropped.items())
+    changes = ", ".join(f"{model} {list(values)} -> {list(narrowed[model])}"
+                        + (f" (every asked value is above {most}: the release's most)"
+                           if all(t > most for t in values) else "")
+                        for model, values in dropped.items())
     return f"staleness_candidates narrowed to what the release runs ({why}): {changes}"
 
 
