@@ -130,13 +130,24 @@ def _two_step_cycle_plan():
     two steps: period (46904064 + 7461873 + 129945811) / 2 = 92155874 ticks on the model's tables (the
     edges: generate on one GPU + rollout transfer, reference + transfer, actor train on all 8 GPUs + weight
     sync)."""
-    inst, tables = _stale_ppo()
+    inst, _ = _stale_ppo()
     where = {"actor.generate": (0, 1, 1, 1, 1, 8), "reference.infer": (0, 2, 1, 2, 1, 16),
              "reward.infer": (4, 6, 2, 1, 1, 8), "critic.infer": (6, 7, 1, 1, 1, 8),
              "actor.train": (0, 8, 2, 4, 1, 4), "critic.train": (4, 6, 2, 1, 1, 2)}
 
+    def strategy(c):
+        return c.strategy.dp, c.strategy.pp, c.strategy.tp, c.micro_batch
+
+    # the fixture's stride plus the plan's own candidates (the stride's picks move with every other candidate's time)
+    table = get_table(inst)
+    candidates = {n: every_kth(table, n, 4) for n in inst.graph.names}
+    for name, (*_, dp, pp, tp, mb) in where.items():
+        own = next(c for c in table.feasible[name] if strategy(c) == (dp, pp, tp, mb))
+        candidates[name] += [] if own in candidates[name] else [own]
+    tables = cpsat.make_tables(get_evaluator(inst), candidates)
+
     def key(o):
-        return o.lo, o.hi, o.cand.strategy.dp, o.cand.strategy.pp, o.cand.strategy.tp, o.cand.micro_batch
+        return (o.lo, o.hi, *strategy(o.cand))
 
     choice = [next(o for o in tables.options[v] if key(o) == where[name]) for v, name in enumerate(tables.names)]
     return inst, tables, choice, {"actor": 1, "critic": 1}
