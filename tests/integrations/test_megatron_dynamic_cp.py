@@ -869,22 +869,34 @@ def test_the_vpp_re_plan_shares_the_time_limit(monkeypatch, work_clock):
     assert result.status == "feasible" and result.bound == pytest.approx(316.0)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
-       multiple=st.sampled_from([2, 3]), cost=st.sampled_from([None, _RING_HEAVY]),
-       solver=st.sampled_from(["cpsat", "greedy"]), compare=st.booleans(), data=st.data())
-def test_the_vpp_re_plan_is_never_slower_than_the_multiple_above(dp, cp, cap, multiple, cost, solver, compare, data):
-    # the old choice: the plan at the next multiple above packplace's own count (the first count tried)
-    ranks = dp * cp
-    lengths = data.draw(st.lists(st.integers(1, ranks * cap), min_size=2, max_size=6))
+#: The random VPP layouts of the re-plan's property tests (:func:`_vpp_plan`).
+_VPP_CASES = dict(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
+                  multiple=st.sampled_from([2, 3]), cost=st.sampled_from([None, _RING_HEAVY]),
+                  solver=st.sampled_from(["cpsat", "greedy"]), compare=st.booleans(), data=st.data())
+
+
+def _vpp_plan(dp, cp, cap, multiple, cost, solver, compare, data):
+    """A drawn batch of 2-6 sequences planned with a virtual-pipeline group of ``multiple``: ``(lengths, plan,
+    last_result)``, or None where the scheduler refuses it."""
+    lengths = data.draw(st.lists(st.integers(1, dp * cp * cap), min_size=2, max_size=6))
     scheduler = PackplaceDynamicCPScheduler(cap, cp, dp, multiple, cost=cost, solver=solver, compare_megatron=compare)
     try:
         plan = scheduler.plan(list(enumerate(lengths)))
     except InfeasibleError:
+        return None
+    return lengths, plan, scheduler.last_result
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_VPP_CASES)
+def test_the_vpp_re_plan_is_never_slower_than_the_multiple_above(dp, cp, cap, multiple, cost, solver, compare, data):
+    # the old choice: the plan at the next multiple above packplace's own count (the first count tried)
+    planned = _vpp_plan(dp, cp, cap, multiple, cost, solver, compare, data)
+    if planned is None:
         return
+    lengths, plan, result = planned
     assert len(plan.micro_batches) % multiple == 0
     assert sorted(k for g in plan.groups for k in g.keys) == list(range(len(lengths)))   # each exactly once
-    result = scheduler.last_result
     tried = result.info.get("micro_batch_multiple", {}).get("tried")
     if not tried:   # packplace's own count was a multiple (or no count was solved): nothing re-planned
         return
@@ -916,18 +928,13 @@ def test_the_lower_bound_only_rises_with_the_micro_batch_count(dp, cp, cap, micr
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]), cap=st.sampled_from([4, 8]),
-       multiple=st.sampled_from([2, 3]), cost=st.sampled_from([None, _RING_HEAVY]),
-       solver=st.sampled_from(["cpsat", "greedy"]), compare=st.booleans(), data=st.data())
+@given(**_VPP_CASES)
 def test_the_vpp_bound_holds_over_every_allowed_multiple(dp, cp, cap, multiple, cost, solver, compare, data):
     ranks = dp * cp
-    lengths = data.draw(st.lists(st.integers(1, ranks * cap), min_size=2, max_size=6))
-    scheduler = PackplaceDynamicCPScheduler(cap, cp, dp, multiple, cost=cost, solver=solver, compare_megatron=compare)
-    try:
-        plan = scheduler.plan(list(enumerate(lengths)))
-    except InfeasibleError:
+    planned = _vpp_plan(dp, cp, cap, multiple, cost, solver, compare, data)
+    if planned is None:
         return
-    result = scheduler.last_result
+    lengths, plan, result = planned
     assert len(plan.micro_batches) % multiple == 0
     first = -(-max(1, -(-sum(lengths) // (ranks * cap))) // multiple) * multiple
     plans = [_cpsat_at(lengths, dp, cp, cap, count, cost) for count in range(first, len(lengths) + 1, multiple)]

@@ -9,6 +9,8 @@ import math
 
 import pytest
 from ortools.sat.python import cp_model
+from test_placement_cpsat import HW as CPSAT_TEST_HW
+from test_placement_cpsat import SMALL
 
 import packplace
 from packplace.placement.evaluator import PlacementEvaluator
@@ -21,13 +23,8 @@ from packplace.solvers.placement.cpsat.solve import _choice_of, _ExactPlacement
 
 pytestmark = pytest.mark.usefixtures("toy_cuda_graphs")
 
-#: The toy cluster of test_placement_cpsat.py (decode_step_overhead 0: the bare roofline), 2 GPUs of 10 GB.
-HW = dict(racks=1, nodes_per_rack=1, gpus_per_node=2, flops_per_gpu=1e14, memory_per_gpu=10e9,
-          memory_bandwidth=2e12, alpha_coll_g=1e-6, beta_coll_g=3e-12, alpha_coll_n=5e-6, beta_coll_n=2e-11,
-          alpha_coll_r=8e-6, beta_coll_r=2.5e-11, alpha_p2p_g=2e-6, beta_p2p_g=2.5e-12, alpha_p2p_n=5e-6,
-          beta_p2p_n=2e-10, alpha_p2p_r=8e-6, beta_p2p_r=2.4e-9, decode_step_overhead=0.0,
-          memory_workspace=0.0)
-SMALL = dict(layers=8, hidden_dim=1024, ffn_dim=4096, vocab_size=32000, head_dim=128)
+#: The toy cluster of test_placement_cpsat.py (decode_step_overhead 0: the bare roofline) on 2 GPUs of 10 GB; its model.
+HW = {**CPSAT_TEST_HW, "gpus_per_node": 2, "memory_per_gpu": 10e9}
 _CACHE: dict = {}
 
 
