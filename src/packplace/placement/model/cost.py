@@ -36,6 +36,7 @@ from packplace.placement.model.components import (
     pass_times,
     weight_update_kernels,
 )
+from packplace.placement.model.deepspeed_zero2 import zero2_collective_calls
 from packplace.placement.model.dp_balance import VertexBalance
 from packplace.placement.model.engine import (
     MAX_SHARE_SEQUENCES,
@@ -1134,10 +1135,33 @@ class CostModel:
                 terms.append(self.allreduce(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep)))
             else:
                 terms.append(self.allreduce(2.0 * shard, dp, level, per_node))
+                if self._bucket_reduces(model, dp, pp, tp, lora_rank):
+                    terms.append(self.zero2_bucket_seconds(model, dp, level, per_node))
         if pp > 1 and model.lm_head and model.tie_word_embeddings:
             tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
             terms.append(self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent)))
         return terms
+
+    def _bucket_reduces(self, model: ModelSpec, dp: int, pp: int, tp: int, lora_rank: int) -> bool:
+        """Whether ``model``'s gradient reduction is DeepSpeed 0.9.x's ZeRO-2 bucket of per-rank reduces
+        (:meth:`zero2_bucket_seconds`): the framework's
+        :attr:`~packplace.placement.model.framework.FrameworkProfile.zero2_bucket_reduces`, ``sharding: zero2``,
+        more than one data-parallel rank, a dense model trained whole (no LoRA) without tensor or pipeline
+        parallelism (what :func:`~packplace.placement.model.deepspeed_zero2.parameter_tensors` lists)."""
+        return (self.framework.zero2_bucket_reduces and self.options(model).sharding == "zero2" and dp > 1
+                and pp == 1 and tp == 1 and not lora_rank and not model.is_moe)
+
+    def zero2_bucket_seconds(self, model: ModelSpec, dp: int, level: int, per_node: int) -> float:
+        """What DeepSpeed 0.9.x's ZeRO-2 optimizer step costs beyond the ring all-reduce :meth:`update_time`
+        prices (a reduce-scatter and an all-gather of ``2·P`` bytes, ``dp − 1`` ring steps of ``α`` each), seconds:
+        its ``R`` ring reduces and ``G`` parameter all-gathers
+        (:func:`~packplace.placement.model.deepspeed_zero2.zero2_collective_calls`) take ``dp − 1`` steps of ``α``
+        each, ``(R + G − 2)·(dp − 1)·α`` more, and the reduces carry all ``2·P`` bytes where the reduce-scatter
+        carries ``(dp − 1)/dp`` of them (NCCL's reduce moves the whole buffer over every link: nccl-tests
+        doc/PERFORMANCE.md, ``busbw = algbw``), ``2·P/dp·β`` more; ``(α, β)`` the group's :meth:`link`."""
+        reduces, gathers = zero2_collective_calls(model, dp)
+        alpha, beta = self.link(level, per_node)
+        return max(0, reduces + gathers - 2) * (dp - 1) * alpha + 2.0 * model.params / dp * beta
 
     def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,
                         pp: int, tp: int, ep: int) -> tuple[float, float]:

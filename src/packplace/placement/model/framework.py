@@ -644,6 +644,13 @@ class FrameworkProfile:
             it, ``compute_log_prob`` loads the parameters, ``rollout_mode`` offloads them once the engine
             has its weights), not ZeRO-Offload's host-resident state with one gathered layer on the GPU
             (:func:`~packplace.placement.model.memory.vertex_memory`). Memory only.
+        zero2_bucket_reduces: A ``zero2`` trainer reduces its gradients as DeepSpeed v0.9.0-v0.10.x does, one
+            ``dist.reduce`` per run of same-rank slices in each gradient bucket
+            (:mod:`~packplace.placement.model.deepspeed_zero2`;
+            :meth:`~packplace.placement.model.cost.CostModel.zero2_bucket_seconds`). DeepSpeed-Chat: the README of
+            its Table 1 release installs ``deepspeed>=0.9.0``. From v0.12 DeepSpeed all-reduces each bucket
+            (deepspeedai/DeepSpeed pull request #4695), the ring all-reduce the model prices for every other
+            framework.
     """
 
     name: str
@@ -671,6 +678,7 @@ class FrameworkProfile:
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     engine_own_process: bool = True
     engine_logprobs: str | None = None
+    zero2_bucket_reduces: bool = False
 
 
 #: The profiles (``policy.framework``).
@@ -714,7 +722,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
         "hybrid engine generates with the training parameters gathered in place)",
         decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True, enforce_eager=None,
-        engine_generation=None, engine_own_process=False),
+        engine_generation=None, engine_own_process=False, zero2_bucket_reduces=True),
 }
 #: Frameworks by name.
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
