@@ -1158,7 +1158,9 @@ class CostModel:
         (:func:`~packplace.placement.model.deepspeed_zero2.zero2_collective_calls`) take ``dp − 1`` steps of ``α``
         each, ``(R + G − 2)·(dp − 1)·α`` more, and the reduces carry all ``2·P`` bytes where the reduce-scatter
         carries ``(dp − 1)/dp`` of them (NCCL's reduce moves the whole buffer over every link: nccl-tests
-        doc/PERFORMANCE.md, ``busbw = algbw``), ``2·P/dp·β`` more; ``(α, β)`` the group's :meth:`link`."""
+        doc/PERFORMANCE.md, ``busbw = algbw``), ``2·P/dp·β`` more; ``(α, β)`` the group's :meth:`link`. Once per
+        optimizer step, as the all-reduce: DeepSpeed-Chat's files train one micro-batch per step; with gradient
+        accumulation ZeRO-2 reduces after every micro-batch's backward, which neither term charges."""
         reduces, gathers = zero2_collective_calls(model, dp)
         alpha, beta = self.link(level, per_node)
         return max(0, reduces + gathers - 2) * (dp - 1) * alpha + 2.0 * model.params / dp * beta
