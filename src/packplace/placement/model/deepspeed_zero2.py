@@ -24,7 +24,9 @@ The parameter order is the Hugging Face module order of a decoder block: Q, K, V
 bias), the attention norm, the MLP (gate, up, down), the second norm; the embeddings (token, then learned
 positions, then the ``embedding_dim`` projections) first, the final norm and the head last. The backward
 produces the gradients in the reverse order (a tied LM head's matrix is the token embedding, finished last).
-OPT orders K, V, Q; the three are the same size, so the count is the same.
+OPT orders K, V, Q; the three are the same size, so the count is the same. OPT also registers its final
+LayerNorm before the layers (``OPTDecoder.__init__``), which moves the partition edges by ``d`` elements: laid
+out that way OPT-1.3B counts 479 reduces on 64 ranks instead of 485, 125 on 8 instead of 138.
 """
 
 from __future__ import annotations
