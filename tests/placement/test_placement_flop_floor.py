@@ -134,3 +134,52 @@ def test_runs_below_their_floor_leave_the_bands_but_are_counted():
     assert scored["within_0.67-1.5"] == 1.0 and scored["within_0.8-1.25"] == 0.5
     every = summarize(rows, every_run=True)
     assert (every["runs"], every["median"], every["within_0.67-1.5"]) == (3, 1.4, pytest.approx(2 / 3))
+
+
+OPENRLHF_70B = os.path.join(VALIDATION, "openrlhf_ppo_llama2-70b_32xa800.yaml")
+OPENRLHF_34B = os.path.join(VALIDATION, "openrlhf_ppo_codellama-34b_32xa800.yaml")
+
+
+def test_the_openrlhf_70b_loop_is_below_its_decode_floor_by_hand():
+    # Llama-2-70B: N = 80·(2·8192² + 2·8192·1024 + 3·8192·28672) + 8192·32,000 = 68,713,185,280 matrix weights
+    instance, plan, section = load_setup(OPENRLHF_70B)
+    assert instance.models["actor"].gemm_params == 68_713_185_280
+    # each decode iteration reads the TP-2 engine's half of the bf16 weights at the A800's 2.039 TB/s
+    iteration = 2 * 68_713_185_280 / 2 / 2.039e12                     # 33.70 ms
+    # 8 actor ranks on 4 engines (rank % 4): 2 ranks x 128 / 2 = 64 micro-rollout calls each, one after another,
+    # every response at the file's 1,024-token cap
+    generation = 2 * 64 * 1024 * iteration
+    assert generation == pytest.approx(4417.1, abs=0.1)
+    # the actor's training after the loop: 3 forward passes over 1,024 x 2,048 tokens on 8 GPUs at 312 TFLOP/s,
+    # each token 2N + 2·L·s·q = 137,426,370,560 + 2·80·2048·8192 = 140,110,725,120 FLOPs
+    training = 3 * 140_110_725_120 * 1024 * 2048 / (8 * 312e12)
+    assert training == pytest.approx(353.2, abs=0.1)
+    floors = flop_floor(instance, plan, section)
+    assert floors["step"] == pytest.approx(generation + training, rel=1e-9)    # 4,770.2 s
+    # published 4,488.53 s: no efficiency at or below 1 reproduces it with every response at the cap
+    reason = floor_reason(instance, plan, section)
+    assert reason.startswith(BELOW_FLOOR) and "step 4488.5 s < 4770.2 s" in reason
+    assert load_setups([OPENRLHF_70B])[0].not_fitted == reason
+
+
+def test_the_openrlhf_34b_loop_stays_above_its_decode_floor():
+    # CodeLlama-34B: N = 48·(2·8192² + 2·8192·1024 + 3·8192·22016) + 8192·32,000 = 33,481,031,680 on one GPU per
+    # engine; 8 ranks on 8 engines, 32 calls of 4 prompts each at 1,024 iterations
+    instance, plan, section = load_setup(OPENRLHF_34B)
+    assert instance.models["actor"].gemm_params == 33_481_031_680
+    generation = 32 * 1024 * 2 * 33_481_031_680 / 2.039e12
+    assert generation == pytest.approx(1076.1, abs=0.1)
+    floors = flop_floor(instance, plan, section)
+    assert generation < floors["step"] < float(section["published"]["step"])   # 1,249.0 < 1,526.4 s
+    assert floor_reason(instance, plan, section) == ""
+
+
+def test_a_batch_one_engine_decodes_at_most_at_the_datasheet_bandwidth():
+    # Qwen2.5-7B, N = 7,070,285,824 (as the verl test's model): one sequence, 2,048 tokens generated on one A100,
+    # each iteration reading the bf16 weights at 2.039 TB/s: 2,048 x 6.935 ms = 14.20 s, far above its FLOPs' floor
+    instance, plan, section = load_setup(os.path.join(VALIDATION, "qwen2.5-7b_vllm_batch1_1xa100.yaml"))
+    assert instance.models["actor"].gemm_params == 7_070_285_824
+    floor = 2048 * 2 * 7_070_285_824 / 2.039e12
+    assert floor == pytest.approx(14.203, abs=0.001)
+    assert flop_floor(instance, plan, section)["generation"] == pytest.approx(floor, rel=1e-9)
+    assert floor_reason(instance, plan, section) == ""   # published 24.3 s

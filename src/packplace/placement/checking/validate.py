@@ -45,12 +45,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import yaml
 
 from packplace.contract import Field, check_section, key_shown, plain_bool, plain_number
 from packplace.errors import ConfigError, PackplaceError, show
 from packplace.placement.candidates import CandidateTable, global_batch, sequences_together
 from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.framework import micro_rollout_batch_size
 from packplace.placement.problem.config import (
     MAX_GPUS,
     MAX_SEQUENCES,
@@ -601,8 +603,45 @@ def flop_floor(instance, plan: Plan, section: dict[str, Any]) -> dict[str, float
     ``step``); the vertices sharing a GPU take turns on it (a synchronous step runs each once; an
     asynchronous period too), so the figure lasts at least the largest sum of floors over one GPU's
     vertices. A published figure below its floor cannot come from the file's workload on the file's
-    GPUs at any efficiency: the inputs (lengths, batch) are not those of the run."""
+    GPUs at any efficiency: the inputs (lengths, batch) are not those of the run.
+
+    A generation vertex lasts at least its decode's weight reads as well (:func:`decode_floor`: every
+    iteration reads the GPU's weight shard at the datasheet HBM bandwidth), and where OpenRLHF's experience is
+    its actor ranks' serial loop of engine calls (:func:`~packplace.placement.evaluator.micro_rollout_vertices`,
+    before v0.5.0) the actor's training follows the whole loop (0.2.7 ``ppo_trainer.py`` ``fit``: ``ppo_train``
+    only after ``update_timesteps`` ``make_experience`` calls; ``ppo_actor.py`` ``ppo_train``: ``flush`` and a
+    barrier first), so a figure spanning both lasts at least the sum of their floors."""
     return _predict(instance, plan, section)[3]
+
+
+def decode_floor(ev: PlacementEvaluator, plan: Plan, i: int) -> float:
+    """Seconds generation vertex ``i`` of ``plan`` lasts at least in decode's weight reads alone: an iteration
+    runs every layer's matrices over its running tokens, so it reads the weights each token uses (the dense
+    part: :meth:`~packplace.placement.model.cost.CostModel.decode_weights_read` of one sequence less its routed
+    experts), ``1/(tp·pp)`` of them on each GPU, at no more than the datasheet ``memory_bandwidth``
+    (Williams et al. 2009, the roofline's memory side; no efficiency below 1); and it adds at most one token
+    to each running sequence (no speculative decoding is priced), so an engine runs at least the mean response's
+    iterations (a replica decodes its longest response, at least the mean). Where OpenRLHF's experience runs
+    each actor rank's micro-rollout batches one engine call at a time (:attr:`PlacementEvaluator.micro_rollout`;
+    vllm_engine.py ``LLMRayActor`` without ``max_concurrency``: calls to one engine run one after another), the
+    busiest engine, ``vllm_engines[rank % engines]``, runs ``⌈ranks / engines⌉ × steps`` calls, each at least the
+    mean response's iterations."""
+    cost = ev.cost
+    vertices = dict(plan.vertices)
+    s = vertices[ev.names[i]].strategy
+    model = ev.model_specs[i]
+    one = np.array([1.0])
+    dense = float(cost.decode_weights_read(model, one)[0] - cost.decode_expert_weights_read(model, one)[0])
+    iteration = 2.0 * dense / (s.tp * s.pp) / cost.hw.memory_bandwidth
+    calls = 1
+    if ev.micro_rollout is not None and ev.micro_rollout[0] == i:
+        _, train, forwards = ev.micro_rollout
+        sequences = ev.instance.workload.sequences
+        ranks = vertices[ev.names[train]].strategy.dp
+        batch = micro_rollout_batch_size(sequences, ranks, (vertices[ev.names[j]].micro_batch for j in forwards))
+        steps = -(-max(1, sequences // ranks) // batch)
+        calls = -(-ranks // s.dp) * steps
+    return calls * ev.instance.workload.mean_response * iteration
 
 
 def floor_reason(instance, plan: Plan, section: dict[str, Any]) -> str:
@@ -614,7 +653,7 @@ def floor_reason(instance, plan: Plan, section: dict[str, Any]) -> str:
     for fig, published in section["published"].items():
         if float(published) < floors.get(fig, 0.0):
             return (f"{BELOW_FLOOR}: published {fig} {float(published):.1f} s < {floors[fig]:.1f} s at the "
-                    "whole dense peak for the file's workload")
+                    "whole dense peak (and, in decode, the datasheet HBM bandwidth) for the file's workload")
     return ""
 
 
@@ -633,6 +672,9 @@ def _predict(instance, plan: Plan, section: dict[str, Any]
         if "old_log_prob" in score.phases.get(name, {}):
             flops *= 4.0 / 3.0  # the training vertex's 3 forward-equivalents plus the old-log-prob forward
         vertex_floor[name] = flops / (vp.allocation.num_gpus * peak)
+        i = ev.names.index(name)
+        if instance.graph.vertices[i].kind == "generate":
+            vertex_floor[name] = max(vertex_floor[name], decode_floor(ev, plan, i))
     fits = not score.oom
     if fits:
         step = score.step_time
@@ -654,6 +696,10 @@ def _predict(instance, plan: Plan, section: dict[str, Any]
         # sum only rises where a block starts, so the first GPU of some block is the busiest)
         floors[phase] = max((sum(vertex_floor[u] for u in names if ranges[u][0] <= ranges[v][0] < ranges[u][1])
                              for v in names), default=0.0)
+        if ev.micro_rollout is not None:   # the actor trains after the whole loop (flop_floor)
+            loop = [ev.names[j] for j in ev.micro_rollout[:2]]
+            if all(n in names for n in loop):
+                floors[phase] = max(floors[phase], sum(vertex_floor[n] for n in loop))
     return out, fits, score.phases, floors
 
 
