@@ -9,6 +9,7 @@
 * :func:`first_fit_decreasing`: one rank's samples into exactly m bins (``seq_len`` and every budget
   checked), the bin stage of ``karmarkar_karp`` and of ``repair``'s rank-level LPT start.
 * :func:`keys_of`, :func:`canonical`: bins of sample indices as bins of keys; keys in ``key_order``.
+* :func:`bin_sums`: each bin's ``values[b].sum()``, bit for bit, summed by bin length.
 * :func:`integer_makespan_bound`, :func:`remaining_seconds`, :func:`reject_unknown_params`: the
   integer-cost makespan bound, a ``packplace.run.clock()`` deadline and the unknown-parameter error.
 
