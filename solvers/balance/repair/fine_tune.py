@@ -62,12 +62,16 @@ class _Units:
         wheres = [np.repeat(np.asarray(open_bins, dtype=np.int64), sizes)]
         if pairs:
             _add_pairs(singles, sizes, open_bins, tokens, firsts, seconds, wheres)
-        self.first = np.concatenate(firsts)
-        self.second = np.concatenate(seconds)
-        self.bin = np.concatenate(wheres)
+        if len(firsts) == 1:  # single samples only: no second (its index -1 adds the trailing 0)
+            self.first, self.second, self.bin = singles, seconds[0], wheres[0]
+            self.count = np.ones(singles.size, dtype=np.int64)
+        else:
+            self.first = np.concatenate(firsts)
+            self.second = np.concatenate(seconds)
+            self.bin = np.concatenate(wheres)
+            self.count = np.where(self.second >= 0, 2, 1)
         self.cost = costs[self.first] + costs[self.second]
         self.tokens = tokens[self.first] + tokens[self.second]
-        self.count = np.where(self.second >= 0, 2, 1)
         self._by_cost = None
         self._sorted_cost = None
 
