@@ -13,7 +13,10 @@ For each mix and seed both schedule the same global batch; FLOPs per sequence ar
 scheduler: micro-batches per rank, the **makespan** (largest per-rank FLOPs sum, what a pure DP
 step waits for) and the **lockstep** time (sum over micro-batch index of the slowest rank's
 micro-batch, what a step waits for when ranks synchronise every micro-batch), both relative to
-the evaluator's makespan lower bound (which also bounds lockstep from below), and seconds.
+the evaluator's makespan lower bound (which also bounds lockstep from below), and the seconds of the
+scheduler's call, wall and process CPU (the CPU less sensitive to other processes on a shared machine;
+with ``--repeats`` the least of that many calls, the schedulers interleaved); the summary rows give the
+means of the two ratios and the median seconds over the seeds.
 packplace's scheduler takes, among the packings at its makespan, the lowest lockstep time (``repair``'s
 ``tie_break="lockstep"``); with ``--plain`` a third row per batch, ``plain``, is the scheduler with
 ``tie_break=None`` (the plain makespan answer), run right after it on the same batch.
@@ -31,6 +34,7 @@ Usage:
     python benchmarks/megatron_dp_balanced.py
     python benchmarks/megatron_dp_balanced.py --seeds 5 --mix rl
     python benchmarks/megatron_dp_balanced.py --plain
+    python benchmarks/megatron_dp_balanced.py --plain --repeats 5   # each call 5 times, the fastest kept
 """
 
 from __future__ import annotations
@@ -106,19 +110,42 @@ def draw(mix, seed):
     return np.clip(rng.lognormal(np.log(8192), 1.0, size=n), 256, 65536).astype(np.int64)
 
 
+def _timed_calls(whos, pairs, spec, hidden_size: int, repeats: int) -> dict[str, tuple[list, float, float]]:
+    """who -> (its groups, least wall seconds, least CPU seconds) over ``repeats`` calls on one batch, the
+    schedulers interleaved (a fresh scheduler each call)."""
+    timed: dict[str, tuple[list, float, float]] = {}
+    for _ in range(max(1, repeats)):
+        for who in whos:
+            scheduler = PackplacePackingScheduler(spec["cap"], 1, spec["dp"], None, hidden_size=hidden_size,
+                                                  tie_break=None if who == "plain" else "lockstep")
+            start, cpu = time.perf_counter(), time.process_time()
+            if who == "dp_balanced":
+                groups = dp_balanced_groups(pairs, spec["cap"], 1, spec["dp"])
+            else:
+                groups = scheduler.get_groups_and_subsamples(pairs)
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            if who in timed:
+                seconds, cpu = min(seconds, timed[who][1]), min(cpu, timed[who][2])
+            timed[who] = (groups, seconds, cpu)
+    return timed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mix", choices=sorted(MIXES), nargs="+", default=sorted(MIXES, reverse=True))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--hidden-size", type=int, default=4096)
     parser.add_argument("--plain", action="store_true", help="also the scheduler without its lockstep tie-break")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="calls per scheduler and batch, the schedulers interleaved; the fastest is kept")
     args = parser.parse_args()
     whos = ("dp_balanced", "packplace", "plain") if args.plain else ("dp_balanced", "packplace")
     print(f"{'mix':<4} {'seed':>4} {'scheduler':<12} {'mb/rank':>7} {'makespan/LB':>12} {'lockstep/LB':>12} "
-          f"{'seconds':>8}")
+          f"{'seconds':>8} {'cpu s':>8}")
     for mix in args.mix:
         spec = MIXES[mix]
         summary: dict[str, list[tuple[float, float]]] = {who: [] for who in whos}
+        timings: dict[str, list[tuple[float, float]]] = {who: [] for who in whos}
         for seed in range(args.seeds):
             lengths = draw(mix, seed)
             flops = sequence_flops(lengths, args.hidden_size)
@@ -126,23 +153,19 @@ def main() -> None:
             instance = make_instance(lengths, flops, seq_len=spec["cap"], data_parallel_size=spec["dp"],
                                      local_batch_size="auto")
             bound = BalanceEvaluator(instance).lower_bound("makespan")
-            for who in whos:
-                scheduler = PackplacePackingScheduler(spec["cap"], 1, spec["dp"], None, hidden_size=args.hidden_size,
-                                                      tie_break=None if who == "plain" else "lockstep")
-                start = time.perf_counter()
-                if who == "dp_balanced":
-                    groups = dp_balanced_groups(pairs, spec["cap"], 1, spec["dp"])
-                else:
-                    groups = scheduler.get_groups_and_subsamples(pairs)
-                seconds = time.perf_counter() - start
+            timed = _timed_calls(whos, pairs, spec, args.hidden_size, args.repeats)
+            for who, (groups, seconds, cpu) in timed.items():
                 costs = micro_costs(groups, flops, 1)
                 m, ls = makespan(costs) / bound, lockstep(costs) / bound
                 summary[who].append((m, ls))
-                print(f"{mix:<4} {seed:>4} {who:<12} {len(groups):>7} {m:>12.4f} {ls:>12.4f} {seconds:>8.2f}",
-                      flush=True)
+                timings[who].append((seconds, cpu))
+                print(f"{mix:<4} {seed:>4} {who:<12} {len(groups):>7} {m:>12.4f} {ls:>12.4f} {seconds:>8.3f} "
+                      f"{cpu:>8.3f}", flush=True)
         for who, rows in summary.items():
             ms, ls = zip(*rows)
-            print(f"{mix:<4} mean {who:<12} {'':>7} {np.mean(ms):>12.4f} {np.mean(ls):>12.4f}")
+            walls, cpus = zip(*timings[who])
+            print(f"{mix:<4} mean {who:<12} {'':>7} {np.mean(ms):>12.4f} {np.mean(ls):>12.4f} "
+                  f"{np.median(walls):>8.3f} {np.median(cpus):>8.3f} (seconds: median)")
         gap_m = np.mean([d[0] / p[0] - 1 for d, p in zip(summary["dp_balanced"], summary["packplace"])])
         gap_l = np.mean([d[1] / p[1] - 1 for d, p in zip(summary["dp_balanced"], summary["packplace"])])
         print(f"{mix}: dp_balanced above packplace, mean over seeds: makespan {100 * gap_m:.1f}%, "

@@ -9,6 +9,7 @@
 * :func:`first_fit_decreasing`: one rank's samples into exactly m bins (``seq_len`` and every budget
   checked), the bin stage of ``karmarkar_karp`` and of ``repair``'s rank-level LPT start.
 * :func:`keys_of`, :func:`canonical`: bins of sample indices as bins of keys; keys in ``key_order``.
+* :func:`bin_sums`: each bin's ``values[b].sum()``, bit for bit, summed by bin length.
 * :func:`integer_makespan_bound`, :func:`remaining_seconds`, :func:`reject_unknown_params`: the
   integer-cost makespan bound, a ``packplace.run.clock()`` deadline and the unknown-parameter error.
 
@@ -18,6 +19,7 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -100,8 +102,24 @@ def stopped_by(solver: str, reason: DeadEnd | str) -> str:
 
 def keys_of(prepared: PreparedSamples, bins: list[list[int]]) -> tuple[tuple, ...]:
     """Rank-major bins of sample indices → bins of sample keys."""
-    keys = prepared.keys
-    return tuple(tuple(keys[i] for i in b) for b in bins)
+    key_of = prepared.keys.__getitem__
+    return tuple(tuple(map(key_of, b)) for b in bins)
+
+
+def bin_sums(values: np.ndarray, bins: Sequence[Sequence[int]]) -> np.ndarray:
+    """``[float(values[b].sum()) for b in bins]``, bit for bit, in a few array operations: the bins of one
+    length are summed together as the rows of one array (numpy reduces each row of a C-contiguous array
+    as it reduces that row alone, so every float sum is the one the bin alone gives); empty bins are 0."""
+    sizes = np.array([len(b) for b in bins], dtype=np.int64)
+    sums = np.zeros(len(bins))
+    if not sizes.any():
+        return sums
+    flat = np.array(list(itertools.chain.from_iterable(bins)), dtype=np.int64)
+    starts = np.cumsum(sizes) - sizes
+    for length in np.unique(sizes[sizes > 0]).tolist():
+        rows = np.flatnonzero(sizes == length)
+        sums[rows] = values[flat[starts[rows][:, None] + np.arange(length)]].sum(axis=1)
+    return sums
 
 
 def remaining_seconds(time_limit_s: float | None) -> float | None:

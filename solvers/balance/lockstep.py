@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -323,8 +324,12 @@ def prefer_lockstep(evaluator: BalanceEvaluator, candidates: list[tuple[tuple[An
     return chosen, k, 0
 
 
-#: A bin's exchange offers: cost sums, token sums, the bin (repeated) and the member sets, one per set.
-Offer = tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, ...]]]
+#: The exchange offers of a group of bins (a layer, or a rank within ranks), one per set (a sample, or a pair
+#: of one bin's samples; each bin's samples, then its pairs (x < y, row-major), bin after bin in the
+#: group's order): cost sums, token sums, the bin, the first sample and the second (-1: none).
+Offers = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: Most groups' offers kept (a group's entry is keyed by its bins' versions: a changed bin makes a new one).
+OFFER_GROUPS_KEPT = 256
 
 
 def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...], deadline: float | None,
@@ -378,8 +383,8 @@ def level_layers(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...],
         if not _exchange_once(state, sources, ceiling, peers_of, no_swap):
             break
         moves += 1
-    keys = evaluator.keys
-    return tuple(tuple(keys[i] for i in b) for b in state.contents), moves
+    key_of = evaluator.keys.__getitem__
+    return tuple(tuple(map(key_of, b)) for b in state.contents), moves
 
 
 @dataclass
@@ -387,7 +392,10 @@ class _Levelling:
     """What the phases of :func:`level_layers` share: each bin's sample indices (``contents``), cost
     ``load``, ``used`` tokens, ``sizes`` and ``spent`` budget; the sample columns; ``per_rank`` (None:
     samples move between any bins, else only within a rank); each bin's exchange ``offers`` and its
-    number of changes (``version``: a layer whose bins did not change has no new exchange)."""
+    number of changes (``version``: a layer whose bins did not change has no new exchange); each rank's
+    number of changes (``rank_version``: one counter for all bins without ``per_rank``), the room of the
+    last :func:`_find_move` (``room``) and each rank's number of calls in which some room of its bins grew
+    (``room_grew``), and the source bins found without a move, with that pair of counts then (``no_move``)."""
 
     contents: list[list[int]]
     costs: np.ndarray
@@ -402,8 +410,12 @@ class _Levelling:
     spent: dict[str, np.ndarray]
     per_rank: int | None
     indices: np.ndarray
-    offers: dict[int, Offer] = field(default_factory=dict)  # bin -> its 1- and 2-sample sets
+    offers: dict[tuple[int, ...], Offers] = field(default_factory=dict)  # (group, versions) -> its sets
     version: list[int] = field(default_factory=list)
+    rank_version: list[int] = field(default_factory=list)
+    room: np.ndarray | None = None
+    room_grew: list[int] = field(default_factory=list)
+    no_move: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def _levelling_state(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], ...], per_rank: int | None
@@ -426,7 +438,9 @@ def _levelling_state(evaluator: BalanceEvaluator, bins: tuple[tuple[Any, ...], .
     usage = {name: inst.table.usage(name) for name in limits}
     spent = {name: np.bincount(bin_of, weights=usage[name][members], minlength=count) for name in limits}
     return _Levelling(contents, costs, tokens, inst.constraints.seq_len, load, used, sizes, inst.max_samples_per_bin,
-                      limits, usage, spent, per_rank, np.arange(count), {}, [0] * count)
+                      limits, usage, spent, per_rank, np.arange(count), {}, [0] * count,
+                      [0] * (1 if per_rank is None else count // per_rank), None,
+                      [0] * (1 if per_rank is None else count // per_rank))
 
 
 def _transfer(state: _Levelling, i: int, source: int, target: int) -> None:
@@ -444,22 +458,39 @@ def _transfer(state: _Levelling, i: int, source: int, target: int) -> None:
     for name in state.limits:
         spent[name][source] -= usage[name][i]
         spent[name][target] += usage[name][i]
-    state.offers.pop(source, None)
-    state.offers.pop(target, None)
     state.version[source] += 1
     state.version[target] += 1
+    per_rank = state.per_rank
+    state.rank_version[0 if per_rank is None else source // per_rank] += 1
+    if per_rank is not None and target // per_rank != source // per_rank:
+        state.rank_version[target // per_rank] += 1
 
 
 def _find_move(state: _Levelling, sources: list[int], room: np.ndarray) -> tuple[int, int, int] | None:
     """The first layer's first bin (of ``sources``) with a move: (sample, source, best-fit target), or None.
-    Within ranks (``per_rank``) only the source's rank's bins are looked at (the others are not allowed)."""
+    Within ranks (``per_rank``) only the source's rank's bins are looked at (the others are not allowed).
+
+    A source found without a move is skipped while its rank's bins are unchanged (``rank_version``) and
+    no room of its rank's bins has grown since (``room_grew``, against each call's room): a move needs
+    room ≥ the sample's cost, and the rest of the test reads only the rank's bins, so it still has none
+    (the answer a new check gives, at a fraction of the cost: the ceilings, index maxima, only fall)."""
     costs, tokens, cap_samples = state.costs, state.tokens, state.cap_samples
     per_rank = state.per_rank
+    if state.room is not None:
+        grew = room > state.room
+        for group in np.flatnonzero(grew.reshape(len(state.room_grew), -1).any(axis=1)).tolist():
+            state.room_grew[group] += 1
+    state.room = room
     for source in sources:
         if state.sizes[source] < 2:
             continue
         lo = 0 if per_rank is None else source - source % per_rank
         hi = len(room) if per_rank is None else lo + per_rank
+        group = 0 if per_rank is None else source // per_rank
+        counts = (state.rank_version[group], state.room_grew[group])
+        if state.no_move.get(source) == counts:
+            continue
+        state.no_move[source] = counts  # dropped below if it has a move
         near = room[lo:hi]
         least = min(float(costs[k]) for k in state.contents[source])
         if least > float(near.max()):  # not even its cheapest sample fits under any bin's ceiling
@@ -475,6 +506,7 @@ def _find_move(state: _Levelling, sources: list[int], room: np.ndarray) -> tuple
             fits &= state.spent[name][lo:hi] + state.usage[name][items][:, None] <= limit
         rows = np.flatnonzero(fits.any(axis=1))
         if rows.size:
+            del state.no_move[source]
             k = int(rows[0])  # the costliest sample that fits somewhere, into its best fit
             return items[k], source, lo + int(np.argmin(np.where(fits[k], near - c[k], np.inf)))
     return None
@@ -483,15 +515,27 @@ def _find_move(state: _Levelling, sources: list[int], room: np.ndarray) -> tuple
 def _exchange_once(state: _Levelling, sources: list[int], ceiling: np.ndarray,
                    peers_of: Callable[[int], np.ndarray], no_swap: set[tuple[int, ...]]) -> bool:
     """Make the first exchange (:func:`_best_swap`) of a layer's first bin; False when none has one
-    (``no_swap`` remembers the layers, with their bins' versions, found without one)."""
-    version = state.version
+    (``no_swap`` remembers the layers, with their bins' versions, found without one). Within ranks a
+    bin's peers are its rank's bins, always the same: the rank's number of changes (``rank_version``)
+    stands for its bins' versions."""
+    version, per_rank = state.version, state.per_rank
     for source in sources:
-        peers = peers_of(source)
-        memo = (source, *peers.tolist(), *(version[b] for b in peers.tolist()))
+        if per_rank is None:
+            peers = peers_of(source)
+            group: tuple[int, ...] = (*peers.tolist(), *(version[b] for b in peers.tolist()))
+        else:
+            group = (-1 - source // per_rank, state.rank_version[source // per_rank])
+        memo = (source, *group)
         if memo in no_swap:
             continue
-        swap = _best_swap(source, peers[peers != source], state.contents, state.costs, state.tokens, state.load,
-                          state.used, state.seq_len, state.offers, ceiling)
+        offers = state.offers.get(group)
+        if offers is None:
+            if len(state.offers) >= OFFER_GROUPS_KEPT:
+                state.offers.clear()
+            members = peers_of(source).tolist()
+            offers = state.offers[group] = _group_offers(members, state.contents, state.costs, state.tokens)
+        swap = _best_swap(source, state.contents[source], offers, state.costs, state.tokens, state.load,
+                          state.used, state.seq_len, ceiling)
         if swap is None:
             no_swap.add(memo)
         else:
@@ -528,62 +572,59 @@ def _layers(load: np.ndarray, ranks: int, per_rank: int | None
     return first.tolist(), maxima[index_of], lambda b: np.arange(b - b % per_rank, b - b % per_rank + per_rank)
 
 
-@functools.lru_cache(maxsize=64)
-def _pairs(count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Positions (a, b), a < b, of the pairs of ``count`` items in row-major order (the order of
-    :func:`_best_swap`'s two-sample sets)."""
-    first, second = np.triu_indices(count, 1)
-    first.setflags(write=False)  # shared by every call of this count
-    second.setflags(write=False)
-    return first, second
+def _group_offers(group: list[int], contents: list[list[int]], costs: np.ndarray, tokens: np.ndarray) -> Offers:
+    """The :data:`Offers` of the bins ``group`` (all at once: one pass over the group, not one per bin)."""
+    counts = np.array([len(contents[b]) for b in group], dtype=np.int64)
+    members = np.array(list(itertools.chain.from_iterable([contents[b] for b in group])), dtype=np.int64)
+    pairs = counts * (counts - 1) // 2
+    block_start = np.cumsum(counts + pairs) - (counts + pairs)  # each bin's first set
+    bin_start = np.cumsum(counts) - counts  # each bin's first sample in ``members``
+    owner = np.repeat(np.arange(len(group)), counts)  # each sample's bin (position in the group)
+    first = np.empty(int((counts + pairs).sum()), dtype=np.int64)
+    second = np.full(first.size, -1, dtype=np.int64)
+    first[block_start[owner] + np.arange(members.size) - bin_start[owner]] = members
+    after = (bin_start + counts)[owner] - np.arange(members.size) - 1  # each sample's later samples in its bin
+    x = np.repeat(np.arange(members.size), after)
+    y = x + 1 + np.arange(x.size) - np.repeat(np.cumsum(after) - after, after)
+    pair_owner = owner[x]
+    at = block_start[pair_owner] + counts[pair_owner] + np.arange(x.size) - (np.cumsum(pairs) - pairs)[pair_owner]
+    first[at] = members[x]
+    second[at] = members[y]
+    paired = second >= 0
+    cost = costs[first].astype(float)
+    cost[paired] += costs[second[paired]]
+    token = tokens[first].astype(np.int64)
+    token[paired] += tokens[second[paired]]
+    return cost, token, np.repeat(np.asarray(group, dtype=np.int64), counts + pairs), first, second
 
 
-def _best_swap(source: int, peers: np.ndarray, contents: list[list[int]], costs: np.ndarray, tokens: np.ndarray,
-               load: np.ndarray, used: np.ndarray, seq_len: int, offers: dict[int, Offer], ceiling: np.ndarray
+def _best_swap(source: int, items: list[int], offers: Offers, costs: np.ndarray, tokens: np.ndarray,
+               load: np.ndarray, used: np.ndarray, seq_len: int, ceiling: np.ndarray
                ) -> tuple[int, int, tuple[int, ...]] | None:
-    """The exchange of one sample i of ``source`` for one or two cheaper samples U of a peer bin B that
-    most lowers max(c_A', c_B') below c_A, B staying at or below its ``ceiling`` (its index's maximum)
-    and both bins within ``seq_len``; None if none does. c_A' = c_A − c_i + c_U and c_B' = c_B + c_i −
-    c_U: the pair levels (Σ c² falls) and neither exceeds its index's maximum. Two for one lets a full bin take a
-    long sample (costlier per token under a superlinear cost) for two shorter ones. ``offers`` caches
-    each bin's sets (cost sums, token sums, members); the caller drops the entries of changed bins."""
+    """The exchange of one sample i of ``source`` (holding ``items``) for one or two cheaper samples U of a
+    peer bin B (``offers``: those of its group, the source's own left out) that most lowers
+    max(c_A', c_B') below c_A, B staying at or below its ``ceiling`` (its index's maximum) and both bins
+    within ``seq_len``; None if none does. c_A' = c_A − c_i + c_U and c_B' = c_B + c_i − c_U: the pair
+    levels (Σ c² falls) and neither exceeds its index's maximum. Two for one lets a full bin take a long
+    sample (costlier per token under a superlinear cost) for two shorter ones."""
     top = float(load[source])
-    parts_cost, parts_tokens, parts_peer, given_sets = [], [], [], []
-    for peer in peers.tolist():
-        offer = offers.get(peer)
-        if offer is None:
-            items = contents[peer]
-            sets = [(u,) for u in items] + [(u, v) for a, u in enumerate(items) for v in items[a + 1:]]
-            first, second = _pairs(len(items))
-            item_costs = costs[items].astype(float)
-            item_tokens = tokens[items].astype(np.int64)
-            offer = (np.concatenate((item_costs, item_costs[first] + item_costs[second])),
-                     np.concatenate((item_tokens, item_tokens[first] + item_tokens[second])),
-                     np.full(len(sets), peer, dtype=np.int64), sets)
-            offers[peer] = offer
-        parts_cost.append(offer[0])
-        parts_tokens.append(offer[1])
-        parts_peer.append(offer[2])
-        given_sets.extend(offer[3])
-    if not given_sets:
+    given_cost, given_tokens, peer_of, first, second = offers
+    others = peer_of != source
+    if not others.any():
         return None
-    given_cost = np.concatenate(parts_cost)
-    given_tokens = np.concatenate(parts_tokens)
-    peer_of = np.concatenate(parts_peer)
-    items = contents[source]
     # one row per sample i of the source, one column per offered set U (all at once: the first (row,
     # column) of the least worst is the first i's best set, as a scan over the samples would find)
     delta = costs[items].astype(float)[:, None] - given_cost[None, :]
     new_peer = load[peer_of][None, :] + delta
     item_tokens = tokens[items].astype(np.int64)[:, None]
-    fits = ((delta > 0) & (new_peer < top) & (new_peer <= ceiling[peer_of][None, :])
+    fits = ((delta > 0) & (new_peer < top) & (new_peer <= ceiling[peer_of][None, :]) & others[None, :]
             & (used[source] - item_tokens + given_tokens[None, :] <= seq_len)
             & (used[peer_of][None, :] + item_tokens - given_tokens[None, :] <= seq_len))
     if not fits.any():
         return None
     worst = np.where(fits, np.maximum(top - delta, new_peer), np.inf)
     row, k = divmod(int(np.argmin(worst)), worst.shape[1])
-    return items[row], int(peer_of[k]), given_sets[k]
-
+    given = (int(first[k]),) if second[k] < 0 else (int(first[k]), int(second[k]))
+    return items[row], int(peer_of[k]), given
 
 __all__ = ["level_layers", "lockstep_aware", "prefer_lockstep", "resolve_layer_windows", "solve_lockstep"]

@@ -18,6 +18,7 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -56,29 +57,21 @@ class _Units:
     def __init__(self, bins, rank_bins, locked, costs, tokens, pairs: bool) -> None:
         open_bins = [b for b in rank_bins if not locked[b] and bins[b]]
         sizes = [len(bins[b]) for b in open_bins]
-        singles = np.fromiter((i for b in open_bins for i in bins[b]), dtype=np.int64, count=sum(sizes))
+        singles = np.array(list(itertools.chain.from_iterable([bins[b] for b in open_bins])), dtype=np.int64)
         firsts, seconds = [singles], [np.full(singles.size, -1, dtype=np.int64)]
         wheres = [np.repeat(np.asarray(open_bins, dtype=np.int64), sizes)]
         if pairs:
-            start = 0
-            for b, size in zip(open_bins, sizes):
-                members = singles[start:start + size]
-                start += size
-                if size < 2:
-                    continue
-                chosen = members[np.lexsort((members, tokens[members]))]
-                if chosen.size > PAIR_SAMPLES:  # evenly spread over the lengths: varied fine differences
-                    chosen = chosen[np.linspace(0, chosen.size - 1, PAIR_SAMPLES).round().astype(np.int64)]
-                x, y = _triangle(chosen.size)
-                firsts.append(chosen[x])
-                seconds.append(chosen[y])
-                wheres.append(np.full(x.size, b, dtype=np.int64))
-        self.first = np.concatenate(firsts)
-        self.second = np.concatenate(seconds)
-        self.bin = np.concatenate(wheres)
+            _add_pairs(singles, sizes, open_bins, tokens, firsts, seconds, wheres)
+        if len(firsts) == 1:  # single samples only: no second (its index -1 adds the trailing 0)
+            self.first, self.second, self.bin = singles, seconds[0], wheres[0]
+            self.count = np.ones(singles.size, dtype=np.int64)
+        else:
+            self.first = np.concatenate(firsts)
+            self.second = np.concatenate(seconds)
+            self.bin = np.concatenate(wheres)
+            self.count = np.where(self.second >= 0, 2, 1)
         self.cost = costs[self.first] + costs[self.second]
         self.tokens = tokens[self.first] + tokens[self.second]
-        self.count = np.where(self.second >= 0, 2, 1)
         self._by_cost = None
         self._sorted_cost = None
 
@@ -89,6 +82,44 @@ class _Units:
             self._sorted_cost = self.cost[self._by_cost]
         return self._by_cost, self._sorted_cost
 
+
+def _add_pairs(singles: np.ndarray, sizes: list[int], open_bins: list[int], tokens: np.ndarray,
+               firsts: list[np.ndarray], seconds: list[np.ndarray], wheres: list[np.ndarray]) -> None:
+    """Append the two-sample units of each bin (``singles`` holds the bins' samples, bin after bin, in
+    ``sizes``): the pairs x < y, row-major, of its samples by (tokens, index), at most
+    :data:`PAIR_SAMPLES` of them evenly spread over the lengths. One sort for all the bins (by bin,
+    then tokens, then index: each bin's run is the order a sort of the bin alone gives) and, where no
+    bin holds more than :data:`PAIR_SAMPLES`, the pairs of every bin at once, in the same order."""
+    counts = np.asarray(sizes, dtype=np.int64)
+    if counts.size == 0:
+        return
+    order = np.lexsort((singles, tokens[singles], np.repeat(np.arange(counts.size), counts)))
+    ranked = singles[order]
+    if int(counts.max()) <= PAIR_SAMPLES:
+        ends = np.repeat(np.cumsum(counts), counts)  # each position's bin end
+        after = ends - np.arange(ranked.size) - 1  # its partners y > x in its bin
+        x = np.repeat(np.arange(ranked.size), after)
+        y = x + 1 + np.arange(x.size) - np.repeat(np.cumsum(after) - after, after)
+        firsts.append(ranked[x])
+        seconds.append(ranked[y])
+        wheres.append(np.repeat(np.asarray(open_bins, dtype=np.int64), counts * (counts - 1) // 2))
+        return
+    xs, ys, where = [], [], []
+    start = 0
+    for b, size in zip(open_bins, sizes):
+        if size >= 2:
+            chosen = np.arange(start, start + size)
+            if size > PAIR_SAMPLES:  # evenly spread over the lengths: varied fine differences
+                chosen = chosen[np.linspace(0, size - 1, PAIR_SAMPLES).round().astype(np.int64)]
+            x, y = _triangle(chosen.size)
+            xs.append(chosen[x])
+            ys.append(chosen[y])
+            where.append(np.full(x.size, b, dtype=np.int64))
+        start += size
+    if xs:
+        firsts.append(ranked[np.concatenate(xs)])
+        seconds.append(ranked[np.concatenate(ys)])
+        wheres.append(np.concatenate(where))
 
 def fine_tune(
     bins: list[list[int]],
@@ -160,7 +191,9 @@ def _tune_state(bins: list[list[int]], tokens: np.ndarray, costs: np.ndarray, ra
                 capacity: int) -> _TuneState:
     """The state of :func:`fine_tune` for the starting ``bins`` (copied)."""
     bins = [list(b) for b in bins]
-    bin_tokens = np.array([int(tokens[b].sum()) if b else 0 for b in bins], dtype=np.int64)
+    bin_tokens = np.zeros(len(bins), dtype=np.int64)  # integer sums: exact in any order
+    np.add.at(bin_tokens, np.repeat(np.arange(len(bins)), [len(b) for b in bins]),
+              tokens[list(itertools.chain.from_iterable(bins))].astype(np.int64))
     bin_count = np.array([len(b) for b in bins], dtype=np.int64)
     locked = bin_tokens > capacity
     loads = np.array([math.fsum(costs[[i for b in range(r * per_rank, (r + 1) * per_rank) for i in bins[b]]].tolist())

@@ -26,8 +26,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
-
 from packplace.balance.lockstep import lockstep_cost
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
@@ -37,6 +35,7 @@ from packplace.run import Run, passed
 from packplace.solvers.balance._common import (
     DeadEnd,
     PreparedSamples,
+    bin_sums,
     keys_of,
     prepare,
     reject_unknown_params,
@@ -335,8 +334,8 @@ class _Repair:
         names = ["the answer"]
         # the other start whose bins run lowest in lockstep: fine-tuning moves a few samples between ranks
         # and keeps most bins, so one fine-tuning (not one per start) finds the candidate
-        others = [(lockstep_cost(np.array([float(prepared.costs[b].sum()) for b in start]).reshape(ranks, per_rank)),
-                   name, start) for _, _, name, start in self.starts if name != origin]
+        others = [(lockstep_cost(bin_sums(prepared.costs, start).reshape(ranks, per_rank)), name, start)
+                  for _, _, name, start in self.starts if name != origin]
         if others and not passed(deadline):
             _, name, start = min(others, key=lambda other: other[0])
             tuned, _, _ = fine_tune(start, prepared.tokens, prepared.costs, ranks, per_rank,
