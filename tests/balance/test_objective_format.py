@@ -37,3 +37,11 @@ def test_cpsat_logs_its_start_objective_in_full():
     instance = make_instance([3, 1, 1, 1], INTEGER, seq_len=10, data_parallel_size=2, local_batch_size=1)
     result = packplace.balance(instance, solver="cpsat", seed=0)
     assert any(line.endswith("objective 3,000,003") for line in result.log)
+
+
+def test_cpsat_counting_refusal_prints_half_the_bin_in_full():
+    # three samples over half of a 3,000,000-token bin, two bins: no assignment (it had read seq_len/2 = 1.5e+06)
+    instance = make_instance([1_500_001] * 3, seq_len=3_000_000, data_parallel_size=2)
+    result = packplace.balance(instance, solver="cpsat")
+    assert result.status == "infeasible"
+    assert "3 samples have more than seq_len/2 = 1,500,000 tokens, only 2 bins" in result.message
