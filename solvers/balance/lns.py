@@ -53,6 +53,7 @@ from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESER
 from packplace.solvers.balance.cpsat.start import START_FINISHES
 from packplace.solvers.balance.lockstep import lockstep_aware
 from packplace.solvers.balance.repair.resplit import resplit
+from packplace.table import format_objective
 
 #: Default wall-clock budget (seconds) of the whole call when ``time_limit_s`` is None.
 DEFAULT_TIME_LIMIT_S = 10.0
@@ -413,18 +414,22 @@ class _Lns:
                             message="no feasible start: " + "; ".join(notes), info=info)
         run.offer(start)
         if self.meets_integer_bound(start_objective) or instance.data_parallel_size < 2:
-            why = ("meets the analytic lower bound" if self.meets_bound(start_objective) else
-                   f"meets the analytic lower bound rounded up to an integer ({self.integer_bound:.17g}: integer "
-                   f"costs)" if self.meets_integer_bound(start_objective) else "is the only rank")
+            if self.meets_bound(start_objective):
+                why = "meets the analytic lower bound"
+            elif self.meets_integer_bound(start_objective):
+                why = (f"meets the analytic lower bound rounded up to an integer "
+                       f"({format_objective(self.integer_bound)}: integer costs)")
+            else:
+                why = "is the only rank"
             return Proposal(canonical(start), OPTIMAL if self.meets_bound(start_objective) else FEASIBLE,
                             bound=bound, iterations=0, message=f"{source} start {why}; no neighbourhood solved",
                             info=info)
         if deadline - run.now() < self.setup_s:
             # the start's bins as the start gave them: the front end puts them in key order once
             return Proposal(start, FEASIBLE, bound=bound, hit_time_limit=True, iterations=0,
-                            message=(f"lns from the {source} start ({start_objective:.6g}): time limit {limit:g} s "
-                                     f"leaves too little for a neighbourhood at {len(instance.samples)} samples; "
-                                     f"the start returned"), info=info)
+                            message=(f"lns from the {source} start ({format_objective(start_objective)}): time limit "
+                                     f"{limit:g} s leaves too little for a neighbourhood at {len(instance.samples)} "
+                                     f"samples; the start returned"), info=info)
         return None
 
     def resplit_start(self) -> None:
@@ -443,7 +448,7 @@ class _Lns:
         if resplit_objective <= self.start_objective:
             self.start = resplit_bins
             self.resplit_note = (f"; every-partner pair re-split: {moved} of {checks} checked pairs re-split "
-                                 f"({resplit_objective:.6g}{', cut by the time limit' if cut else ''})")
+                                 f"({format_objective(resplit_objective)}{', cut by the time limit' if cut else ''})")
             self.info.update(resplit_checks=checks, resplit_accepted=moved, resplit_cut=cut)
             run.offer(self.start)
 
@@ -535,7 +540,7 @@ class _Lns:
                     f"and size)")
         else:
             stop = "interrupted"
-        message = (f"lns from the {self.source} start ({self.start_objective:.6g}){self.resplit_note}: "
+        message = (f"lns from the {self.source} start ({format_objective(self.start_objective)}){self.resplit_note}: "
                    f"{self.accepted} of {self.solved} neighbourhoods improved; {stop}")
         if guarded:
             message += "; the evaluator scored the search's answer worse than the start (rounding), start returned"

@@ -48,6 +48,7 @@ from packplace.result import (
     optimality_level,
     relative_gap,
 )
+from packplace.table import format_objective
 
 
 def clock() -> float:
@@ -422,7 +423,8 @@ def finalize(
             info["solver_optimal_within"] = tol
             exact = level is not optimality_level and level(bound) < optimality_level(bound)
             message = (message + "; " if message else "") + (
-                f"optimal claim withdrawn: evaluated objective {objective:.9g} is above the bound {bound:.9g} "
+                f"optimal claim withdrawn: evaluated objective {format_objective(objective)} is above the bound "
+                f"{format_objective(bound)} "
                 f"by {relative_gap(objective, bound):.2e} relative "
                 + ("(an integer objective: compared exactly)" if exact else f"(tolerance {OPTIMALITY_RTOL:g})")
             )

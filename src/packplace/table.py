@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +10,9 @@ from packplace.outputs import check_output_path
 
 
 def format_number(value: Any, digits: int = 6) -> str:
-    """Compact text for a cell: ints as is, floats with ``digits`` significant digits, None as '-'."""
+    """Compact text for a cell: ints as is, floats with ``digits`` significant digits, None as '-'; a float of
+    ``10**digits`` or more, which that would round past its units (``3e+06`` for 3,000,003), as
+    :func:`format_objective` prints it."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -21,8 +24,30 @@ def format_number(value: Any, digits: int = 6) -> str:
             return "nan"
         if value in (float("inf"), float("-inf")):
             return "inf" if value > 0 else "-inf"
+        if abs(value) >= 10 ** digits:
+            return format_objective(value)
         return f"{value:.{digits}g}"
     return str(value)
+
+
+#: The largest integer a float holds exactly (2**53): an integral objective up to it prints in full.
+EXACT_INTEGER = 2 ** 53
+#: Significant digits of a fractional objective in a message (the precision ``run.finalize``'s optimality
+#: message prints, finer than the relative tolerance ``OPTIMALITY_RTOL`` of 1e-6).
+OBJECTIVE_DIGITS = 9
+
+
+def format_objective(value: Any) -> str:
+    """An objective or bound as a message prints it, readable at every size: an integral value up to
+    :data:`EXACT_INTEGER` in full with thousands separators (``3,000,003``, not ``3e+06``), another finite one with
+    :data:`OBJECTIVE_DIGITS` significant digits (``1,234,567.89``; exponent notation only past 1e9 or below 1e-4),
+    ``inf`` / ``-inf`` / ``nan`` as such. The one formatter of the balance solvers' messages."""
+    number = float(value)
+    if not math.isfinite(number):
+        return "nan" if number != number else ("inf" if number > 0 else "-inf")
+    if number.is_integer() and abs(number) <= EXACT_INTEGER:
+        return f"{int(number):,}"
+    return f"{number:,.{OBJECTIVE_DIGITS}g}"
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

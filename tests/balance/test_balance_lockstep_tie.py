@@ -100,9 +100,11 @@ def test_tie_break_lowers_lockstep_at_the_same_makespan_on_an_rl_mix():
 
 
 def test_tie_break_takes_the_other_start_where_it_runs_lower():
-    # 512 sequences on 8 ranks (m = 15): the plain answer (karmarkar_karp's, fine-tuned) runs 1.9% above the
-    # makespan bound in lockstep; lpt's answer fine-tuned to its makespan and levelled, 1.1%
-    instance = _mix(0, 512, 8)
+    # 512 sequences on 8 ranks: the plain answer (karmarkar_karp's, fine-tuned) runs 1.87% above the makespan
+    # bound in lockstep; lpt's answer fine-tuned to its makespan and levelled, 0.88%. (Seed 0 had shown it until
+    # the fine-tuning went on to the exact bound: its plain makespan is now 5,339 units lower, which lpt's answer
+    # no longer reaches, so there the answer itself is levelled.)
+    instance = _mix(8, 512, 8)
     ev = BalanceEvaluator(instance)
     bound = ev.lower_bound("makespan")
     plain = solve_balance(instance, "repair")

@@ -12,7 +12,7 @@ from packplace.placement.candidates import cost_model
 from packplace.placement.checking.validate import load_setup
 from packplace.placement.model import cost as cost_module
 from packplace.placement.model.components import ATTENTION_BACKWARD_FLOPS, pass_times
-from packplace.placement.task_estimate import estimate
+from packplace.placement.task_estimate import estimate, format_estimate
 
 GKE = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation",
                    "gke_blog_nemo_rl_grpo_llama3.1-8b_2x8xb200.yaml")
@@ -99,3 +99,33 @@ def test_without_the_fraction_the_packed_pass_is_the_tables(monkeypatch):
     assert fast.parts["forward"] < slow.parts["forward"] and fast.parts["backward"] < slow.parts["backward"]
     assert fast.parts["communication"] == slow.parts["communication"]
     assert fast.parts["optimizer"] == slow.parts["optimizer"]
+
+
+def test_the_output_says_the_packed_pass_runs_flash_attn2():
+    train = estimate("llama3.1-8b", "b200", "train", **PACKED)
+    assert train.inputs["flash_attn2"] == {"gpu": "b200", "forward": 0.285, "backward": 0.227}
+    assert "priced at 0.285 of the b200 table's attention rate forward, 0.227 backward)" in format_estimate(train)
+    infer = estimate("llama3.1-8b", "b200", "infer", **PACKED_INFER)
+    assert infer.inputs["flash_attn2"]["forward"] == 0.285
+    assert "priced at 0.285 of the b200 table's attention rate forward)" in format_estimate(infer)
+    # off Blackwell the rule holds (NeMo RL loads flash-attn 2) at the table's own rate, and the note says so
+    hopper = estimate("llama3.1-8b", "h100", "infer", **PACKED_INFER)
+    assert hopper.inputs["flash_attn2"] == {"gpu": "h100-sxm", "forward": 1.0, "backward": 1.0}
+    assert "priced at the h100-sxm table's own attention rate" in format_estimate(hopper)
+
+
+@pytest.mark.parametrize("case", [
+    {"micro_batch": 2, "framework": "nemo-rl"}, {"micro_batch": 2, "framework": "verl"},
+    {"pack_tokens": 8192, "framework": "nemo-rl", "pp": 2, "dp": 4}, {"micro_batch": 2, "framework": "none"},
+])
+def test_no_flash_attn2_note_where_the_table_prices_its_own_attention(case):
+    e = estimate("llama3.1-8b", "b200", "train", seq_len=4096, **{"dp": 8, **case})
+    assert "flash_attn2" not in e.inputs and "flash-attn 2" not in format_estimate(e)
+
+
+def test_the_note_follows_the_cost_models_rule(monkeypatch):
+    """The note comes from ``CostModel.runs_flash_attn2`` itself: with the rule off, neither price nor note."""
+    monkeypatch.setattr(cost_module.CostModel, "runs_flash_attn2", lambda self, model: False)
+    e = estimate("llama3.1-8b", "b200", "train", **PACKED)
+    assert "flash_attn2" not in e.inputs and "flash-attn 2" not in format_estimate(e)
+    assert e.time_s == pytest.approx(0.6022, abs=5e-5)   # the table's own attention: 0.8007 s with the rule

@@ -18,7 +18,7 @@ from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.workload import Workload
-from packplace.placement.task_estimate import estimate, resolve_model
+from packplace.placement.task_estimate import estimate, format_estimate, resolve_model
 
 VALIDATION = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation")
 OPT13_64 = os.path.join(VALIDATION, "deepspeed_chat_ppo_opt-13b_64xa100.yaml")
@@ -183,8 +183,9 @@ def test_estimate_knob_model_matches_the_cost_model():
 
 def test_estimate_takes_the_release_engine_and_eager_default_of_a_framework_version():
     """verl v0.3 ran vLLM's V0 engine without CUDA graphs: 93 µs of host time per running sequence per
-    iteration ((20 - 1.4) ms / 200) and eager kernels; v0.6 runs V1 with graphs, as the unversioned profile (v0.7+),
-    whose agent loop asks for no log-probabilities where v0.6's synchronous rollout asked for raw ones."""
+    iteration ((20 - 1.4) ms / 200), eager kernels and V0's sampler; v0.6 runs V1 with graphs, as the unversioned
+    profile (v0.7+), whose agent loop asks for no log-probabilities where v0.6's synchronous rollout asked for raw
+    ones."""
     kwargs = dict(batch=64, context=4096, framework="verl")
     old = estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.3.0", **kwargs)
     current = estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.6.0", **kwargs)
@@ -203,7 +204,20 @@ def test_estimate_takes_the_release_engine_and_eager_default_of_a_framework_vers
     assert {k: v for k, v in current.parts.items() if k != "decode"} == {
         k: v for k, v in unversioned.parts.items() if k != "decode"}
     eager = estimate("qwen2.5-1.5b", "h200", "decode", framework_version="0.6.0", enforce_eager=True, **kwargs)
-    assert old.parts["decode"] == eager.parts["decode"] > current.parts["decode"]
+    assert eager.parts["decode"] > current.parts["decode"]
+    # v0.3's V0 sampler with raw log-probabilities against v0.6's V1 one, both eager at 64 sequences: each kernel
+    # max(issue, gpu + bytes·V·64/bw); on the H200 table a kernel of 8 bytes or more per entry outlasts the issue
+    # (3.34 + 8 · 2.307 > 20.41 µs), one of 6 or fewer does not. V0 (88 bytes, 20 kernels): 6 of 8+ (8, 16, 16,
+    # 8, 12 and the rank's 8: 68 bytes), 14 at the issue; V1 (64, 14): 4 of 8+ (10, 8, 16, 12: 46 bytes), 10 at
+    # the issue. So V0 adds 2 kernels' fixed time, 22 bytes per entry and 4 issues: 139.07 µs
+    assert old.inputs["sampler"] == {"engine_generation": "v0", "logprobs": "raw_logprobs", "bytes_per_entry": 88.0,
+                                     "kernels": 20}
+    assert eager.inputs["sampler"]["engine_generation"] == "v1" and eager.inputs["sampler"]["kernels"] == 14
+    assert old.parts["decode"] - eager.parts["decode"] == pytest.approx(
+        2 * table.kernel_gpu_s + 22 * 151_936 * 64 / table.stream_bandwidth + 4 * table.kernel_issue_s, rel=1e-9)
+    assert old.parts["decode"] - eager.parts["decode"] == pytest.approx(139.07e-6, abs=0.01e-6)
+    assert "vLLM V0's with raw log-probabilities, 88 bytes" in format_estimate(old)
+    assert "in 8 kernels: verl's current release's engine" in format_estimate(unversioned)
     # training runs no engine: the release changes nothing there
     assert estimate("qwen2.5-1.5b", "h200", "train", framework="verl", framework_version="0.3.0").parts == \
         estimate("qwen2.5-1.5b", "h200", "train", framework="verl").parts

@@ -27,6 +27,7 @@ from packplace.lazy import lazy_module
 from packplace.run import OutOfTime, clock
 from packplace.solvers.balance._common import canonical
 from packplace.solvers.balance.cpsat.scaling import _integer_budget, _Scaling
+from packplace.table import format_objective
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -308,11 +309,12 @@ def _infeasible_by_counting(instance: BalanceInstance) -> str | None:
     seq_len = instance.constraints.seq_len
     large = int(np.count_nonzero(2 * instance.tokens > seq_len))
     if large > bins:
-        return f"{large} samples have more than seq_len/2 = {seq_len / 2:g} tokens, only {bins} bins"
+        return f"{large} samples have more than seq_len/2 = {format_objective(seq_len / 2)} tokens, only {bins} bins"
     budgets = instance.constraints.budgets
     samples = instance.samples if budgets else ()
     for name, limit in budgets.items():
         heavy = sum(1 for s in samples if 2 * s.budgets.get(name, 0.0) > limit)
         if heavy > bins:
-            return f"{heavy} samples use more than half of budget {name!r} (limit {limit:g}), only {bins} bins"
+            return (f"{heavy} samples use more than half of budget {name!r} (limit {format_objective(limit)}), "
+                    f"only {bins} bins")
     return None

@@ -56,6 +56,7 @@ from packplace.solvers.balance.cpsat.scaling import (
 )
 from packplace.solvers.balance.cpsat.start import _heuristic_start, _Start
 from packplace.solvers.balance.lockstep import lockstep_aware
+from packplace.table import format_objective
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -398,7 +399,8 @@ class _ExactSolve:
             f"conflicts {solver.NumConflicts()}, booleans {solver.NumBooleans()}",
             f"scale {built.scaling.scale:.6g} ({'exact' if built.scaling.exact else 'rounded'}), rank slack "
             f"{built.scaling.rank_slack:.3g} (scaled units), objective lower bound {built.objective_lower} (scaled)",
-            f"start {info['start']} objective {info['start_objective']!r}",
+            f"start {info['start']} objective "
+            + ("-" if info["start_objective"] is None else format_objective(info["start_objective"])),
         ]
         info["cp_status"] = status_name
         hit_limit = cp_status in (cp_model.FEASIBLE, cp_model.UNKNOWN)

@@ -11,8 +11,9 @@ padding or budgets) and otherwise repaired: pair repair with one bin per rank an
 (:mod:`.pair`), rank repair otherwise (:mod:`.ranks`), both under the tie-aware acceptance of
 :mod:`.acceptance`. Where the answer is still above the bound (``makespan`` without padding or budgets,
 few samples per rank), the exact pair re-split of :mod:`.resplit` enumerates the splits of two ranks'
-pooled samples and keeps the most even one that packs. The first answer proven optimal (objective ≤
-bound·(1 + OPTIMALITY_RTOL), or the integer makespan bound) ends the search. Every phase keeps its
+pooled samples and keeps the most even one that packs. The first answer proven optimal by the evaluator's
+test (with integer costs the objective at the bound rounded up, exactly; else ≤ bound·(1 + OPTIMALITY_RTOL))
+ends the search, and only such an answer's message says it reached the bound. Every phase keeps its
 input when the evaluator would score its output worse, so ``repair`` is never worse than ``lpt`` or
 ``kk`` unless the time limit cuts ``kk`` off. Rank rules go to the rule-keeping search of
 :mod:`~packplace.solvers.balance.constrained`.

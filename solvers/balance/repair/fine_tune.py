@@ -1,8 +1,9 @@
 """Makespan fine-tuning of ``repair``: exchanges of one or two samples that bring every rank load under a target.
 
-Applies to ``makespan`` without padding or budgets. The target T is the evaluator's analytic bound
-raised by 0.9 of the optimality tolerance (or the bound rounded up when every cost is an integer):
-an answer whose rank loads all stay at or below T is ``optimal`` by the evaluator's test.
+Applies to ``makespan`` without padding or budgets. The caller gives the target T (``repair``: the evaluator's
+analytic bound raised by 0.9 of the optimality tolerance, then, where every cost is an integer, the bound
+rounded up itself, the only objective the evaluator's exact test calls optimal there): an answer whose rank
+loads all stay at or below the last T is ``optimal`` by the evaluator's test.
 Step: the heaviest rank h (excess e = ℓ_h − T > 0) and the :data:`PARTNERS` lightest ranks. For a
 partner l with room r = T − ℓ_l ≥ e, an exchange moving a cost d with e ≤ d ≤ r from h to l, nearest
 the middle (ℓ_h − ℓ_l)/2; with r < e, one with 0 < d ≤ r nearest r. An exchange sends a unit of a bin

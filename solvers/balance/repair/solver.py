@@ -36,6 +36,7 @@ from packplace.solvers.balance._common import (
     DeadEnd,
     PreparedSamples,
     bin_sums,
+    integer_makespan_bound,
     keys_of,
     prepare,
     reject_unknown_params,
@@ -72,7 +73,8 @@ KK_START_MAX_WORK = 1 << 18
 #: per rank, high fill) LPT can sit far above the bound, a gap fine-tuning cannot close, while this
 #: start is near it, at a fraction of ``karmarkar_karp``'s time.
 RANK_LPT_START_GAP = 1e-3
-#: The fine-tuning aims at the bound raised by this relative amount (0.9 of the optimality tolerance).
+#: With float costs the fine-tuning aims at the bound raised by this relative amount (0.9 of the optimality
+#: tolerance); with integer costs at the rounded-up bound itself (:func:`_fine_target`).
 FINE_TUNE_RTOL = 0.9 * OPTIMALITY_RTOL
 #: Most fine-tuning exchanges per call: max(FINE_TUNE_MIN_STEPS, FINE_TUNE_STEPS_PER_RANK · D).
 FINE_TUNE_MIN_STEPS = 64
@@ -212,7 +214,7 @@ class _Repair:
         self.max_repair_pairs = max_repair_pairs
         self.messages = messages
         self.bound = run.evaluator.lower_bound()
-        self.proven = proven_level(instance, self.bound)
+        self.proven = proven_level(run.evaluator, self.bound)
         self.starts: list[tuple] = []
         self.kk_run = self.kk_cut = False
         self.stepped: tuple | None = None  # the per-step path's fine-tuned answer: (key, bins, messages)
@@ -362,27 +364,46 @@ def _fine_tunable(instance: BalanceInstance) -> bool:
 
 def _fine_tune(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
                key: tuple[float, float], deadline: float | None, bound: float):
-    """:func:`fine_tune` of ``bins`` towards :func:`_fine_target`: (bins, key, exchanges, hit the deadline),
-    the given bins when it changes nothing or the evaluator's objective would not improve."""
+    """:func:`fine_tune` of ``bins`` towards :func:`_fine_targets` in turn, each stage from the last's answer:
+    (bins, key, exchanges, hit the deadline), the given bins when it changes nothing or the evaluator's objective
+    would not improve."""
     if not _fine_tunable(instance) or len(bins) < 2:
         return bins, key, 0, False
     ranks = instance.data_parallel_size
-    tuned, steps, timed_out = fine_tune(bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size,
-                                        instance.constraints.seq_len, _fine_target(instance, bound),
-                                        max(FINE_TUNE_MIN_STEPS, FINE_TUNE_STEPS_PER_RANK * ranks), deadline)
-    if not steps:
-        return bins, key, 0, timed_out
-    tuned_key = rank_key(instance, prepared, tuned)
-    if tuned_key[0] > key[0] or (tuned_key[0] == key[0] and tuned_key[1] >= key[1]):
-        return bins, key, steps, timed_out
-    return tuned, tuned_key, steps, timed_out
+    steps, timed_out = 0, False
+    for target in _fine_targets(instance, bound):
+        if timed_out:
+            break
+        if key[0] <= target:   # there already: on to the next (lower) target
+            continue
+        tuned, made, timed_out = fine_tune(bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size,
+                                           instance.constraints.seq_len, target,
+                                           max(FINE_TUNE_MIN_STEPS, FINE_TUNE_STEPS_PER_RANK * ranks), deadline)
+        steps += made
+        tuned_key = rank_key(instance, prepared, tuned) if made else key
+        if made and (tuned_key[0] < key[0] or (tuned_key[0] == key[0] and tuned_key[1] < key[1])):
+            bins, key = tuned, tuned_key
+    return bins, key, steps, timed_out
+
+
+def _fine_targets(instance: BalanceInstance, bound: float) -> tuple[float, ...]:
+    """The targets T the fine-tuning aims at in turn. An exchange must leave every rank at most T, so a looser T
+    allows more of them: first the analytic ``bound`` raised by :data:`FINE_TUNE_RTOL` (inside the optimality
+    tolerance, so float sums cannot push the evaluator's objective past it; with integer costs at least the
+    bound rounded up); then, with integer costs where that is lower, the rounded-up bound itself
+    (:func:`_fine_target`), the only objective the evaluator's ``optimality_level`` calls optimal there, so the
+    search does not stop one unit or more above it (on loads past 1e6 the tolerance spans a unit)."""
+    exact = _fine_target(instance, bound)
+    loose = max(bound * (1 + FINE_TUNE_RTOL), exact)
+    return (loose,) if loose == exact else (loose, exact)
 
 
 def _fine_target(instance: BalanceInstance, bound: float) -> float:
-    """T of the fine-tuning: the evaluator's analytic ``bound`` raised by :data:`FINE_TUNE_RTOL` (inside the
-    optimality tolerance, so float sums cannot push the evaluator's objective past it), or the integer
-    target if larger."""
-    return max(bound * (1 + FINE_TUNE_RTOL), makespan_target(instance, bound))
+    """The last target of the fine-tuning and the re-split's: with integer costs (every load an integer) the
+    analytic ``bound`` rounded up, exactly, as the evaluator's ``optimality_level`` calls only an answer at it
+    optimal; else ``bound`` raised by :data:`FINE_TUNE_RTOL`."""
+    rounded = integer_makespan_bound(instance, bound)
+    return rounded if rounded is not None else bound * (1 + FINE_TUNE_RTOL)
 
 
 def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], proven: float,

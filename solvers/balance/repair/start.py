@@ -9,8 +9,8 @@
 * :func:`rank_key`: (objective, Σℓ²) of bins of sample indices, summed exactly as the evaluator sums
   them (Σℓ² is 0 for ``rounds``, which wants loads grouped, not levelled).
 * :func:`makespan_target`, :func:`proven_level`: the makespan at which a repair stops (the analytic
-  bound, rounded up for integer costs) and the objective at or below which an answer is optimal
-  within the tolerance.
+  bound, rounded up for integer costs) and the objective at or below which the evaluator calls an answer
+  optimal (exactly the rounded bound for integer costs, else within the tolerance).
 Performance: docs/performance.md
 """
 
@@ -20,9 +20,9 @@ import heapq
 
 import numpy as np
 
-from packplace.balance.evaluator import objective_value
+from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance
-from packplace.result import FEASIBLE, Proposal, optimality_level
+from packplace.result import FEASIBLE, Proposal
 from packplace.run import Run
 from packplace.solvers.balance._common import PreparedSamples, first_fit_decreasing, integer_makespan_bound, proof_level
 from packplace.solvers.balance.repair.acceptance import power_of_two_above
@@ -76,13 +76,13 @@ def kk_start_bins(instance: BalanceInstance, prepared: PreparedSamples, run: Run
     return [[where[key] for key in b] for b in proposal.solution], False
 
 
-def proven_level(instance: BalanceInstance, bound: float) -> float:
-    """The objective at or below which an answer is optimal within the tolerance: ``optimality_level(bound)``
-    (the evaluator's test), or, for ``makespan`` with integer costs and no padding, the
-    bound rounded up if that is larger (every load is then an integer, so no answer is below it)."""
-    level = optimality_level(bound)
-    target = makespan_target(instance, bound)
-    return level if target is None else max(level, target)
+def proven_level(evaluator: BalanceEvaluator, bound: float) -> float:
+    """The objective at or below which ``evaluator`` calls an answer optimal against ``bound``, the test
+    :func:`packplace.run.finalize` applies (:func:`~packplace.solvers.balance._common.proof_level`): for integer
+    costs without padding (every objective but ``balance``) the bound rounded up, exactly, so an answer one unit
+    above it is not there; else ``bound`` within the relative tolerance. ``repair`` stops, and says it reached
+    the bound, only at or below it."""
+    return proof_level(evaluator, bound)
 
 
 def better_of_kk(instance: BalanceInstance, proposal: Proposal, run: Run) -> Proposal:

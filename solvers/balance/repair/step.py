@@ -74,7 +74,7 @@ def step_answer(best: Start, proven: float,
 
     Args:
         best: The best start of :func:`step_starts`.
-        proven: The objective at or below which an answer is optimal within the tolerance.
+        proven: The objective at or below which the evaluator calls an answer optimal (exact with integer costs).
         fine_tune: ``(bins, key) -> (bins, key, exchanges, hit the deadline)``, never worse than its input
             by the key (``repair``'s bounded fine-tuning).
 

@@ -28,7 +28,7 @@ from packplace.plots import check_format, plot_rank_loads
 from packplace.result import REPORT_KEY, SolveResult, command_document, gap_text
 from packplace.run import check_limits
 from packplace.solvers import available
-from packplace.table import check_output_file, render_table
+from packplace.table import check_output_file, format_objective, render_table
 from packplace.yamlio import load_yaml
 
 
@@ -176,8 +176,8 @@ def _report_planner(plan: BalancePlan, score: BalanceScore, instance: BalanceIns
     report = document[REPORT_KEY]
     verdict = "use the new layout" if decision.accepted else "keep the reference grouping"
     print(
-        f"planner: reference {decision.reference_objective:.6g} -> candidate "
-        f"{decision.candidate_objective:.6g}, gain {100 * decision.relative_gain:.2f}% "
+        f"planner: reference {format_objective(decision.reference_objective)} -> candidate "
+        f"{format_objective(decision.candidate_objective)}, gain {100 * decision.relative_gain:.2f}% "
         f"vs threshold {100 * decision.threshold:.2f}%: {verdict} "
         f"({decision.moved_samples} samples change rank; load spread "
         f"{100 * decision.loads_before.relative_spread:.1f}% -> {100 * decision.loads_after.relative_spread:.1f}%)"

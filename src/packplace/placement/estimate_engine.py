@@ -18,6 +18,7 @@ from typing import Any
 
 from packplace.errors import ConfigError, show
 from packplace.placement.candidates import _engine_held, candidate_fits
+from packplace.placement.model.components import VLLM_SAMPLER_KERNELS, ComponentTable
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.engine import RolloutEngine
 from packplace.placement.model.framework import FRAMEWORKS, default_gpu_memory_utilization, engine_vllm_release
@@ -172,3 +173,48 @@ def engine_lines(engine: dict[str, float]) -> list[str]:
                      f"max_model_len{length} ({engine['kv_available'] / GB:.3f} GB available for it, "
                      f"{engine['kv_needed'] / GB:.3f} GB needed in whole blocks of 16 tokens)")
     return lines
+
+
+#: How :func:`sampler_line` names the log-probabilities a rollout's requests ask vLLM for
+#: (:data:`~packplace.placement.model.components.SAMPLER_LOGPROBS`).
+LOGPROBS_WORDS = {None: "no log-probabilities", "raw_logprobs": "raw log-probabilities",
+                  "processed_logprobs": "processed log-probabilities"}
+
+
+def sampler_mark(cost: CostModel, table: ComponentTable | None) -> dict[str, Any]:
+    """The sampler an ``estimate`` decode iteration on ``table`` prices (``{}`` where none is priced: the knob
+    model, ``table`` None, or an engine that is not vLLM): the cost model's own
+    :meth:`~packplace.placement.model.cost.CostModel.decode_sampler` (``engine_generation``, ``logprobs``) and its
+    bytes per vocabulary entry per running sequence and kernels (:data:`~packplace.placement.model.components.
+    VLLM_SAMPLER_KERNELS`), which :func:`sampler_line` prints."""
+    sampler = cost.decode_sampler() if table is not None else None
+    if sampler is None:
+        return {}
+    kernels = VLLM_SAMPLER_KERNELS[sampler]
+    return {"engine_generation": sampler[0], "logprobs": sampler[1],
+            "bytes_per_entry": float(sum(per_entry for _, per_entry in kernels)), "kernels": len(kernels)}
+
+
+def sampler_line(inputs: dict[str, Any]) -> str | None:
+    """The note of a decode or generate estimate that says which vLLM engine's sampler it priced and whose engine
+    that is (``inputs["sampler"]``, :func:`sampler_mark`; the release from ``framework`` /
+    ``framework_version``), or that the knob model prices none beside a vLLM engine (``engine_generation`` set);
+    ``None`` for other tasks and engines that are not vLLM."""
+    task, framework, version = inputs.get("task"), inputs.get("framework"), inputs.get("framework_version")
+    sampler, generation = inputs.get("sampler"), inputs.get("engine_generation")
+    if task not in ("decode", "generate") or (not sampler and generation is None):
+        return None
+    if version:
+        whose = f"{framework} {version}'s engine"
+    elif framework == "none":
+        whose = "bare kernels (--framework none), priced with the current engine's sampler"
+    elif framework == "vllm":
+        whose = "vLLM's current engine"
+    else:
+        whose = f"{framework}'s current release's engine; --framework-version prices an older release's"
+    if not sampler:
+        return (f"  (vLLM {str(generation).upper()}: {whose}; the knob model prices no sampler, no head kernel "
+                "beside the head's weights)")
+    return (f"  (sampler: vLLM {sampler['engine_generation'].upper()}'s with {LOGPROBS_WORDS[sampler['logprobs']]}, "
+            f"{sampler['bytes_per_entry']:g} bytes per vocabulary entry per running sequence\n   in "
+            f"{sampler['kernels']} kernels: {whose})")

@@ -317,3 +317,32 @@ def _knob_stage(cost: CostModel, shape: ModelSpec, train: bool, tokens: float, m
     parts["communication"] = n * _layer_comm(cost, shape, train, tokens, tp, ep, extent) + _send(
         cost, shape, train, tokens, degrees, extent)
     return parts
+
+
+def flash_attn2_mark(cost: CostModel, shape: ModelSpec, degrees: tuple[int, int, int, int]) -> dict[str, float | str]:
+    """Where :func:`trainer_pass_parts` prices ``shape``'s pass at ``degrees`` ``(dp, pp, tp, ep)`` with flash-attn
+    2's attention (the cost model's own
+    :meth:`~packplace.placement.model.cost.CostModel.flash_attn2_fractions`, on the table
+    :meth:`~packplace.placement.model.cost.CostModel.components_for` gives the pass): the table's GPU type and the
+    forward and backward fractions of its attention rate, which :func:`flash_attn2_line` prints; ``{}`` where the
+    pass runs the table's own attention or no table prices it."""
+    _, pp, tp, ep = degrees
+    table = cost.components_for(shape)
+    fractions = None if table is None else cost.flash_attn2_fractions(table, shape, pp, tp, ep)
+    if table is None or fractions is None:
+        return {}
+    return {"gpu": table.gpu, "forward": fractions[0], "backward": fractions[1]}
+
+
+def flash_attn2_line(mark: dict[str, float | str], train: bool) -> str:
+    """The note of a train / infer estimate whose pass runs flash-attn 2 (``mark``, :func:`flash_attn2_mark`):
+    NeMo RL's DTensor workers load the model with flash-attn 2 under sequence packing, priced at its fraction of
+    the table's attention rate (the backward's too for ``train``; 1 off Blackwell,
+    :data:`~packplace.placement.model.cost.FLASH_ATTN2_ATTENTION_FRACTION`)."""
+    rate = (f"{mark['forward']:g} of the {mark['gpu']} table's attention rate forward"
+            + (f", {mark['backward']:g} backward" if train else ""))
+    if mark["forward"] == 1.0 and mark["backward"] == 1.0:
+        rate = (f"the {mark['gpu']} table's own attention rate (a lower fraction only on a Blackwell table, where "
+                "flash-attn 2 has no SM100 path)")
+    return ("  (attention: flash-attn 2, as NeMo RL's DTensor workers load the model with sequence packing at cp 1;\n"
+            f"   priced at {rate})")

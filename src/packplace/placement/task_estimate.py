@@ -54,9 +54,18 @@ import numpy as np
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import REQUIRED, check_section, plain_bool, plain_number
 from packplace.errors import ConfigError, show
-from packplace.placement.estimate_engine import add_engine_argument, engine_gmu, engine_lines, engine_memory
+from packplace.placement.estimate_engine import (
+    add_engine_argument,
+    engine_gmu,
+    engine_lines,
+    engine_memory,
+    sampler_line,
+    sampler_mark,
+)
 from packplace.placement.estimate_trainer import (
     TrainerBackend,
+    flash_attn2_line,
+    flash_attn2_mark,
     framework_none_trainer,
     release_terms,
     resolve_trainer_backend,
@@ -621,8 +630,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                   **(pack.inputs(int(given_length or 0), pad_multiple(tp, cp)) if pack is not None else {}))
     parts = _time_parts(shape, cluster, *_engine_pricing(components, hw, task, engine_generation, inputs, gpu), task,
                         micro_batch, seq_len, batch, context, recompute, optimizer, tp, pp, dp * cp, ep, framework,
-                        enforce_eager, host_seconds_per_sequence(engine_generation), pack, sharding=sharding,
-                        cp=cp, backend=backend, megatron=megatron, framework_version=framework_version)  # dp x cp ranks
+                        enforce_eager, pack=pack, sharding=sharding, cp=cp, backend=backend, megatron=megatron,
+                        framework_version=framework_version, engine_generation=engine_generation, marks=inputs)
     held = (1, pack.peak) if pack is not None else (micro_batch, seq_len or 0)   # a pack: SequencePacking.peak_tokens
     memory = memory_parts(shape, hw, task, micro_batch=held[0], seq_len=held[1], batch=batch, context=context,
                           recompute=recompute, optimizer=optimizer, tp=tp, pp=pp, dp=dp*cp, ep=ep, framework=framework,
@@ -1334,7 +1343,7 @@ ESTIMATE_ROLE = "model"
 def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prompt: int, new_tokens: int,
           framework: str, enforce_eager: bool = False, pack: _PackPricing | None = None,
           backend: TrainerBackend | None = None, options: TrainingOptions | None = None,
-          bare_loop: bool = False, framework_version: str | None = None):
+          bare_loop: bool = False, framework_version: str | None = None, engine_generation: str | None = None):
     """The cost model of ``sequences`` sequences of ``prompt`` tokens growing by ``new_tokens`` (its
     workload: the knob model's prefill length and the tokens a framework's dispatch carries), with the
     trainer's layout and Transformer Engine release of ``backend`` (:class:`TrainerBackend`) as ``place``
@@ -1344,13 +1353,19 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prom
     :meth:`~packplace.placement.model.cost.CostModel.bare_loop_casts`); ``bare_loop``: ``shape`` trains in a bare
     PyTorch loop (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`), as ``place``'s cost model
     marks it (:func:`~packplace.placement.candidates.bare_loop_models`); the profile at ``framework_version``
-    (:func:`~packplace.placement.model.framework.release_profile`: the log-probabilities its sampler asks for)."""
+    (:func:`~packplace.placement.model.framework.release_profile`: the log-probabilities its sampler asks for) and
+    its vLLM engine of ``engine_generation`` (:func:`_engine`: the sampler's kernels,
+    :meth:`~packplace.placement.model.cost.CostModel.decode_sampler`), as ``place`` builds the release's
+    engine; ``None`` (bare kernels, ``--framework none``) keeps the :class:`RolloutEngine` default, the current
+    (V1) sampler, which :func:`format_estimate` names."""
     profile = release_profile("none" if framework in ("none", "vllm") else framework, framework_version)
+    engine = (RolloutEngine(enforce_eager=enforce_eager) if engine_generation is None
+              else RolloutEngine(enforce_eager=enforce_eager, engine_generation=engine_generation))
     workload = Workload(batch_size=sequences, samples_per_prompt=1, context_length=prompt,
                         generation_length=new_tokens)
     layout = backend.layout if backend is not None else None
     te = backend.transformer_engine if backend is not None else None
-    return CostModel(hw, cluster, workload, RolloutEngine(enforce_eager=enforce_eager), framework=profile,
+    return CostModel(hw, cluster, workload, engine, framework=profile,
                      training={ESTIMATE_ROLE: options if options is not None else TrainingOptions()}, layout=layout,
                      transformer_engine=te,
                      packing=pack.passes if pack is not None else None,
@@ -1373,15 +1388,21 @@ def _backend_inputs(backend: TrainerBackend, shape: ModelSpec, table: ComponentT
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
                 micro_batch: int, seq_len: int | None, batch: int, context: int, recompute: str, optimizer: str,
                 tp: int, pp: int, dp: int, ep: int, framework: str, eager: bool = False,
-                host_per_sequence: float = 0.0, pack: _PackPricing | None = None,
+                pack: _PackPricing | None = None,
                 sharding: str = "none", cp: int = 1, backend: TrainerBackend | None = None,
-                megatron: TrainingOptions = DEFAULT_TRAINING,
-                framework_version: str | None = None) -> dict[str, float]:
+                megatron: TrainingOptions = DEFAULT_TRAINING, framework_version: str | None = None,
+                engine_generation: str | None = None, marks: dict[str, Any] | None = None) -> dict[str, float]:
     """Seconds by part of ``task`` (:attr:`Estimate.parts`): a trainer's pass priced as ``place`` prices it
     where ``backend`` says so, or by the efficiency knobs (:func:`trainer_pass_parts`); the bare kernels of a
     train, infer or prefill pass (:func:`_bare_pass_parts`); an engine's decode and generate
     (:func:`_engine_parts`). ``megatron``: the Megatron-Core settings of :func:`estimate`
-    (``bias_activation_fusion`` sets the release's factor on the training pass, :func:`release_terms`)."""
+    (``bias_activation_fusion`` sets the release's factor on the training pass, :func:`release_terms`);
+    ``engine_generation``: the vLLM engine's (:func:`_cost`; its host time per running sequence,
+    :func:`~packplace.placement.model.framework.host_seconds_per_sequence`); ``dp``: the DP × CP ranks.
+    ``marks`` (the estimate's inputs) takes how the parts were priced: the decode iteration's ``sampler``
+    (:func:`sampler_mark`) and a pass's ``flash_attn2`` (:func:`flash_attn2_mark`), which :func:`format_estimate`
+    prints."""
+    marks = {} if marks is None else marks
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     sequences = (micro_batch if task in ("train", "infer", "prefill") else batch) * dp
     # the workload's sequences, prompt + new tokens: a pass's seq_len; generate's prompt growing to context;
@@ -1391,13 +1412,16 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     bare = (task == "train" and backend is not None and backend.layout is not None and optimizer == "adam"
             and bare_loop(sharding, backend.layout.framework, backend.layout.backend, (tp, pp, ep, cp)))
     cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend,
-                 TrainingOptions(sharding=sharding, recompute=recompute), bare, framework_version)
+                 TrainingOptions(sharding=sharding, recompute=recompute), bare, framework_version, engine_generation)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
     if task not in ("train", "infer", "prefill"):
+        sampler = sampler_mark(cost, table)
+        if sampler:
+            marks["sampler"] = sampler
         return _engine_parts(cost, shape, hw, table, task, seq_len or 0, batch, context, tp, pp, dp, ep, extent,
-                             eager, host_per_sequence, framework)
+                             eager, host_seconds_per_sequence(engine_generation), framework)
     # a GPU's share under context parallelism (_cp_share; PackedPasses splits a pack itself)
     tokens, attention = (pack.tokens, pack.attention) if pack is not None else (
         _cp_share(micro_batch, seq_len, tp, cp), seq_len)
@@ -1410,6 +1434,9 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
         parts = trainer_pass_parts(cost, shape, train, tokens, attention, micro_batch, (dp, pp, tp, ep), extent,
                                    recompute, optimizer, share=tokens / whole, factor=factor,
                                    offload=offload if optimizer == "adam" else 0.0)
+        flash = flash_attn2_mark(cost, shape, (dp, pp, tp, ep))
+        if flash:
+            marks["flash_attn2"] = flash
         if backend is None or not backend.place:   # bare kernels: no framework, no phase overhead
             parts["overhead"] = dispatch_seconds(cost, cost.framework, dp) if framework != "none" else 0.0
     else:
@@ -1883,6 +1910,10 @@ def format_estimate(result: Estimate) -> str:
     lines += [f"  {name:<{width}} {seconds:.4f} s" for name, seconds in result.parts.items()]
     if result.inputs.get("task") in ("train", "infer") and "trainer_backend_resolved" in result.inputs:
         lines.append(_backend_line(result.inputs))
+    if "flash_attn2" in result.inputs:
+        lines.append(flash_attn2_line(result.inputs["flash_attn2"], result.inputs["task"] == "train"))
+    if sampler_line(result.inputs) is not None:
+        lines.append(str(sampler_line(result.inputs)))
     if "pack_backend" in result.inputs:
         lines.append(_pack_line(result.inputs))
     elif result.inputs.get("cp", 1) > 1:

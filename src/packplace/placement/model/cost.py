@@ -1197,8 +1197,9 @@ class CostModel:
         te = self.transformer_engine if kernels == "megatron" else None
         bare = train and self.bare_loop_table(model, pp, tp, ep) is not None   # fp32 weights under autocast
         fwd_table = bwd_table = table
-        if kernels == "hf" and self.runs_flash_attn2(model):
-            fwd_frac, bwd_frac = FLASH_ATTN2_ATTENTION_FRACTION.get(table.gpu, (1.0, 1.0))
+        fractions = self.flash_attn2_fractions(table, model, pp, tp, ep)
+        if fractions is not None:
+            fwd_frac, bwd_frac = fractions
             fwd_table = replace(table, attention_flops=table.attention_flops * fwd_frac)
             bwd_table = replace(table, attention_flops=table.attention_flops * bwd_frac)
         times = pass_times(fwd_table, model, tokens=tokens, seq_len=seq_len, train=train, layers=layers, head=head,
@@ -1208,6 +1209,17 @@ class CostModel:
                 bwd_table, model, tokens=tokens, seq_len=seq_len, train=True, layers=layers, head=head, tp=tp,
                 kernels=kernels, transformer_engine=te, master_fp32=bare).backward)
         return times
+
+    def flash_attn2_fractions(self, table: ComponentTable, model: ModelSpec, pp: int, tp: int,
+                              ep: int = 1) -> tuple[float, float] | None:
+        """``(forward, backward)`` fractions of ``table``'s attention rate at which :meth:`component_pass_times`
+        prices ``model``'s pass at degrees ``pp``, ``tp``, ``ep`` where it runs flash-attn 2 on the Hugging Face
+        kernels (:meth:`pass_kernels` ``hf`` and :meth:`runs_flash_attn2`): :data:`FLASH_ATTN2_ATTENTION_FRACTION`
+        of the table's GPU type, ``(1, 1)`` on a table without one; ``None`` where the pass runs the table's own
+        attention. ``packplace estimate`` names what it returns in its notes."""
+        if self.pass_kernels(pp, tp, ep) != "hf" or not self.runs_flash_attn2(model):
+            return None
+        return FLASH_ATTN2_ATTENTION_FRACTION.get(table.gpu, (1.0, 1.0))
 
     def runs_flash_attn2(self, model: ModelSpec) -> bool:
         """Whether ``model``'s trainer-side passes on the Hugging Face kernels run flash-attn 2 rather than the

@@ -1,0 +1,47 @@
+"""The balance solvers' messages print objectives in full (``packplace.table.format_objective``): ``3,000,003``,
+not ``:.6g``'s ``3e+06``, which hid the unit that decides ``optimal`` against an integral bound."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import packplace
+from packplace.balance import make_instance
+from packplace.table import format_objective
+
+# two ranks of one bin: the bound 3,000,002, the best split 3,000,003 (tests/balance/test_balance_exact_optimal.py)
+INTEGER = [3_000_000, 1_000_000, 1_000_001, 1_000_002]
+
+
+@pytest.mark.parametrize("value, text", [
+    (3_000_003.0, "3,000,003"), (3_000_003, "3,000,003"), (np.float64(1_559_886.0), "1,559,886"), (0.0, "0"),
+    (-5.0, "-5"), (12.0, "12"), (2.0 ** 53, "9,007,199,254,740,992"),
+    (1_234_567.891, "1,234,567.89"), (0.123456789012, "0.123456789"), (3_000_001.75, "3,000,001.75"),
+    (1e-7, "1e-07"), (2.0 ** 60, "1.1529215e+18"), (math.inf, "inf"), (-math.inf, "-inf"), (math.nan, "nan"),
+])
+def test_format_objective(value, text):
+    assert format_objective(value) == text
+
+
+def test_lns_prints_its_start_objective_in_full():
+    instance = make_instance([3, 1, 1, 1], INTEGER, seq_len=10, data_parallel_size=2, local_batch_size=1)
+    result = packplace.balance(instance, solver="lns", seed=0)
+    assert result.objective == 3_000_003
+    assert "start (3,000,003)" in result.message and "e+06" not in result.message
+
+
+def test_cpsat_logs_its_start_objective_in_full():
+    instance = make_instance([3, 1, 1, 1], INTEGER, seq_len=10, data_parallel_size=2, local_batch_size=1)
+    result = packplace.balance(instance, solver="cpsat", seed=0)
+    assert any(line.endswith("objective 3,000,003") for line in result.log)
+
+
+def test_cpsat_counting_refusal_prints_half_the_bin_in_full():
+    # three samples over half of a 3,000,000-token bin, two bins: no assignment (it had read seq_len/2 = 1.5e+06)
+    instance = make_instance([1_500_001] * 3, seq_len=3_000_000, data_parallel_size=2)
+    result = packplace.balance(instance, solver="cpsat")
+    assert result.status == "infeasible"
+    assert "3 samples have more than seq_len/2 = 1,500,000 tokens, only 2 bins" in result.message
