@@ -87,7 +87,7 @@ def _option_error(num_workers: Any, max_booleans: Any, cp_parameters: Any, start
                   params: dict[str, Any]) -> str | None:
     if params:
         return (f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers, max_booleans, "
-                "cp_parameters, start, deterministic_time")
+                "cp_parameters, start, deterministic_time, max_num_seqs")
     if not isinstance(start, (bool, ContextParallelPlan)):
         return f"start: must be true, false or a ContextParallelPlan, got {start!r}"
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= MAX_CP_WORKERS:

@@ -331,7 +331,8 @@ class PackplaceDynamicCPScheduler:
         max_num_seqs: At most this many sequences per micro-batch on one rank (THD capacity), so in one CP
             group; None: no cap. The solvers do not model it: where the plan breaks it, the batch is planned
             again at fixed micro-batch counts from the least the cap allows upward (the plan's objective and
-            bound are still the evaluator's), and refused only where no count gives a plan within it.
+            bound are still the evaluator's), then by ``cpsat`` with the cap in its model where none keeps it,
+            and refused only where no count gives a plan within it.
         min_cp_size: Smallest CP group (``min_dynamic_context_parallel_size``).
         cost: The group-time model (:func:`~packplace.context_parallel.cost_from_mapping`; None: Megatron's
             ``s²/c``).
@@ -340,7 +341,9 @@ class PackplaceDynamicCPScheduler:
         compare_megatron: Also run the ``megatron`` backend and keep the faster plan.
 
     Attributes:
-        last_result: The :class:`~packplace.result.SolveResult` of the latest schedule.
+        last_result: The :class:`~packplace.result.SolveResult` of the latest schedule; its objective and bound
+            are in :func:`time_unit` of ``cost`` (token² under the default, seconds under a cost model), its
+            ``info["wall_clock_cut"]`` says the wall clock, not work, ended a solve (:meth:`plan`).
 
     Raises:
         ConfigError: a size that is not a positive integer, an unknown solver, a ``time_limit_s`` that is not
@@ -390,13 +393,22 @@ class PackplaceDynamicCPScheduler:
         """The :class:`~packplace.context_parallel.ContextParallelPlan` (keys: the sample ids) of one global
         batch, its micro-batch count a multiple of the virtual-pipeline group.
 
+        Work budgets, not the clock, end its solves (``greedy``'s counted moves and deterministic-time polish,
+        ``cpsat`` with :data:`CPSAT_WORK` of deterministic time and its start's heuristics to their own
+        budgets: :func:`_work`), so the same batch and seed give the same plan; ``time_limit_s`` is a safety
+        net, and where its wall clock cut a solve (or left counts untried, or passed before a one-pass plan)
+        ``last_result.info["wall_clock_cut"]`` is true (and ``hit_time_limit``): only such a plan depends on the
+        machine's load.
+
         ``time_limit_s`` is one deadline (a :class:`~packplace.run.Run`) for the whole call, shared by its
         stages in turn: the first solve, the virtual-pipeline re-plan (:meth:`_aligned`, only where a
         ``microbatch_group_size_per_vp_stage`` above 1 is given) and the ``max_num_seqs`` re-plan
-        (:meth:`_within_max_num_seqs`, only where ``max_num_seqs`` is given). Each stage that runs gets an equal
-        share of the time left among itself and the stages that may still follow (the first solve ``1/3`` with
-        both re-plans possible, ``1/2`` with one, all without); what a stage leaves goes on to the next, and the
-        last gets all that is left. A solve never gets more than the time left, so the call returns within
+        (:meth:`_within_max_num_seqs`, only where ``max_num_seqs`` is below the batch's sequence count). Each
+        stage that runs gets an equal share of the time left among itself and the stages that may still follow
+        (the first solve ``1/3`` with both re-plans possible, ``1/2`` with one, all without); what a stage
+        leaves goes on to the next, and the last gets all that is left. Where the wall clock cut a stage whose
+        plan needs no later stage, the stage runs again with all that is left (the shares of the stages that
+        did not run, :func:`_given_back`). A solve never gets more than the time left, so the call returns within
         ``time_limit_s`` plus one backend's overrun of its own limit (what its limit does not count, e.g.
         CP-SAT's model build and start-up; the first solve runs even past the deadline, with at least
         :data:`MIN_SOLVE_S`), plus what needs no search: at most two one-pass Megatron plans (the comparison and
@@ -409,7 +421,8 @@ class PackplaceDynamicCPScheduler:
                 virtual-pipeline group (too few sequences, and Megatron's own alignment would stop too); no
                 plan found keeping every CP group within ``max_num_seqs`` sequences (where the first plan breaks
                 it the batch is planned again at fixed micro-batch counts, :meth:`_within_max_num_seqs`; the
-                message names ``max_num_seqs`` and the counts tried, "proven" only where no count can hold it).
+                message names ``max_num_seqs`` and the counts tried, "proven" only where counting or CP-SAT
+                shows that no allowed count can hold it).
             RuntimeError: no backend found a plan.
         """
         ids, lengths, instance = self._batch(sample_id_seqlens)
@@ -488,9 +501,14 @@ class PackplaceDynamicCPScheduler:
         objective is the evaluator's on ``instance``, its bound the instance's at the least count (every plan
         within the caps has at least that many micro-batches).
 
+        Where no solver's plan keeps the cap (mended or not), ``cpsat`` with the cap in its model solves each
+        allowed count in turn (:meth:`_capped`): so a plan the solvers miss is found, and where CP-SAT proves
+        every allowed count has none, that is said.
+
         Raises:
             InfeasibleError: none found, naming ``max_num_seqs`` and the counts tried; "proven" only where
-                more sequences exist than the largest count's micro-batches x CP groups x ``max_num_seqs``.
+                more sequences exist than the largest count's micro-batches x CP groups x ``max_num_seqs``, or
+                CP-SAT proved each allowed count has no plan within the cap.
         """
         groups = instance.ranks // instance.sizes[0]   # the most CP groups one micro-batch has
         most = instance.n // (instance.ranks // instance.sizes[-1]) // multiple * multiple
