@@ -601,8 +601,9 @@ class PackplaceDynamicCPScheduler:
             try:
                 option = solve_context_parallel(self._instance(lengths, ids, count), "cpsat", time_limit_s=limit,
                                                 seed=self.seed, start=False, max_num_seqs=cap, **_work("cpsat"))
-            except InfeasibleError as error:
+            except InfeasibleError as error:   # the instance's counting refuses the count: a proof too
                 search.reasons.append(str(error))
+                search.proven.append(count)
                 continue
             if option.status == INFEASIBLE:
                 search.proven.append(count)
