@@ -71,21 +71,22 @@ def test_cpsat_reports_whether_the_work_budget_or_the_wall_clock_stopped_it(work
 
 def _marking(monkeypatch, work_clock, calls, cut):
     """Every ``solve_context_parallel`` of the drop-in spends its whole limit on the work clock and is
-    recorded in ``calls`` as (solver, fixed count, limit); the ``cut`` first ones say the wall clock cut them."""
+    recorded in ``calls`` as (solver, fixed count, limit); those numbered in ``cut`` (from 1) say the wall clock
+    cut them."""
     original = module.solve_context_parallel
 
     def marking(instance, solver, *, time_limit_s=None, seed=0, **params):
         calls.append((solver, instance.micro_batches, time_limit_s))
         result = original(instance, solver, time_limit_s=time_limit_s, seed=seed, **params)
         work_clock.now += time_limit_s or 0.0
-        if len(calls) <= cut:
+        if len(calls) in cut:
             result = dataclasses.replace(result, hit_time_limit=True)
         return result
 
     monkeypatch.setattr(module, "solve_context_parallel", marking)
 
 
-@pytest.mark.parametrize("cut", [0, 1])
+@pytest.mark.parametrize("cut", [set(), {1}])
 def test_the_shares_of_re_plans_that_do_not_run_go_back(monkeypatch, work_clock, cut):
     # two sequences of 60 tokens on one rank of 100: two micro-batches of one each, a multiple of the VPP group
     # 2 and within max_num_seqs 1, so neither re-plan runs. The first solve gets a third of 9 s (both re-plans
@@ -106,7 +107,7 @@ def test_the_shares_of_re_plans_that_do_not_run_go_back(monkeypatch, work_clock,
 def test_a_max_num_seqs_cap_at_or_above_the_batch_takes_no_share(monkeypatch, work_clock):
     # max_num_seqs 2 with two sequences never binds: the first solve gets half of 8 s (the VPP re-plan), not a third
     calls = []
-    _marking(monkeypatch, work_clock, calls, 0)
+    _marking(monkeypatch, work_clock, calls, set())
     PackplaceDynamicCPScheduler(100, 1, 1, 2, 2, compare_megatron=False, time_limit_s=8.0).plan([(0, 60), (1, 60)])
     assert calls == [("greedy", None, pytest.approx(4.0, abs=1e-3))]
 
@@ -149,3 +150,19 @@ def test_the_plan_metadata_names_its_time_unit():
 
 def _built(planner, sequences, constraints):
     return planner.build_packs(sequences, constraints), planning.PlacementResources(dp_size=2, cp_size=2)
+
+
+def test_the_vpp_re_plan_takes_the_max_num_seqs_share_where_that_one_does_not_run(monkeypatch, work_clock):
+    # three 60-token sequences on one rank of 200, VPP 2, max_num_seqs 2: the first plan is one micro-batch of
+    # all three (3 s of 9), the VPP re-plan's only count, 2, gets half the 6 s left and is cut; its plan {60, 60} |
+    # {60} keeps the cap, so the max_num_seqs re-plan does not run and the VPP re-plan runs again with the 3 s
+    # left: 2 x 60^2 + 60^2 = 10800, uncut
+    calls = []
+    _marking(monkeypatch, work_clock, calls, {2})
+    scheduler = PackplaceDynamicCPScheduler(200, 1, 1, 2, 2, compare_megatron=False, time_limit_s=9.0)
+    plan = scheduler.plan([(0, 60), (1, 60), (2, 60)])
+    assert calls == [("greedy", None, pytest.approx(3.0, abs=1e-3)), ("greedy", 2, pytest.approx(3.0, abs=1e-3)),
+                     ("greedy", 2, pytest.approx(3.0, abs=1e-3))]
+    assert sorted(len(g.keys) for slot in plan.micro_batches for g in slot) == [1, 2]
+    result = scheduler.last_result
+    assert result.objective == 10800.0 and not result.hit_time_limit and not result.info["wall_clock_cut"]
