@@ -792,27 +792,28 @@ POLISH_MAX_SEQUENCES = 64
 DEFAULT_POLISH = 2.0
 
 
-def _polish(instance: ContextParallelInstance, run: Any, plan: Any, budget: float) -> tuple[Any, str]:
+def _polish(instance: ContextParallelInstance, run: Any, plan: Any, budget: float) -> tuple[Any, str, bool]:
     """The ``cpsat`` backend started from ``plan`` (hint and ceiling), one worker, cut by ``budget`` units of
     CP-SAT deterministic time (so the answer does not depend on the machine's load; the run's wall limit is
-    the safety net): its plan when the evaluator finds it faster, else ``plan``; and a note for the message."""
+    the safety net): its plan when the evaluator finds it faster, else ``plan``; a note for the message; and
+    whether the wall clock cut the polish before its budget (then the plan depends on the load)."""
     if budget <= 0 or instance.n > POLISH_MAX_SEQUENCES or instance.objective != "step_time" or run.expired():
-        return plan, ""
+        return plan, "", False
     evaluator = run.evaluator
     before = evaluator.score(plan)
     if before.objective <= optimality_level(float(run.bound)):
-        return plan, ""
+        return plan, "", False
     try:
-        polished = run.call("cpsat", start=plan, num_workers=1,
-                            cp_parameters={"max_deterministic_time": float(budget)})
+        polished = run.call("cpsat", start=plan, num_workers=1, deterministic_time=float(budget))
     except OutOfTime:
-        return plan, ""
+        return plan, "", True
+    cut = bool(polished.info.get("wall_clock_cut", False))
     if polished.solution is None:
-        return plan, ""
+        return plan, "", cut
     after = evaluator.score(polished.solution)
     if after.feasible and after.objective < before.objective:
-        return polished.solution, f"; CP-SAT polish {before.objective:.6g} -> {after.objective:.6g} s"
-    return plan, ""
+        return polished.solution, f"; CP-SAT polish {before.objective:.6g} -> {after.objective:.6g} s", cut
+    return plan, "", cut
 
 
 def _no_plan(instance: ContextParallelInstance) -> str:
@@ -846,8 +847,8 @@ def solve(instance: ContextParallelInstance, run: Any, *, extra_slots: int = 0, 
     if plan is None:
         return Proposal(None, UNKNOWN, message="the CP sizes of a slot do not tile the ranks")
     cut = bool(run.expired())   # the constructions and the moves stop at the deadline: the plan depends on it
-    plan, note = _polish(instance, run, plan, polish)
-    cut = cut or bool(run.expired())
+    plan, note, polish_cut = _polish(instance, run, plan, polish)
+    cut = cut or polish_cut or bool(run.expired())
     return Proposal(plan, FEASIBLE, iterations=spent, hit_time_limit=cut,
                     message=f"{len(slots)} micro-batches, {spent} candidate moves scored{note}"
                             + ("; time limit reached" if cut else ""))

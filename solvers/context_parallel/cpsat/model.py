@@ -12,7 +12,7 @@ slot's time, integer ticks).
 
 Constraints:
 * each sequence in exactly one group; a group holds a sequence iff it is active; its tokens within
-  ``size · max_tokens_per_rank``;
+  ``size · max_tokens_per_rank``, its sequences at most ``max_members`` where given;
 * per slot, the vector of active counts per class is one of the signatures (a tiling exists with these
   groups; ``AddAllowedAssignments``), or all zero for an unused slot; Σ size·active = R·used;
 * a group's time ``T[k, c, j] ≥`` each of its affine pieces ``const·active + Σ_i coeff_i·x`` (the cost
@@ -97,6 +97,7 @@ def group_ticks(ticks: list[list[tuple[int, list[int]]]], c: int, members: Seque
 def build(
     *, layouts: SlotLayouts, ranks: int, tokens: Sequence[int], cap_per_rank: int, pieces: Pieces, scale: float,
     slots: int, fixed_slots: bool, ceiling: int | None, check_clock: Callable[[], None] = lambda: None,
+    max_members: int | None = None,
 ) -> Built:
     """The model of the module docstring.
 
@@ -110,6 +111,7 @@ def build(
         ceiling: Largest objective (ticks) worth finding (the start's), or None.
         check_clock: Raises :class:`~packplace.run.OutOfTime` when the deadline passed (called between
             phases).
+        max_members: At most this many sequences in one group (None: no cap).
     """
     model = cp_model.CpModel()
     n = len(tokens)
@@ -160,6 +162,8 @@ def build(
                 size = classes[c][0]
                 if sum(tokens[i] for i, _ in held) > size * cap_per_rank:
                     model.Add(sum(tokens[i] * v for i, v in held) <= size * cap_per_rank)
+                if max_members is not None and len(held) > max_members:
+                    model.Add(sum(v for _, v in held) <= max_members)
                 if j > 0:
                     model.AddImplication(a, active[k, c, j - 1])
                     # the j-th group's smallest sequence comes after the (j−1)-th group's

@@ -16,7 +16,13 @@ answer is the better of CP-SAT's plan and the start by the evaluator; ``optimal`
 the model optimal and the evaluated step time meets the proven bound.
 Options: ``num_workers`` (default 1: deterministic for a seed), ``max_booleans`` (default
 :data:`DEFAULT_MAX_BOOLEANS`), ``cp_parameters`` (extra CP-SAT parameters by name), ``start`` (default
-True; False runs CP-SAT alone, without the heuristic start). The objective
+True; False runs CP-SAT alone, without the heuristic start), ``deterministic_time`` (None: the wall clock
+ends the start's share and the search; a number: work ends both, the start's heuristics run to their own work
+budgets and CP-SAT to that much deterministic time, so the plan is the same for the same instance and seed on
+any machine under any load unless the wall-clock limit, then a safety net, cuts first: the answer's
+``info["wall_clock_cut"]`` says it did), ``max_num_seqs`` (None; a number: every group holds at most that
+many sequences, Megatron's THD capacity, in the model and in the evaluator that scores the start and the
+answer). The objective
 ``step_time`` is modelled; for ``makespan`` and ``balance`` the start is returned (``feasible``).
 Performance: docs/performance.md
 """
@@ -27,6 +33,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from packplace.context_parallel.evaluator import ContextParallelEvaluator
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
 from packplace.errors import (
     MAX_CP_WORKERS,
@@ -80,7 +87,7 @@ def _option_error(num_workers: Any, max_booleans: Any, cp_parameters: Any, start
                   params: dict[str, Any]) -> str | None:
     if params:
         return (f"cpsat: unknown parameter {sorted(params)[0]!r}; valid: num_workers, max_booleans, "
-                "cp_parameters, start")
+                "cp_parameters, start, deterministic_time, max_num_seqs")
     if not isinstance(start, (bool, ContextParallelPlan)):
         return f"start: must be true, false or a ContextParallelPlan, got {start!r}"
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 1 <= num_workers <= MAX_CP_WORKERS:
@@ -105,6 +112,8 @@ def solve(
     max_booleans: int = DEFAULT_MAX_BOOLEANS,
     cp_parameters: Mapping[str, Any] | None = None,
     start: bool | ContextParallelPlan = True,
+    deterministic_time: float | None = None,
+    max_num_seqs: int | None = None,
     **params: Any,
 ) -> Proposal:
     """Exact CP-SAT plan of a dynamic-CP instance (module docstring): a layout per slot, a group per sequence.
@@ -112,7 +121,7 @@ def solve(
     Args:
         instance: A :class:`~packplace.context_parallel.ContextParallelInstance`.
         run: The run: its limit covers the whole call, start included (default
-            :data:`DEFAULT_TIME_LIMIT_S`); its seed is CP-SAT's ``random_seed``.
+            :data:`DEFAULT_TIME_LIMIT_S`, none with ``deterministic_time``); its seed is CP-SAT's ``random_seed``.
         num_workers: CP-SAT search workers; 1 (default) is deterministic for a seed.
         max_booleans: Largest model built (``x`` Booleans); above it the start is returned.
         cp_parameters: Extra CP-SAT parameters by name (``SatParameters`` fields).
@@ -120,6 +129,15 @@ def solve(
             no answer (the model's own strength; an interrupted or cut run may then have no answer). A
             :class:`~packplace.context_parallel.ContextParallelPlan`: that plan is the start (hint, ceiling,
             fallback) and no heuristic runs (a heuristic polishing its own plan calls it so).
+        deterministic_time: CP-SAT's ``max_deterministic_time`` (its work counter, about seconds of one
+            unloaded core), and the heuristic start runs under the whole limit instead of
+            :data:`START_SHARE` of it: the answer depends on the instance, the seed and this budget only, unless
+            the wall-clock limit cuts the start or the search (``info["wall_clock_cut"]``, ``hit_time_limit``;
+            such a plan depends on the machine's load). Without a time limit there is then no wall-clock
+            limit at all (not :data:`DEFAULT_TIME_LIMIT_S`): the work bounds the call. None (default): the wall
+            clock decides.
+        max_num_seqs: At most this many sequences in one group (None: no cap); a start or plan over it is
+            not kept, and ``infeasible`` with no start is CP-SAT's proof that no plan keeps it.
 
     Returns:
         A :class:`~packplace.result.Proposal` with a :class:`~packplace.context_parallel.ContextParallelPlan`;
@@ -130,20 +148,37 @@ def solve(
         ConfigError: a bad option (before any work), a ``cp_parameters`` entry CP-SAT refuses.
     """
     error = _option_error(num_workers, max_booleans, cp_parameters, start, params)
+    if error is None and deterministic_time is not None and (
+            isinstance(deterministic_time, bool) or not isinstance(deterministic_time, (int, float))
+            or not 0 < deterministic_time < math.inf):
+        error = f"deterministic_time: must be None or a positive number, got {deterministic_time!r}"
+    if error is None and max_num_seqs is not None and (isinstance(max_num_seqs, bool)
+                                                        or not isinstance(max_num_seqs, int) or max_num_seqs < 1):
+        error = f"max_num_seqs: must be None or an integer >= 1, got {max_num_seqs!r}"
     if error is not None:
         raise ConfigError(error)
     if cp_parameters:   # each entry on a scratch solver, and an empty model solved with them
         check_cp_parameters(cp_model, cp_parameters)
-    exact = _ExactSolve(instance, run.default(DEFAULT_TIME_LIMIT_S), max_booleans)
-    return exact.solve(num_workers, cp_parameters, start)
+    # with a work budget the work bounds the call: no default wall-clock limit where the caller set none
+    limited = run if deterministic_time is not None else run.default(DEFAULT_TIME_LIMIT_S)
+    exact = _ExactSolve(instance, limited, max_booleans, deterministic_time, max_num_seqs)
+    proposal = exact.solve(num_workers, cp_parameters, start)
+    if exact.start_cut:   # a heuristic of the start was cut or skipped by the clock: the start depends on it
+        proposal.info["wall_clock_cut"] = True
+        proposal.hit_time_limit = True
+    return proposal
 
 
 class _ExactSolve:
     """The phases of one call: counting, start, cost pieces, model, search, answer."""
 
-    def __init__(self, instance: Any, run: Run, max_booleans: int) -> None:
+    def __init__(self, instance: Any, run: Run, max_booleans: int, deterministic_time: float | None = None,
+                 max_num_seqs: int | None = None) -> None:
         self.instance, self.run, self.max_booleans = instance, run, max_booleans
-        self.evaluator = run.evaluator
+        self.deterministic_time, self.max_num_seqs = deterministic_time, max_num_seqs
+        self.start_cut = False
+        self.evaluator = run.evaluator if max_num_seqs is None else ContextParallelEvaluator(
+            instance, max_num_seqs=max_num_seqs)
         self.analytic = float(run.bound)
         self.start: ContextParallelPlan | None = None
         self.start_objective = math.inf
@@ -219,17 +254,22 @@ class _ExactSolve:
 
     def find_start(self) -> None:
         """The best answer of the registered non-exact backends (evaluator's objective; ties: name order),
-        within :data:`START_SHARE` of the limit."""
+        within :data:`START_SHARE` of the limit (with ``deterministic_time``: each to its own work budget, the
+        whole limit a safety net); :attr:`start_cut` where the clock cut or skipped one."""
         names = [name for name in available(PROBLEM) if not get(PROBLEM, name).exact]
         limit = self.run.time_limit_s
-        share = self.run.share(START_SHARE) if limit is not None else self.run
+        work = self.deterministic_time is not None
+        share = self.run.share(START_SHARE) if limit is not None and not work else self.run
         for name in names:
             if share.expired():
+                self.start_cut = True
                 break
             try:
-                proposal = share.call(name, share=1.0 / max(1, len(names)))
+                proposal = share.call(name, share=1.0 if work else 1.0 / max(1, len(names)))
             except OutOfTime:
+                self.start_cut = True
                 continue
+            self.start_cut = self.start_cut or proposal.hit_time_limit
             if proposal.solution is None:
                 continue
             score = self.evaluator.score(proposal.solution)
@@ -248,8 +288,9 @@ class _ExactSolve:
         self.info.update(start=self.start_source, start_objective=self.start_objective if self.start else None)
 
     def answer_start(self, status: str, message: str, timed_out: bool = False) -> Proposal:
-        """The start as the answer, or ``unknown`` without one."""
+        """The start as the answer, or ``unknown`` without one; ``timed_out``: the wall clock cut the model."""
         self.info["returned"] = self.start_source
+        self.info["wall_clock_cut"] = timed_out
         if self.start is None:
             return Proposal(None, UNKNOWN, bound=self.analytic, hit_time_limit=timed_out,
                             message=f"{message}; no heuristic start", info=self.info)
@@ -332,7 +373,7 @@ class _ExactSolve:
                 layouts=layouts, ranks=instance.ranks, tokens=self.tokens,
                 cap_per_rank=instance.max_tokens_per_rank or sum(self.tokens), pieces=pieces, scale=scale,
                 slots=slots, fixed_slots=instance.micro_batches is not None, ceiling=None,
-                check_clock=cpmodel.out_of_time_checker(self.deadline))
+                max_members=self.max_num_seqs, check_clock=cpmodel.out_of_time_checker(self.deadline))
             if self.start is not None:
                 start_ticks = cpmodel.hint(built, self.as_slots(self.start, layouts))
                 built.model.Add(sum(built.slot_time) <= start_ticks)
@@ -350,6 +391,8 @@ class _ExactSolve:
         solver.parameters.max_time_in_seconds = remaining
         solver.parameters.random_seed = run.seed
         solver.parameters.num_workers = num_workers
+        if self.deterministic_time is not None:
+            solver.parameters.max_deterministic_time = float(self.deterministic_time)
         solver.parameters.catch_sigint_signal = False  # packplace.interrupt stops the search
         _apply_cp_parameters(solver, cp_parameters)
 
@@ -369,6 +412,10 @@ class _ExactSolve:
         log = [f"cp-sat status {name}, wall {solver.WallTime():.3f} s, branches {solver.NumBranches()}, "
                f"conflicts {solver.NumConflicts()}, booleans {len(built.x)}, slots {built.slots}"]
         hit_limit = cp_status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
+        # a limit stopped it; the work limit only where the deterministic time reached it, else the wall clock
+        work = float(solver.ResponseProto().deterministic_time)
+        info["deterministic_time"] = work
+        info["wall_clock_cut"] = hit_limit and work < solver.parameters.max_deterministic_time
         if cp_status == cp_model.INFEASIBLE:
             if self.start is not None:  # the start satisfies the model: a contradiction, never a proof
                 return self.answer_start(FEASIBLE, "CP-SAT reported no plan although the start is feasible")

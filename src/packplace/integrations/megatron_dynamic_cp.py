@@ -52,7 +52,7 @@ from packplace.context_parallel.instance import ContextParallelInstance, make_in
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
 from packplace.errors import ConfigError, InfeasibleError, show
 from packplace.integrations import megatron_planning
-from packplace.result import FEASIBLE, OPTIMAL, SolveResult, optimality_level
+from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, SolveResult, optimality_level
 from packplace.run import Run, check_limits
 from packplace.solvers import available
 from packplace.solvers.context_parallel.megatron import megatron_slots
@@ -77,6 +77,25 @@ CAP_SHARES = 4
 #: The least ``time_limit_s`` (seconds) :meth:`PackplaceDynamicCPScheduler.plan`'s first solve is given (the
 #: backends refuse 0): it runs even where the deadline has passed, for there is no plan without it.
 MIN_SOLVE_S = 1e-3
+#: CP-SAT deterministic time (its work counter, about seconds of one unloaded core) of every ``cpsat`` solve of
+#: the drop-ins (``deterministic_time``, one worker): half ``cpsat``'s own default wall-clock limit (10 s,
+#: ``solvers/context_parallel/cpsat/solver.py``), so that the work, not the clock, ends the search unless the
+#: machine is loaded or ``time_limit_s`` is short (then ``info["wall_clock_cut"]``).
+CPSAT_WORK = 5.0
+
+
+def _work(solver: str) -> dict[str, Any]:
+    """The options that make ``solver``'s answer a function of the instance and seed: ``cpsat`` gets
+    :data:`CPSAT_WORK` of deterministic time (its start's heuristics run to their own work budgets); the
+    other backends stop on work budgets already (``greedy``: counted moves, a deterministic-time polish)."""
+    return {"deterministic_time": CPSAT_WORK} if solver == "cpsat" else {}
+
+
+def wall_clock_cut(result: SolveResult) -> bool:
+    """Whether the wall clock, not a work budget, cut ``result``'s search (so that its plan depends on the
+    machine's load): ``info["wall_clock_cut"]`` where the backend (``cpsat``) or the drop-in says, else
+    ``hit_time_limit`` (the other backends' budgets that are not the clock do not set it)."""
+    return bool(result.info.get("wall_clock_cut", result.hit_time_limit))
 
 
 def dynamic_cp_sizes(ranks: int, min_cp_size: int = 1) -> tuple[int, ...]:
@@ -169,16 +188,26 @@ def _check_solver(solver: Any) -> None:
 class _Search:
     """What a re-plan's search over micro-batch counts found (:meth:`PackplaceDynamicCPScheduler._plans_at_counts`):
     ``kept`` the feasible plans as (objective, place in the schedule, count, result), ``tried`` the counts
-    solved at, ``reasons`` why a solve gave no plan, ``out_of_time`` whether the time limit stopped it."""
+    solved at, ``reasons`` why a solve gave no plan, ``out_of_time`` whether the time limit stopped it,
+    ``wall`` whether the wall clock cut a solve (:func:`wall_clock_cut`), ``proven`` the counts at which
+    CP-SAT proved that no plan keeps ``max_num_seqs``."""
 
     kept: list[tuple[float, int, int, SolveResult]] = dataclasses.field(default_factory=list)
     tried: list[int] = dataclasses.field(default_factory=list)
     reasons: list[str] = dataclasses.field(default_factory=list)
     out_of_time: bool = False
+    wall: bool = False
+    proven: list[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def cut(self) -> bool:
+        """The clock decided something: a solve cut, or counts left untried."""
+        return self.out_of_time or self.wall
 
     def keep(self, option: SolveResult, evaluator: ContextParallelEvaluator, place: int, count: int, solver: str,
              mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None) -> None:
         """Keep ``option`` where ``evaluator`` finds its plan (or ``mend``'s of it) feasible, else its reason."""
+        self.wall = self.wall or wall_clock_cut(option)
         score = evaluator.score(option.solution) if option.solution is not None else None
         if score is not None and not score.feasible and mend is not None:
             mended = mend(option.solution)
@@ -203,9 +232,11 @@ def solve_dynamic_cp(instance: ContextParallelInstance, solver: str = DEFAULT_SO
     the feasible result with the smaller objective (the evaluator's; ties keep ``solver``'s) comes back,
     its ``info["compared_with"]`` naming the other and its objective.
 
-    ``solver`` gets ``time_limit_s``; Megatron's plan is one pass with no search and is made even where
-    ``deadline`` (the caller's :class:`~packplace.run.Run`; default: ``time_limit_s`` from now) has passed,
-    and then the result says ``hit_time_limit``.
+    ``solver`` gets ``time_limit_s`` (``cpsat`` with :data:`CPSAT_WORK` of deterministic time: :func:`_work`);
+    Megatron's plan is one pass with no search and is made even where ``deadline`` (the caller's
+    :class:`~packplace.run.Run`; default: ``time_limit_s`` from now) has passed, and then the result says
+    ``hit_time_limit``. ``info["wall_clock_cut"]`` (:func:`wall_clock_cut`) says the wall clock cut a solve
+    or passed before Megatron's plan: only then may the same instance and seed give another plan.
 
     Raises:
         RuntimeError: neither found a feasible plan (the message has both statuses).
@@ -213,24 +244,24 @@ def solve_dynamic_cp(instance: ContextParallelInstance, solver: str = DEFAULT_SO
     """
     if deadline is None:
         deadline = Run("context_parallel", instance, time_limit_s=time_limit_s)
-    result = solve_context_parallel(instance, solver, time_limit_s=time_limit_s, seed=seed)
+    result = solve_context_parallel(instance, solver, time_limit_s=time_limit_s, seed=seed, **_work(solver))
+    cut = wall_clock_cut(result)   # the pick below depends on the clock where a solve was cut
     if compare_megatron and solver != MEGATRON_BACKEND and MEGATRON_BACKEND in available("context_parallel"):
         late = deadline.expired()
         try:
             other = solve_context_parallel(instance, MEGATRON_BACKEND, seed=seed)   # one pass, no search
         except InfeasibleError:
             other = None
-        if late:
-            result = dataclasses.replace(result, hit_time_limit=True)
-            if other is not None:
-                other = dataclasses.replace(other, hit_time_limit=True)
+        cut = cut or late
         if other is not None and other.solution is not None:
             if result.solution is None or other.objective < result.objective:
                 other.info["compared_with"] = {"solver": result.solver, "objective": result.objective
                                                if result.solution is not None else None}
-                result = other
+                result = dataclasses.replace(other, hit_time_limit=other.hit_time_limit or result.hit_time_limit)
             else:
                 result.info["compared_with"] = {"solver": other.solver, "objective": other.objective}
+    result = dataclasses.replace(result, hit_time_limit=result.hit_time_limit or cut,
+                                 info={**result.info, "wall_clock_cut": cut})
     if result.solution is None:
         raise RuntimeError(f"dynamic CP: {result.solver} found no plan ({result.status}: {result.message})")
     return result
@@ -300,7 +331,8 @@ class PackplaceDynamicCPScheduler:
         max_num_seqs: At most this many sequences per micro-batch on one rank (THD capacity), so in one CP
             group; None: no cap. The solvers do not model it: where the plan breaks it, the batch is planned
             again at fixed micro-batch counts from the least the cap allows upward (the plan's objective and
-            bound are still the evaluator's), and refused only where no count gives a plan within it.
+            bound are still the evaluator's), then by ``cpsat`` with the cap in its model where none keeps it,
+            and refused only where no count gives a plan within it.
         min_cp_size: Smallest CP group (``min_dynamic_context_parallel_size``).
         cost: The group-time model (:func:`~packplace.context_parallel.cost_from_mapping`; None: Megatron's
             ``s²/c``).
@@ -309,7 +341,9 @@ class PackplaceDynamicCPScheduler:
         compare_megatron: Also run the ``megatron`` backend and keep the faster plan.
 
     Attributes:
-        last_result: The :class:`~packplace.result.SolveResult` of the latest schedule.
+        last_result: The :class:`~packplace.result.SolveResult` of the latest schedule; its objective and bound
+            are in :func:`time_unit` of ``cost`` (token² under the default, seconds under a cost model), its
+            ``info["wall_clock_cut"]`` says the wall clock, not work, ended a solve (:meth:`plan`).
 
     Raises:
         ConfigError: a size that is not a positive integer, an unknown solver, a ``time_limit_s`` that is not
@@ -359,13 +393,22 @@ class PackplaceDynamicCPScheduler:
         """The :class:`~packplace.context_parallel.ContextParallelPlan` (keys: the sample ids) of one global
         batch, its micro-batch count a multiple of the virtual-pipeline group.
 
+        Work budgets, not the clock, end its solves (``greedy``'s counted moves and deterministic-time polish,
+        ``cpsat`` with :data:`CPSAT_WORK` of deterministic time and its start's heuristics to their own
+        budgets: :func:`_work`), so the same batch and seed give the same plan; ``time_limit_s`` is a safety
+        net, and where its wall clock cut a solve (or left counts untried, or passed before a one-pass plan)
+        ``last_result.info["wall_clock_cut"]`` is true (and ``hit_time_limit``): only such a plan depends on the
+        machine's load.
+
         ``time_limit_s`` is one deadline (a :class:`~packplace.run.Run`) for the whole call, shared by its
         stages in turn: the first solve, the virtual-pipeline re-plan (:meth:`_aligned`, only where a
         ``microbatch_group_size_per_vp_stage`` above 1 is given) and the ``max_num_seqs`` re-plan
-        (:meth:`_within_max_num_seqs`, only where ``max_num_seqs`` is given). Each stage that runs gets an equal
-        share of the time left among itself and the stages that may still follow (the first solve ``1/3`` with
-        both re-plans possible, ``1/2`` with one, all without); what a stage leaves goes on to the next, and the
-        last gets all that is left. A solve never gets more than the time left, so the call returns within
+        (:meth:`_within_max_num_seqs`, only where ``max_num_seqs`` is below the batch's sequence count). Each
+        stage that runs gets an equal share of the time left among itself and the stages that may still follow
+        (the first solve ``1/3`` with both re-plans possible, ``1/2`` with one, all without); what a stage
+        leaves goes on to the next, and the last gets all that is left. Where the wall clock cut a stage whose
+        plan needs no later stage, the stage runs again with all that is left (the shares of the stages that
+        did not run, :func:`_given_back`). A solve never gets more than the time left, so the call returns within
         ``time_limit_s`` plus one backend's overrun of its own limit (what its limit does not count, e.g.
         CP-SAT's model build and start-up; the first solve runs even past the deadline, with at least
         :data:`MIN_SOLVE_S`), plus what needs no search: at most two one-pass Megatron plans (the comparison and
@@ -378,9 +421,48 @@ class PackplaceDynamicCPScheduler:
                 virtual-pipeline group (too few sequences, and Megatron's own alignment would stop too); no
                 plan found keeping every CP group within ``max_num_seqs`` sequences (where the first plan breaks
                 it the batch is planned again at fixed micro-batch counts, :meth:`_within_max_num_seqs`; the
-                message names ``max_num_seqs`` and the counts tried, "proven" only where no count can hold it).
+                message names ``max_num_seqs`` and the counts tried, "proven" only where counting or CP-SAT
+                shows that no allowed count can hold it).
             RuntimeError: no backend found a plan.
         """
+        ids, lengths, instance = self._batch(sample_id_seqlens)
+        deadline = Run("context_parallel", None, time_limit_s=self.time_limit_s)   # the call's one deadline
+        multiple = self.microbatch_group_size_per_vp_stage or 1
+        cap = self.max_num_seqs if self.max_num_seqs is not None and self.max_num_seqs < instance.n else None
+        stages = 1 + (multiple > 1) + (cap is not None)   # the first solve and the re-plans that may run
+        capped = ContextParallelEvaluator(instance, max_num_seqs=cap)
+
+        def aligned(option: SolveResult) -> bool:
+            return len(option.solution.micro_batches) % multiple == 0
+
+        def fits(option: SolveResult) -> bool:   # no re-plan follows it
+            return aligned(option) and capped.score(option.solution).feasible
+
+        result = solve_dynamic_cp(instance, self.solver, seed=self.seed, compare_megatron=self.compare_megatron,
+                                  time_limit_s=deadline.share(1 / stages, at_least=MIN_SOLVE_S).time_limit_s,
+                                  deadline=deadline)
+        result = _given_back(result, deadline, fits, lambda: solve_dynamic_cp(
+            instance, self.solver, time_limit_s=max(MIN_SOLVE_S, deadline.left()), seed=self.seed,
+            compare_megatron=self.compare_megatron, deadline=deadline))
+        hit, wall = result.hit_time_limit, wall_clock_cut(result)
+        if not aligned(result):
+            slots = len(result.solution.micro_batches)
+            result = self._aligned(instance, lengths, ids, slots, multiple, deadline.share(1 / (stages - 1)))
+            result = _given_back(result, deadline, fits,
+                                 lambda: self._aligned(instance, lengths, ids, slots, multiple, deadline))
+            hit, wall = hit or result.hit_time_limit, wall or wall_clock_cut(result)
+        if not capped.score(result.solution).feasible:
+            assert cap is not None   # an uncapped evaluator finds every plan of the solves feasible
+            result = self._within_max_num_seqs(instance, lengths, ids, multiple, cap, deadline)
+            hit, wall = hit or result.hit_time_limit, wall or wall_clock_cut(result)
+        # every stage's flags, not the last one's
+        self.last_result = dataclasses.replace(result, hit_time_limit=hit, info={**result.info, "wall_clock_cut": wall})
+        plan: ContextParallelPlan = result.solution
+        return plan
+
+    def _batch(self, sample_id_seqlens: Sequence[tuple[Any, int]]
+               ) -> tuple[list[Any], list[int], ContextParallelInstance]:
+        """The ids, the lengths and the instance of :meth:`plan`'s batch (its errors in the caller's terms)."""
         if isinstance(sample_id_seqlens, (str, bytes, Mapping)) or not hasattr(sample_id_seqlens, "__iter__"):
             raise ConfigError(f"sample_id_seqlens: must be a sequence of (sample id, sequence length) pairs, "
                               f"got {show(sample_id_seqlens)}")
@@ -393,9 +475,6 @@ class PackplaceDynamicCPScheduler:
             lengths.append(entry[1])
         if not ids:
             raise ConfigError("sample_id_seqlens: no samples to schedule")
-        deadline = Run("context_parallel", None, time_limit_s=self.time_limit_s)   # the call's one deadline
-        multiple = self.microbatch_group_size_per_vp_stage or 1
-        stages = 1 + (multiple > 1) + (self.max_num_seqs is not None)   # the first solve and the re-plans
         try:
             instance = self._instance(lengths, ids, None)
         except ConfigError as error:   # name the pair's element as the caller wrote it
@@ -408,21 +487,7 @@ class PackplaceDynamicCPScheduler:
         except InfeasibleError as error:
             raise _callers_message(error, "sample_id_seqlens", "sample", "dp_size x cp_size") from None
         self._lengths = dict(zip(instance.keys, instance.tokens.tolist()))
-        first = deadline.share(1 / stages, at_least=MIN_SOLVE_S)
-        result = solve_dynamic_cp(instance, self.solver, time_limit_s=first.time_limit_s, seed=self.seed,
-                                  compare_megatron=self.compare_megatron, deadline=deadline)
-        hit = result.hit_time_limit
-        if len(result.solution.micro_batches) % multiple:
-            result = self._aligned(instance, lengths, ids, len(result.solution.micro_batches), multiple,
-                                   deadline.share(1 / (stages - 1)))
-            hit = hit or result.hit_time_limit
-        if self.max_num_seqs is not None and not ContextParallelEvaluator(
-                instance, max_num_seqs=self.max_num_seqs).score(result.solution).feasible:
-            result = self._within_max_num_seqs(instance, lengths, ids, multiple, self.max_num_seqs, deadline)
-            hit = hit or result.hit_time_limit
-        self.last_result = dataclasses.replace(result, hit_time_limit=hit)   # every stage's, not the last one's
-        plan: ContextParallelPlan = result.solution
-        return plan
+        return ids, lengths, instance
 
     def _within_max_num_seqs(self, instance: ContextParallelInstance, lengths: list[int], ids: list[Any],
                              multiple: int, cap: int, budget: Run) -> SolveResult:
@@ -436,9 +501,14 @@ class PackplaceDynamicCPScheduler:
         objective is the evaluator's on ``instance``, its bound the instance's at the least count (every plan
         within the caps has at least that many micro-batches).
 
+        Where no solver's plan keeps the cap (mended or not), ``cpsat`` with the cap in its model solves each
+        allowed count in turn (:meth:`_capped`): so a plan the solvers miss is found, and where CP-SAT proves
+        every allowed count has none, that is said.
+
         Raises:
             InfeasibleError: none found, naming ``max_num_seqs`` and the counts tried; "proven" only where
-                more sequences exist than the largest count's micro-batches x CP groups x ``max_num_seqs``.
+                more sequences exist than the largest count's micro-batches x CP groups x ``max_num_seqs``, or
+                CP-SAT proved each allowed count has no plan within the cap.
         """
         groups = instance.ranks // instance.sizes[0]   # the most CP groups one micro-batch has
         most = instance.n // (instance.ranks // instance.sizes[-1]) // multiple * multiple
@@ -453,6 +523,13 @@ class PackplaceDynamicCPScheduler:
         evaluator = ContextParallelEvaluator(instance, max_num_seqs=cap)
         search = self._plans_at_counts(lengths, ids, cap_counts(least, most, multiple), evaluator, multiple,
                                        budget, mend=lambda plan: split_crowded(plan, instance, cap))
+        if not search.kept:   # the solvers do not model the cap: CP-SAT with it, at every allowed count
+            self._capped(lengths, ids, list(range(least, most + 1, multiple)), cap, budget, evaluator, search)
+        if not search.kept and set(search.proven) >= set(range(least, most + 1, multiple)):
+            raise InfeasibleError(
+                f"max_num_seqs: no plan keeps every CP group within max_num_seqs {cap} (proven): CP-SAT proves "
+                f"none exists at any of the {least} to {most} micro-batches{every} the sequences and the token cap "
+                f"allow")
         if not search.kept:
             why = "time_limit_s ran out" if search.out_of_time else "the solves found none"
             reasons = search.reasons
@@ -462,11 +539,13 @@ class PackplaceDynamicCPScheduler:
                 f"({why}; not proven infeasible: e.g. {reasons[0] if reasons else 'no solve ran'})")
         objective, count, best = search.best()
         bound = ContextParallelEvaluator(self._instance(lengths, ids, least)).lower_bound()
+        if least == most:   # one count allowed: its solve's bound (with or without the cap) holds
+            bound = max(bound, best.bound)
         return dataclasses.replace(
-            best, objective=objective, bound=bound, hit_time_limit=best.hit_time_limit or search.out_of_time,
+            best, objective=objective, bound=bound, hit_time_limit=best.hit_time_limit or search.cut,
             status=OPTIMAL if objective <= optimality_level(bound) else FEASIBLE,
-            info={**best.info, "max_num_seqs": {"cap": cap, "counts": (least, most), "tried": search.tried,
-                                                "micro_batches": count}})
+            info={**best.info, "wall_clock_cut": search.cut,
+                  "max_num_seqs": {"cap": cap, "counts": (least, most), "tried": search.tried, "micro_batches": count}})
 
     def _solvers(self) -> list[str]:
         """The backends a re-plan runs at each count: ``solver`` and, with ``compare_megatron``, Megatron's."""
@@ -497,12 +576,39 @@ class PackplaceDynamicCPScheduler:
             for solver in solvers:
                 try:
                     option = solve_context_parallel(self._instance(lengths, ids, count), solver,
-                                                    time_limit_s=share, seed=self.seed)
+                                                    time_limit_s=share, seed=self.seed, **_work(solver))
                 except InfeasibleError as error:
                     search.reasons.append(str(error))
                     continue
                 search.keep(option, evaluator, i, count, solver, mend)
         return search
+
+    def _capped(self, lengths: list[int], ids: list[Any], counts: list[int], cap: int, budget: Run,
+                evaluator: ContextParallelEvaluator, search: _Search) -> None:
+        """Where no plan of the solvers keeps ``cap`` (``max_num_seqs``) even mended: ``cpsat`` at each of
+        ``counts`` in turn with every group within ``cap`` sequences in its model, no start, :data:`CPSAT_WORK`
+        of deterministic time and the time ``budget`` has left over the counts still to try (at most
+        :data:`CAP_SHARES`), until one has a plan (kept in ``search``); its proofs that a count has none go to
+        ``search.proven``."""
+        if "cpsat" not in available("context_parallel"):
+            return
+        for i, count in enumerate(counts):
+            if search.kept or (budget.deadline is not None and budget.expired()):
+                search.out_of_time = search.out_of_time or not search.kept
+                return
+            limit = None if budget.deadline is None else max(MIN_SOLVE_S, budget.left() / min(len(counts) - i,
+                                                                                                CAP_SHARES))
+            try:
+                option = solve_context_parallel(self._instance(lengths, ids, count), "cpsat", time_limit_s=limit,
+                                                seed=self.seed, start=False, max_num_seqs=cap, **_work("cpsat"))
+            except InfeasibleError as error:   # the instance's counting refuses the count: a proof too
+                search.reasons.append(str(error))
+                search.proven.append(count)
+                continue
+            if option.status == INFEASIBLE:
+                search.proven.append(count)
+            else:
+                search.keep(option, evaluator, len(search.tried) + i, count, "cpsat (max_num_seqs in its model)")
 
     def _aligned(self, instance: ContextParallelInstance, lengths: list[int], ids: list[Any], slots: int,
                  multiple: int, budget: Run) -> SolveResult:
@@ -552,8 +658,9 @@ class PackplaceDynamicCPScheduler:
                                   f"micro-batches found ({'; '.join(dict.fromkeys(search.reasons + why))})")
         objective, _, best = search.best()
         result = _over_every_multiple(best, objective, evaluator, multiple, least, most)
-        return dataclasses.replace(result, hit_time_limit=result.hit_time_limit or search.out_of_time, info={
-            **result.info, "micro_batch_multiple": {**result.info["micro_batch_multiple"], "tried": search.tried}})
+        info = {**result.info, "wall_clock_cut": search.cut,
+                "micro_batch_multiple": {**result.info["micro_batch_multiple"], "tried": search.tried}}
+        return dataclasses.replace(result, hit_time_limit=result.hit_time_limit or search.cut, info=info)
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> list[list[list[Any]]]:
         """Megatron's slot: ``groups[i][j]`` = the sample ids DP×CP rank ``j`` runs in micro-batch ``i``
@@ -570,6 +677,26 @@ class PackplaceDynamicCPScheduler:
             out.append(ranks)
         return out
 
+
+
+def _given_back(result: SolveResult, deadline: Run, fits: Callable[[SolveResult], bool],
+                again: Callable[[], SolveResult]) -> SolveResult:
+    """A stage's ``result``, or, where the wall clock cut it, its plan ``fits`` (no later stage runs) and
+    ``deadline`` has time left (the shares of the stages that do not run), the stage run ``again`` with it:
+    that answer where the wall clock did not cut it (the plan of an uncut stage, whatever the load); else the
+    faster of the two that fits (the first on a tie), cut (``hit_time_limit``, ``info["wall_clock_cut"]``)."""
+    if not wall_clock_cut(result) or not fits(result) or deadline.deadline is None or deadline.expired():
+        return result
+    try:
+        other = again()
+    except (InfeasibleError, RuntimeError):
+        return result
+    if not fits(other):
+        return result
+    if not wall_clock_cut(other):
+        return other
+    best = min((result, other), key=lambda option: option.objective)
+    return dataclasses.replace(best, hit_time_limit=True, info={**best.info, "wall_clock_cut": True})
 
 
 def _over_every_multiple(result: SolveResult, objective: float, evaluator: ContextParallelEvaluator, multiple: int,
@@ -598,6 +725,17 @@ def _over_every_multiple(result: SolveResult, objective: float, evaluator: Conte
                                                                              "counts": (first, last)}})
 
 
+#: :func:`time_unit` of the default cost (``cost=None``): Megatron's workload function ``seq_len² / cp_size``.
+WORKLOAD_UNIT = "token^2"
+
+
+def time_unit(cost: Any) -> str:
+    """The unit of the step times and bounds planned under the ``cost`` option: :data:`WORKLOAD_UNIT` for the
+    default (None: Megatron's workload ``seq_len² / cp_size``, one unit per token², no seconds in it),
+    ``"s"`` for a cost model (``{"model": ..., "hardware": ...}`` or its coefficients, in seconds)."""
+    return WORKLOAD_UNIT if cost is None else "s"
+
+
 def _field(item: Any, name: str, where: str) -> Any:
     try:
         return getattr(item, name)
@@ -621,7 +759,8 @@ class PackplaceDynamicCPPlanner:
     a barrier after each). ``build_plan`` of other packs places them as given, each pack whole; a pack of
     one sequence is costed exactly, a pack of several as if its attention spanned the whole pack (an upper
     bound on its time: the solver then errs towards larger groups), and the plan's
-    ``metadata["step_time_s"]`` is the evaluator's exact figure either way.
+    ``metadata["step_time"]`` is the evaluator's exact figure either way, in ``metadata["time_unit"]``
+    (:func:`time_unit`: ``"token^2"`` under the default cost, Megatron's workload; ``"s"`` under a cost model).
 
     Token counts are the sequences' materialized (padded) tokens, rounded up to
     ``constraints.pad_to_multiple``. A pack of ``c`` ranks holds at most ``c · max_seqlen_per_dp_cp_rank``
@@ -719,7 +858,11 @@ class PackplaceDynamicCPPlanner:
         ranks (class docstring): ``groups[j]`` is micro-batch ``j``; each ``PackAssignment`` has
         ``placement_kind`` ``DYNAMIC_CP``, ``executor_ranks`` an aligned range, ``local_cp_size`` its size and
         ``rank_group_id`` ``"dynamic_cp{size}:{index}"``; the plan's ``num_microbatches``, ``total_tokens``,
-        ``sequence_square_sum`` and ``metadata`` (solver, status, ``step_time_s``, ``bound_s``) are filled.
+        ``sequence_square_sum`` and ``metadata`` (solver, status, ``step_time``, ``slot_times``, ``bound``,
+        ``time_unit``) are filled. The times are in ``time_unit`` (:func:`time_unit`): workload units
+        (``"token^2"``) under the default cost, seconds only under a cost model. ``step_time_s``,
+        ``slot_times_s`` and ``bound_s`` are the same values under their former names, deprecated (they hold
+        workload units, not seconds, under the default cost).
 
         Raises:
             ConfigError: a field missing or bad (named), a pack id or sample id used twice.
@@ -785,12 +928,14 @@ class PackplaceDynamicCPPlanner:
         else:
             bound = max(bound, result.bound)
         lengths = [int(x) for p in packs for x in p.sequence_lengths]
+        times = {"step_time": score.step_time_s, "slot_times": list(score.slot_times_s), "bound": bound}
         return t.ExecutionPlan(
             groups=groups, num_microbatches=len(groups), total_tokens=sum(lengths),
             sequence_square_sum=sum(x * x for x in lengths),
-            metadata={"planner": "packplace", "solver": result.solver, "status": status,
-                      "step_time_s": score.step_time_s, "slot_times_s": list(score.slot_times_s),
-                      "bound_s": bound, "compared_with": result.info.get("compared_with")})
+            metadata={"planner": "packplace", "solver": result.solver, "status": status, **times,
+                      "time_unit": time_unit(self._scheduler.cost),
+                      **{f"{key}_s": value for key, value in times.items()},   # the former names, deprecated
+                      "compared_with": result.info.get("compared_with")})
 
     def _sequence_score(self, instance: ContextParallelInstance, packs: list[Any],
                         slots: list[list[tuple[int, int, list[Any]]]]) -> tuple[Any, float]:
