@@ -27,17 +27,20 @@ pytestmark = pytest.mark.usefixtures("toy_cuda_graphs")
 _CACHE: dict = {}
 
 
-def ppo():
-    """OpenRLHF 0.6.0 PPO (actor, critic, reward model) of 8 sequences on 2 GPUs of 20 GB: 6 vertices."""
-    if "ppo" not in _CACHE:
-        _CACHE["ppo"] = build_instance({
-            "hardware": {**CPSAT_TEST_HW, "gpus_per_node": 2, "memory_per_gpu": 20e9},
-            "models": {"actor": SMALL, "critic": SMALL, "reward": SMALL},
+def ppo(algorithm: str = "ppo", version: str | None = "0.6.0", gpus: int = 2):
+    """OpenRLHF PPO (actor, critic, reward model: 6 vertices) or GRPO (actor, reward model: 4) of 8 sequences on
+    ``gpus`` GPUs of 20 GB."""
+    key = (algorithm, version, gpus)
+    if key not in _CACHE:
+        models = {"actor": SMALL, "critic": SMALL, "reward": SMALL} if algorithm == "ppo" else \
+            {"actor": SMALL, "reward": SMALL}
+        _CACHE[key] = build_instance({
+            "hardware": {**CPSAT_TEST_HW, "gpus_per_node": gpus, "memory_per_gpu": 20e9}, "models": models,
             "workload": dict(batch_size=4, samples_per_prompt=2, context_length=256, generation_length=256),
-            "policy": {"algorithm": "ppo", "gpu_memory_utilization": 0.4, "framework": "openrlhf",
-                       "framework_version": "0.6.0"},
+            "policy": {"algorithm": algorithm, "gpu_memory_utilization": 0.4, "framework": "openrlhf",
+                       "framework_version": version},
             "optimizer": {"e_max": 4000}})
-    return _CACHE["ppo"]
+    return _CACHE[key]
 
 
 def fastest_per_shape(ev: PlacementEvaluator, k: int) -> dict[str, list]:
@@ -97,10 +100,12 @@ def test_chunk_option_dominance_drops_only_dominated_options_and_keeps_the_brute
     assert ev.step_time(plan) == pytest.approx(brute, abs=rounding)
 
 
-def test_the_openrlhf_rules_make_the_model_optimum_the_brute_force_one_over_rule_keeping_plans():
-    inst = ppo()
+@pytest.mark.parametrize("algorithm, version, gpus, per_shape", [("ppo", "0.6.0", 2, 2), ("grpo", None, 4, 1)])
+def test_the_openrlhf_rules_make_the_model_optimum_the_brute_force_one_over_rule_keeping_plans(
+        algorithm, version, gpus, per_shape):
+    inst = ppo(algorithm, version, gpus)
     ev = PlacementEvaluator(inst)
-    candidates = fastest_per_shape(ev, 2)
+    candidates = fastest_per_shape(ev, per_shape)
     tables = cpsat.make_tables(ev, candidates)
     # the evaluator refuses a plan that breaks OpenRLHF's rules (inf): brute force is the rule-keeping optimum
     brute = min(ev.step_time(p) for p in every_plan(ev, candidates))
