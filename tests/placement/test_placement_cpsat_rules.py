@@ -100,7 +100,9 @@ def test_chunk_option_dominance_drops_only_dominated_options_and_keeps_the_brute
     assert ev.step_time(plan) == pytest.approx(brute, abs=rounding)
 
 
-@pytest.mark.parametrize("algorithm, version, gpus, per_shape", [("ppo", "0.6.0", 2, 2), ("grpo", None, 4, 1)])
+# 0.5.7: the release's group-size rules too (its actor world against the engines, the reward group, powers of 2)
+@pytest.mark.parametrize("algorithm, version, gpus, per_shape",
+                         [("ppo", "0.6.0", 2, 2), ("grpo", None, 4, 1), ("grpo", "0.5.7", 4, 1)])
 def test_the_openrlhf_rules_make_the_model_optimum_the_brute_force_one_over_rule_keeping_plans(
         algorithm, version, gpus, per_shape):
     inst = ppo(algorithm, version, gpus)

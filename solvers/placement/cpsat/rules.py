@@ -10,12 +10,17 @@ For an OpenRLHF PPO/GRPO step at staleness 0 the model encodes the rules of ``_o
 * two OpenRLHF groups (actor, vLLM, reference, reward model, critic: :data:`OPENRLHF_GROUPS`) share no GPU unless
   they are an allowed pair (:data:`OPENRLHF_SHARED`) on the same block, or every group runs on the same block
   where the release colocates everything (:data:`OPENRLHF_COLOCATE_ALL`, or no release named);
-* for DPO: the reference on the actor trainer's block.
+* for DPO: the reference on the actor trainer's block;
+* at a release before :data:`OPENRLHF_ROUND_ROBIN_DROPPED`, its group-size rules (``_openrlhf_sizes``: world sizes
+  that are powers of 2, that divide the actor's, the engines against the actor's world, the prompts against it).
+  Each of them reads the actor trainer's strategy and at most one other task's, so a pair of strategies is
+  forbidden exactly where the rules refuse the two tasks alone (:func:`_add_size_rules`).
 
 Each constraint forbids exactly the plans the rule refuses, so every plan that keeps the rules stays (the bound is
-one of the rule-keeping problem); rules left out (a release's group sizes, the per-task strategy rules the candidate
-table already keeps) stay relaxed as before, and :func:`~packplace.placement.model.layout_rules.plan_refusals` still
-checks the answer. Dominance pruning must then keep what the rules read (:func:`rule_key`).
+one of the rule-keeping problem); rules left out (the staleness rules, which the periodic model would need; the
+per-task strategy rules the candidate table already keeps) stay relaxed as before, and
+:func:`~packplace.placement.model.layout_rules.plan_refusals` still checks the answer. Dominance pruning must then
+keep what the rules read (:func:`rule_key`).
 """
 
 from __future__ import annotations
@@ -25,13 +30,17 @@ from typing import Any
 from packplace.placement.model.layout_rules import (
     CRITIC_INFER,
     CRITIC_TRAIN,
+    GENERATE,
     OPENRLHF_COLOCATE_ALL,
     OPENRLHF_GROUPS,
+    OPENRLHF_ROUND_ROBIN_DROPPED,
     OPENRLHF_SHARED,
     REFERENCE,
     REWARD,
     TRAIN,
     Context,
+    Placed,
+    _openrlhf_sizes,
 )
 
 
@@ -48,11 +57,18 @@ def rule_key(ctx: Context | None, name: str, cand) -> Any:
     a vertex compete in dominance pruning only where this is equal (None everywhere without encoded rules)."""
     if ctx is None:
         return None
-    if name in (CRITIC_INFER, CRITIC_TRAIN):
+    if name in (CRITIC_INFER, CRITIC_TRAIN) or (name == TRAIN and _sized(ctx)):
         return cand.strategy
     if name == TRAIN:
         return cand.strategy.tp
+    if _sized(ctx) and name in (GENERATE, REFERENCE, REWARD):   # the engines' count, the groups' world sizes
+        return cand.strategy
     return None
+
+
+def _sized(ctx: Context) -> bool:
+    """The release has OpenRLHF's group-size rules (``_openrlhf_sizes``)."""
+    return ctx.release is not None and ctx.release < OPENRLHF_ROUND_ROBIN_DROPPED and ctx.algorithm != "dpo"
 
 
 def add_layout_rules(m: Any, ctx: Context | None, tables, loc) -> None:
@@ -78,6 +94,7 @@ def add_layout_rules(m: Any, ctx: Context | None, tables, loc) -> None:
             return int(o.cand.strategy.tp)
 
         _same_key(m, loc.where(index[CRITIC_TRAIN], tp), loc.where(train, tp))
+    _add_size_rules(m, ctx, index, loc)
     groups = [(group, index[name]) for group, name in OPENRLHF_GROUPS
               if name in index and not (name == REWARD and not ctx.reward_model)]
     everything = _all_on_one_block(m, [loc.block_of[v] for _, v in groups]) if (
@@ -115,3 +132,29 @@ def _all_on_one_block(m: Any, blocks: list[dict]) -> Any:
     everything = m.NewBoolVar("all groups on one block")
     m.Add(everything == sum(together))
     return everything
+
+
+def _add_size_rules(m: Any, ctx: Context, index: dict[str, int], loc) -> None:
+    """The release's group-size rules (module docstring): an actor trainer strategy the rules refuse alone is never
+    taken, and a pair of it and another task's strategy they refuse together is never taken together."""
+    if not _sized(ctx):
+        return
+
+    def alone(name: str, strategy) -> Placed:
+        return Placed(name, strategy, 0, 1, 1)   # the size rules read strategies only
+
+    def strategy(o):
+        return o.cand.strategy
+
+    train = loc.where(index[TRAIN], strategy)
+    for s, lit in train.items():
+        if _openrlhf_sizes(ctx, {TRAIN: alone(TRAIN, s)}):
+            m.Add(lit == 0)
+    for name in (CRITIC_TRAIN, GENERATE, REFERENCE, REWARD):
+        if name not in index:
+            continue
+        other = loc.where(index[name], strategy)
+        for s, lit in train.items():
+            for u, lit_u in other.items():
+                if _openrlhf_sizes(ctx, {TRAIN: alone(TRAIN, s), name: alone(name, u)}):
+                    m.AddBoolOr([lit.Not(), lit_u.Not()])
