@@ -404,7 +404,7 @@ class _ExactPlacement:
                               else publication_is_monotone(instance, self.table, deadline,
                                                            chunk_min_time(self.ev, deadline)))
         if self.monotone:
-            self.candidates = nondominated_candidates(self.ev, deadline, self.rules)
+            self.candidates = nondominated_candidates(self.ev, deadline, rules=self.rules)
         else:
             self.candidates = {name: list(self.table.feasible[name]) for name in instance.graph.names}
             self.notes.append(f"no dominance pruning ({why})")
