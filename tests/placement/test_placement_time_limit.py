@@ -185,9 +185,9 @@ def test_dominance_pruning_checks_its_deadline_at_every_candidate(monkeypatch):
 def test_cpsat_whose_pruning_passes_the_build_deadline_returns_its_hint(monkeypatch, work_clock):
     real = CPSAT_SOLVE.nondominated_candidates
 
-    def late(ev, deadline=None):
+    def late(ev, deadline=None, rules=None):
         work_clock.now += 1e6  # the build budget is spent before the pruning starts
-        return real(ev, deadline)
+        return real(ev, deadline, rules=rules)
 
     monkeypatch.setattr(CPSAT_SOLVE, "nondominated_candidates", late)
     result = packplace.place(stale_instance(), "cpsat", time_limit_s=10, seed=0)

@@ -1,9 +1,10 @@
 """The CP-SAT model of the synchronous placement step (vertices in topological order ``0..V-1``).
 
 * **Options**: one Boolean ``x[o]`` per option (candidate × aligned origin), exactly one per vertex.
-* **Rectangles**: each option is an optional interval in time (shared ``start[v]``/``end[v]``) and a
-  fixed optional interval on the linear GPU axis; ``AddNoOverlap2D`` over them, plus a redundant energy
-  cut ``Σ duration·gpus ≤ step·num_gpus``.
+* **Rectangles**: one per vertex and block it may take, an optional interval in time (shared
+  ``start[v]``/``end[v]``, size the chosen option's duration) and the block's fixed interval on the linear GPU
+  axis (:func:`add_rectangles`); ``AddNoOverlap2D`` over them, plus a redundant energy cut
+  ``Σ duration·gpus ≤ step·num_gpus``.
 * **Colocation order**: vertices ``i < j`` sharing a GPU segment obey ``start[j] ≥ end[i]`` (the
   evaluator's schedule class), so the model's earliest schedule is the evaluator's list schedule.
 * **Data edges** ``p → v``: ``start[v] ≥ end[p] + delay``, the delay 0 on the same block, else the
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from packplace.lazy import lazy_module
 from packplace.placement.candidates import shared_weights_trainer, train_state_kept
 from packplace.solvers.placement.cpsat.chunk import add_chunk
+from packplace.solvers.placement.cpsat.rules import add_layout_rules
 from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check
 
 if TYPE_CHECKING:
@@ -162,6 +164,32 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
         m.Add(sum(resident_terms) + sum(kept_terms) + transient <= capacity)
 
 
+def add_rectangles(m: cp_model.CpModel, tables: ModelTables, x: list[list[Any]], start: list, end: list,
+                   check) -> None:
+    """``end[v] = start[v] + duration[v]``, ``duration[v] = Σ ticks·x`` over the vertex's options, and one rectangle
+    per vertex and block it may take: the optional interval ``[start[v], end[v])`` of size ``duration[v]`` in time
+    × the block's fixed GPU range, present when the vertex takes that block (the indicator of its options there);
+    ``AddNoOverlap2D`` over them. A vertex runs on one block at a time, so these are exactly the rectangles of one
+    interval per option (the chosen option's), in as many rectangles as blocks, not options: the micro-rollout
+    chunk multiplies an actor training vertex's options by the chunks (:mod:`.chunk`), never its blocks."""
+    n, opts = len(tables.names), tables.options
+    time_boxes, gpu_boxes = [], []
+    for v in range(n):
+        check(f"intervals of vertex {v + 1} of {n}")
+        ticks = [o.duration for o in opts[v]]
+        duration = m.NewIntVar(min(ticks, default=0), max(ticks, default=0), f"duration[{tables.names[v]}]")
+        m.Add(duration == sum(d * lit for d, lit in zip(ticks, x[v])))
+        m.Add(end[v] == start[v] + duration)
+        blocks: dict[tuple[int, int], list] = defaultdict(list)
+        for o, lit in zip(opts[v], x[v]):
+            blocks[(o.lo, o.hi)].append(lit)
+        for (lo, hi), lits in sorted(blocks.items()):
+            here = _indicator(m, lits, f"block[{tables.names[v]},{lo}:{hi}]")
+            time_boxes.append(m.NewOptionalIntervalVar(start[v], duration, end[v], here, ""))
+            gpu_boxes.append(m.NewOptionalFixedSizeIntervalVar(lo, hi - lo, here, ""))
+    m.AddNoOverlap2D(time_boxes, gpu_boxes)
+
+
 def add_colocate_all(m: cp_model.CpModel, tables: ModelTables, x: list[list[Any]], loc: Locator) -> None:
     """The evaluator's colocated engine (:meth:`~packplace.placement.evaluator.PlacementEvaluator._colocated_engine`):
     the engine's twin option (:attr:`~packplace.solvers.placement.cpsat.tables.Option.colocated` True) is taken
@@ -248,7 +276,8 @@ def add_data_edges(m: cp_model.CpModel, tables: ModelTables, start: list, end: l
                                                                      *lv[level]])
 
 
-def build_model(instance, tables: ModelTables, horizon: int, deadline: float | None = None) -> Model:
+def build_model(instance, tables: ModelTables, horizon: int, deadline: float | None = None,
+                rules: Any = None) -> Model:
     """The CP-SAT model of the synchronous step (module docstring), objective ``minimise step`` (ticks).
 
     Args:
@@ -257,6 +286,8 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
             model's own constraints give every lower bound (no outside bound is trusted for the proof).
         deadline: ``packplace.run.clock()`` value after which building stops (None: no limit); checked per
             vertex, per vertex pair and per GPU segment.
+        rules: The framework's layout rules to encode (:func:`~packplace.solvers.placement.cpsat.rules.encoded`;
+            None: relaxed).
 
     Raises:
         ModelBuildTimeout: the deadline passed (the message names the stage reached).
@@ -277,16 +308,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
     start = [m.NewIntVar(0, horizon, f"start[{name}]") for name in tables.names]
     end = [m.NewIntVar(0, horizon, f"end[{name}]") for name in tables.names]
     m.Add(start[0] == 0)  # the first vertex has no inputs and nothing before it
-    time_boxes, gpu_boxes = [], []
-    for v in range(n):
-        check(f"intervals of vertex {v + 1} of {n}")
-        m.Add(end[v] == start[v] + sum(o.duration * lit for o, lit in zip(opts[v], x[v])))
-        for k, (o, lit) in enumerate(zip(opts[v], x[v])):
-            if k % 256 == 255:
-                check("intervals of vertex %d of %d, option %d of %d", v + 1, n, k + 1, len(opts[v]))
-            time_boxes.append(m.NewOptionalIntervalVar(start[v], o.duration, end[v], lit, ""))
-            gpu_boxes.append(m.NewOptionalFixedSizeIntervalVar(o.lo, o.hi - o.lo, lit, ""))
-    m.AddNoOverlap2D(time_boxes, gpu_boxes)
+    add_rectangles(m, tables, x, start, end, check)
 
     # -- GPU segments: occupancy per vertex -----------------------------------------------------
     segments, occ = add_occupancy(m, tables, x, check)
@@ -304,6 +326,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
     # -- where each vertex sits: block, node, rack (for same-block / level tests) ------------------
     loc = Locator(m, instance, tables, x, check)
     add_colocate_all(m, tables, x, loc)
+    add_layout_rules(m, rules, tables, loc)
 
     # -- data edges: start[v] ≥ end[p] + transfer (0 on the same block) ----------------------------
     add_data_edges(m, tables, start, end, loc, check)

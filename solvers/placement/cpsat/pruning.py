@@ -29,6 +29,7 @@ from typing import Any
 from packplace.placement.candidates import Candidate, CandidateTable
 from packplace.run import OutOfTime, passed
 from packplace.solvers.placement.cpsat.chunk import ChunkSpec, chunk_spec
+from packplace.solvers.placement.cpsat.rules import rule_key
 
 
 def publication_is_monotone(instance, table: CandidateTable, deadline: float | None = None,
@@ -156,7 +157,7 @@ def _deadline_check(deadline: float | None):
     return check
 
 
-def nondominated_candidates(evaluator, deadline: float | None = None) -> dict[str, list[Candidate]]:
+def nondominated_candidates(evaluator, deadline: float | None = None, rules: Any = None) -> dict[str, list[Candidate]]:
     """Per vertex, the memory-feasible candidates of ``evaluator``'s candidate table that no other
     candidate dominates (module docstring). ``evaluator``: the instance's
     :class:`~packplace.placement.evaluator.PlacementEvaluator` (the run's).
@@ -169,7 +170,9 @@ def nondominated_candidates(evaluator, deadline: float | None = None) -> dict[st
     unmatched reallocation consumer, and for a rollout engine a stale policy may feed under a continuous-rollout
     framework its steady-state time at each allowed staleness ≥ 1)``; of equal vectors the first in table order stays.
     Output keeps table order (fastest first). ``deadline``: a :func:`packplace.run.clock` reading (None:
-    none), checked at every candidate (grouping and the dominance test).
+    none), checked at every candidate (grouping and the dominance test). ``rules``: the layout rules the model
+    encodes (:func:`~packplace.solvers.placement.cpsat.rules.encoded`): candidates compete only with those equal
+    in what the rules read (:func:`~packplace.solvers.placement.cpsat.rules.rule_key`).
 
     Raises:
         OutOfTime: the clock passed ``deadline`` (``packplace.run.OutOfTime``).
@@ -192,7 +195,7 @@ def nondominated_candidates(evaluator, deadline: float | None = None) -> dict[st
         for index, cand in enumerate(table.feasible[name]):
             check("dominance pruning setup (candidate groups)")
             pp, tp, ep = cand.strategy.pp, cand.strategy.tp, cand.strategy.ep
-            key: list[Any] = [cand.extent]
+            key: list[Any] = [cand.extent, rule_key(rules, name, cand)]
             shard_dim = 0
             for partner, is_consumer in partner_edges[name]:
                 matched = (cand.extent, pp, tp, ep) in layouts[partner]
@@ -217,4 +220,69 @@ def nondominated_candidates(evaluator, deadline: float | None = None) -> dict[st
                 if not beaten:
                     kept.append((index, cand))
         out[name] = [cand for _, cand in sorted(kept, key=lambda item: item[0])]
+    return out
+
+
+def dominated_chunk_options(tables, keep=(), rules: Any = None) -> list[list[Any]]:
+    """Per vertex, its options less those another option dominates, among the options of the actor training and
+    forward vertices that carry micro-rollout chunks (:mod:`~packplace.solvers.placement.cpsat.chunk`; the other
+    vertices' options are candidate × origin, already pruned by :func:`nondominated_candidates`). Call only where
+    that pruning is lossless (:func:`publication_is_monotone`, or the periodic model). ``keep``: options that
+    stay whatever dominates them (the hint's, so that the model still accepts its hint). ``rules``: as
+    :func:`nondominated_candidates`.
+
+    Option ``a`` dominates ``b`` of the same vertex when every plan that takes ``b`` stays a plan, no slower, with
+    ``a`` in its place:
+
+    * the same block (``lo``, ``hi``): the same occupancy, colocation order, levels to every other block, the same
+      same-block tests (the colocated twin flag too);
+    * ``a.chunks ⊇ b.chunks``: the plan's chunk, one of ``b``'s, is one of ``a``'s; and where ``b``'s candidate sets
+      a chunk (:meth:`~.chunk.ChunkSpec.sets`, a value of :attr:`~.chunk.ChunkSpec.batches`) ``a``'s sets the same
+      one, so every chunk literal keeps its setter and the evaluator's chunk (the least value set) stays;
+    * for a vertex on a publication edge other than as the trainer of a rollout engine (whose weight sync reads
+      only the engine's layout and the two blocks), the same ``(pp, tp, ep)`` layout;
+    * no more of every term the model and the evaluator add: duration ticks, resident bytes, transient bytes less
+      kept bytes, kept bytes (each memory row is a sum and maximum of these: monotone), and where the vertex has
+      data-edge inputs the transfer ticks at every level for its ``dp`` (a transfer reads the consumer's ``dp``
+      and the level only).
+
+    Every start and end of the list schedule is then no later (maxima and sums of no larger terms), every memory
+    row no fuller, so the makespan is no larger; the publication terms are no larger either where
+    ``end[trainer] + realloc − start[consumer]`` is monotone, the condition the caller checks. Equal options keep
+    the first in table order; ``a`` must be strictly better somewhere otherwise, so the relation has no cycle and
+    each dropped option has a kept dominator (by transitivity). Output keeps table order."""
+    spec = tables.chunk
+    if spec is None:
+        return tables.options
+    layout_matters = set()
+    for k, (a, b) in enumerate(tables.pubs):
+        layout_matters.add(b)
+        if not tables.engine[k]:
+            layout_matters.add(a)
+    levels = sorted({level for level, _ in tables.transfer_ticks})
+    keep_ids = {id(o) for o in keep}
+    out = []
+    for v, opts in enumerate(tables.options):
+        if v not in spec.vertices:
+            out.append(opts)
+            continue
+        groups: dict[tuple, list[tuple[tuple, int, Any]]] = defaultdict(list)
+        for index, o in enumerate(opts):
+            sets = spec.sets(v, o.cand)
+            key = (o.lo, o.hi, o.colocated, sets if sets in spec.batches else None,
+                   o.layout if v in layout_matters else None, rule_key(rules, tables.names[v], o.cand))
+            dp = o.cand.strategy.dp
+            transfers = tuple(tables.transfer_ticks[(level, dp)] for level in levels) if tables.preds[v] else ()
+            vector = (o.duration, o.cand.resident_bytes, o.cand.transient_excess, o.cand.kept_bytes, *transfers)
+            groups[key].append((vector, index, o))
+        kept: list[tuple[int, Any]] = []
+        for members in groups.values():
+            for vector, index, o in members:
+                beaten = id(o) not in keep_ids and any(
+                    q.chunks >= o.chunks and _dominates(other, vector)
+                    and (other != vector or q.chunks != o.chunks or j < index)
+                    for other, j, q in members if j != index)
+                if not beaten:
+                    kept.append((index, o))
+        out.append([o for _, o in sorted(kept, key=lambda item: item[0])])
     return out

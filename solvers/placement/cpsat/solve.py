@@ -5,7 +5,10 @@ Hint and fallback: the best (evaluator objective) of the ``hint_solvers`` plans 
 (greedy) all the time left while no plan is found, and runs after the others where they find none) is the hint
 (options, starts and ends of its integer schedule), the upper bound of the objective and the fallback.
 Dominance pruning (:mod:`.pruning`) runs after the hint, within the build budget below (past it: the
-hint, ``cp_status`` ``NOT_BUILT``). Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps
+hint, ``cp_status`` ``NOT_BUILT``), on candidates and then on the micro-rollout chunk's options (the hint's kept).
+Layout rules: OpenRLHF's between tasks are encoded in the synchronous model (:mod:`.rules`), the other frameworks'
+relaxed (a plan that breaks one is moved onto them, :meth:`_ExactPlacement._onto_rules`). Restriction: ``top_k``,
+or a cluster above ``max_gpus`` (32) GPUs, keeps
 per vertex its ``top_k`` fastest candidates of each block shape plus the hint's; the status is then at most
 ``feasible`` and CP-SAT's bound goes to ``info["restricted_bound_s"]`` only. The same holds, without the
 ``top_k`` cut, where the evaluator prices the experience as a framework release's serial micro-rollout loop
@@ -56,7 +59,13 @@ from packplace.solvers.placement.cpsat.periodic import (
     rounding_ticks,
     staleness_choices,
 )
-from packplace.solvers.placement.cpsat.pruning import chunk_min_time, nondominated_candidates, publication_is_monotone
+from packplace.solvers.placement.cpsat.pruning import (
+    chunk_min_time,
+    dominated_chunk_options,
+    nondominated_candidates,
+    publication_is_monotone,
+)
+from packplace.solvers.placement.cpsat.rules import encoded
 from packplace.solvers.placement.cpsat.tables import (
     TICKS_PER_S,
     ModelTables,
@@ -377,6 +386,8 @@ class _ExactPlacement:
                                     "over micro-rollout batches, which the model does not encode")
         self.monotone = False
         self.candidates: dict[str, list] = {}
+        #: the framework's layout rules the model encodes (:mod:`.rules`), None where it relaxes them
+        self.rules = encoded(instance, self.asynchronous)
 
     def prune(self) -> None:
         """The candidates the model covers (:attr:`candidates`): the non-dominated ones where pruning is
@@ -393,7 +404,7 @@ class _ExactPlacement:
                               else publication_is_monotone(instance, self.table, deadline,
                                                            chunk_min_time(self.ev, deadline)))
         if self.monotone:
-            self.candidates = nondominated_candidates(self.ev, deadline)
+            self.candidates = nondominated_candidates(self.ev, deadline, rules=self.rules)
         else:
             self.candidates = {name: list(self.table.feasible[name]) for name in instance.graph.names}
             self.notes.append(f"no dominance pruning ({why})")
@@ -483,6 +494,8 @@ class _ExactPlacement:
                     tables.options[0] = [o for o in tables.options[0] if o.lo == 0]
                 else:
                     self.notes.append("no symmetry breaking (a mirrored plan scored differently)")
+            if self.monotone:   # lossless there (pruning module): the chunk options no other one beats
+                tables.options = dominated_chunk_options(tables, hint_choice, self.rules)
             n_options = [len(o) for o in tables.options]
             if self.asynchronous:
                 h_step, h_start = model_period(tables, instance, hint_choice, most_stale)
@@ -496,7 +509,7 @@ class _ExactPlacement:
             else:
                 h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
                 rounding = tables.rounding_ticks
-                built = build_model(instance, tables, horizon=h_step, deadline=deadline)
+                built = build_model(instance, tables, horizon=h_step, deadline=deadline, rules=self.rules)
                 objective_var = built.step
             check = deadline_check(deadline)
             for v, o in enumerate(hint_choice):
@@ -666,7 +679,8 @@ class _ExactPlacement:
                  f"({self.hint_time:.6f} s)" if kept else
                  f"no plan near it keeps the rules (conform found no free block): returned the hint "
                  f"({self.hint_time:.6f} s)")
-        notes.append(f"the CP-SAT model does not encode {self.instance.framework}'s layout rules between tasks: "
+        which = "all of " if self.rules is not None else ""   # the rules module encodes some of them
+        notes.append(f"the CP-SAT model does not encode {which}{self.instance.framework}'s layout rules between tasks: "
                      f"its {cp_value / TICKS_PER_S:.6f} s plan breaks {len(broken)} ({broken[0]}); {chose}; "
                      f"the model's bound stands (it relaxes the rules)")
         return (fixed, fixed_time) if kept and fixed_time < self.hint_time else (self.hint_plan, self.hint_time)

@@ -1,0 +1,138 @@
+"""The ``cpsat`` placement model's OpenRLHF layout rules (:mod:`packplace.solvers.placement.cpsat.rules`), its
+dominance pruning of micro-rollout chunk options and its one rectangle per vertex and block, against brute force:
+bound ≤ exact ≤ heuristic, and the exact optimum the brute-force one over every plan."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+import pytest
+from ortools.sat.python import cp_model
+from test_placement_cpsat import HW as CPSAT_TEST_HW
+from test_placement_cpsat import SMALL
+from test_placement_cpsat_chunk import grpo
+
+import packplace
+from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.layout_rules import plan_refusals
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.plan import Plan
+from packplace.solvers.placement import cpsat
+from packplace.solvers.placement.cpsat.pruning import dominated_chunk_options
+from packplace.solvers.placement.cpsat.rules import encoded
+
+pytestmark = pytest.mark.usefixtures("toy_cuda_graphs")
+
+_CACHE: dict = {}
+
+
+def ppo(algorithm: str = "ppo", version: str | None = "0.6.0", gpus: int = 2):
+    """OpenRLHF PPO (actor, critic, reward model: 6 vertices) or GRPO (actor, reward model: 4) of 8 sequences on
+    ``gpus`` GPUs of 20 GB."""
+    key = (algorithm, version, gpus)
+    if key not in _CACHE:
+        models = {"actor": SMALL, "critic": SMALL, "reward": SMALL} if algorithm == "ppo" else \
+            {"actor": SMALL, "reward": SMALL}
+        _CACHE[key] = build_instance({
+            "hardware": {**CPSAT_TEST_HW, "gpus_per_node": gpus, "memory_per_gpu": 20e9}, "models": models,
+            "workload": dict(batch_size=4, samples_per_prompt=2, context_length=256, generation_length=256),
+            "policy": {"algorithm": algorithm, "gpu_memory_utilization": 0.4, "framework": "openrlhf",
+                       "framework_version": version},
+            "optimizer": {"e_max": 4000}})
+    return _CACHE[key]
+
+
+def fastest_per_shape(ev: PlacementEvaluator, k: int) -> dict[str, list]:
+    """Per vertex, its ``k`` fastest memory-feasible candidates of each block shape."""
+    out = {}
+    for name in ev.names:
+        count: dict = defaultdict(int)
+        out[name] = []
+        for cand in ev.table.feasible[name]:   # fastest first
+            if count[cand.extent] < k:
+                count[cand.extent] += 1
+                out[name].append(cand)
+    return out
+
+
+def every_plan(ev: PlacementEvaluator, candidates: dict[str, list]):
+    options = [[(c, a) for c in candidates[n] for a in ev.table.origins(c.extent)] for n in ev.names]
+    for combo in itertools.product(*options):
+        yield Plan.build({n: c.at(a) for n, (c, a) in zip(ev.names, combo)})
+
+
+def optimum(inst, tables, rules=None) -> tuple[float, Plan]:
+    """CP-SAT's proven optimum of the model (seconds) and its plan."""
+    built = cpsat.build_model(inst, tables, horizon=10**10, rules=rules)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.Solve(built.model) == cp_model.OPTIMAL
+    choice = [next(o for o, lit in zip(tables.options[v], built.x[v]) if solver.Value(lit))
+              for v in range(len(tables.names))]
+    return solver.ObjectiveValue() / cpsat.TICKS_PER_S, cpsat._plan_of(choice, tables.names)
+
+
+def test_chunk_option_dominance_drops_only_dominated_options_and_keeps_the_brute_force_optimum():
+    inst = grpo()
+    ev = PlacementEvaluator(inst)
+    candidates = {n: list(ev.table.feasible[n]) for n in ev.names}
+    tables = cpsat.make_tables(ev, candidates)
+    pruned = cpsat.make_tables(ev, candidates)
+    pruned.options = dominated_chunk_options(pruned, (), encoded(inst))
+    spec = tables.chunk
+    dropped = [o for before, after in zip(tables.options, pruned.options) for o in before if o not in after]
+    # only the actor training vertex loses options (2 of its 41); every other vertex keeps its own
+    assert [len(o) for o in tables.options] == [15, 11, 11, 41]
+    assert [len(o) for o in pruned.options] == [15, 11, 11, 39]
+    for o in dropped:   # each has a kept option on its block that runs at its chunks, no worse anywhere
+        assert o.vertex in spec.vertices
+        assert any(q.lo == o.lo and q.hi == o.hi and q.chunks >= o.chunks and q.duration <= o.duration
+                   and q.cand.resident_bytes <= o.cand.resident_bytes
+                   and q.cand.transient_excess <= o.cand.transient_excess and q.cand.kept_bytes <= o.cand.kept_bytes
+                   and q.cand.strategy.dp >= o.cand.strategy.dp for q in pruned.options[o.vertex])
+    brute = min(ev.step_time(p) for p in every_plan(ev, candidates))
+    rounding = tables.rounding_ticks / cpsat.TICKS_PER_S
+    full, _ = optimum(inst, tables)
+    less, plan = optimum(inst, pruned)
+    assert full == less
+    assert brute - 1e-12 <= less + 1e-12 and less <= brute + rounding
+    assert ev.step_time(plan) == pytest.approx(brute, abs=rounding)
+
+
+# 0.5.7: the release's group-size rules too (its actor world against the engines, the reward group, powers of 2)
+@pytest.mark.parametrize("algorithm, version, gpus, per_shape",
+                         [("ppo", "0.6.0", 2, 2), ("grpo", None, 4, 1), ("grpo", "0.5.7", 4, 1)])
+def test_the_openrlhf_rules_make_the_model_optimum_the_brute_force_one_over_rule_keeping_plans(
+        algorithm, version, gpus, per_shape):
+    inst = ppo(algorithm, version, gpus)
+    ev = PlacementEvaluator(inst)
+    candidates = fastest_per_shape(ev, per_shape)
+    tables = cpsat.make_tables(ev, candidates)
+    # the evaluator refuses a plan that breaks OpenRLHF's rules (inf): brute force is the rule-keeping optimum
+    brute = min(ev.step_time(p) for p in every_plan(ev, candidates))
+    rounding = tables.rounding_ticks / cpsat.TICKS_PER_S
+    relaxed, relaxed_plan = optimum(inst, tables)
+    ruled, ruled_plan = optimum(inst, tables, encoded(inst))
+    # without the rules the model's optimum breaks one of them: a bound only
+    assert plan_refusals(inst, relaxed_plan) and relaxed < brute - rounding
+    # with them: a plan that keeps every rule, the brute-force optimum within the ticks rounding
+    assert not plan_refusals(inst, ruled_plan)
+    assert brute - 1e-12 <= ruled <= brute + rounding
+    assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
+    # the periodic model relaxes them still; frameworks without them get none
+    assert encoded(inst, asynchronous=True) is None and encoded(grpo(None)) is not None
+
+
+def test_cpsat_proves_the_rule_keeping_optimum_bound_le_exact_le_heuristics():
+    inst = ppo()
+    ev = PlacementEvaluator(inst)
+    sub = min(ev.step_time(p) for p in every_plan(ev, fastest_per_shape(ev, 1)))
+    result = packplace.place(inst, "cpsat", time_limit_s=60, seed=0)
+    assert result.status == "optimal", result.message
+    assert "does not encode" not in result.message and not result.info.get("layout_rules_broken")
+    assert result.objective == ev.step_time(result.solution)
+    assert not plan_refusals(inst, result.solution)
+    assert result.bound <= result.objective <= sub + 1e-12   # no worse than a brute force over fewer candidates
+    for heuristic in ("greedy", "anneal"):
+        assert result.objective <= packplace.place(inst, heuristic, seed=0, time_limit_s=30).objective + 1e-12
