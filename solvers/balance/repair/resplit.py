@@ -167,6 +167,7 @@ def resplit(
     deadline: float | None = None,
     seed: int = 0,
     every_partner: bool = False,
+    settle: tuple[float, int] | None = None,
 ) -> tuple[list[list[int]], int, int, bool]:
     """Exact pair re-splits (module docstring) until every rank load is at most ``target``.
 
@@ -186,7 +187,7 @@ def resplit(
         (bins, pair checks, accepted splits, stopped by the deadline).
     """
     search = _Resplit(bins, tokens, costs, ranks, per_rank, capacity, seed)
-    return search.run(target, max_checks, deadline, every_partner)
+    return search.run(target, max_checks, deadline, every_partner, settle)
 
 
 class _Resplit:
@@ -300,15 +301,16 @@ class _Resplit:
         possible[owner[ok.any(axis=0)]] = True
         return {r for r, good in zip(small, possible.tolist()) if not good}
 
-    def run(self, target: float, max_checks: int, deadline: float | None, every_partner: bool
-            ) -> tuple[list[list[int]], int, int, bool]:
+    def run(self, target: float, max_checks: int, deadline: float | None, every_partner: bool,
+            settle: tuple[float, int] | None = None) -> tuple[list[list[int]], int, int, bool]:
         """The leader/partner loop of :func:`resplit`: (bins, pair checks, accepted splits, cut by the deadline)."""
         loads, locked, versions, members = self.loads, self.locked, self.versions, self.members
         ranks, per_rank, rng = self.ranks, self.per_rank, self.rng
         checked: set[tuple[int, int, int, int]] = set()
         checks = accepted = 0
         timed_out = False
-        while checks < max_checks:
+        stall = _Stall(settle, float(loads.max()))
+        while checks < max_checks and not stall.settled:
             order = np.argsort(-loads, kind="stable").tolist()  # heaviest first, ties by index
             if loads[order[0]] <= target:
                 break
@@ -339,10 +341,9 @@ class _Resplit:
                         break
                     checked.add(key)
                     checks += 1
-                    if partner in skip:
-                        continue
-                    result = self.split(leader, partner)
-                    if result is None:
+                    if partner in skip or (result := self.split(leader, partner)) is None:
+                        if stall.check(float(loads.max())):
+                            break
                         continue
                     for rank, new_bins in zip((leader, partner), result):
                         self.bins[rank * per_rank:(rank + 1) * per_rank] = new_bins
@@ -351,9 +352,28 @@ class _Resplit:
                         versions[rank] += 1
                     accepted += 1
                     found = True
+                    stall.check(float(loads.max()))
                     break
-                if found or timed_out:
+                if found or timed_out or stall.settled:
                     break
             if not found:
                 break
         return self.bins, checks, accepted, timed_out
+
+
+class _Stall:
+    """The ``settle`` rule of :func:`resplit`: counts the pair checks in a row that leave the largest load
+    where it was, once it is at most the level; :attr:`settled` when they reach the count."""
+
+    def __init__(self, settle: tuple[float, int] | None, top: float) -> None:
+        self.level, self.limit = settle if settle is not None else (-math.inf, 0)
+        self.top, self.still, self.settled = top, 0, False
+
+    def check(self, top: float) -> bool:
+        """Record one pair check that left the largest load at ``top``; whether the search has settled."""
+        if top < self.top:
+            self.top, self.still = top, 0
+        else:
+            self.still += 1
+        self.settled = self.top <= self.level and self.still >= self.limit
+        return self.settled

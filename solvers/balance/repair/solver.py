@@ -12,7 +12,8 @@ evaluator's (objective, Σℓ²), are improved in turn (:func:`_improve`): a sta
 (pair repair with m = 1 and no budgets, rank repair otherwise) and the repaired answer fine-tuned; one
 still above the bound is then re-split pair by pair (:mod:`.resplit`; ``makespan`` without padding or
 budgets, at most :data:`RESPLIT_MAX_SAMPLES_PER_RANK` samples per rank on average) when it is better
-than the best answer of an earlier start. The first answer proven optimal ends the search. Otherwise
+than the best answer of an earlier start. The first answer proven optimal ends the search (on the
+per-step path also the first within its ``STEP_GAP``, where the re-split settles: :mod:`.step`). Otherwise
 ``karmarkar_karp`` runs on the time left and is improved the same way; the best answer is returned.
 Options: ``max_repair_pairs`` (a positive int; default max(:data:`DEFAULT_MAX_REPAIR_PAIRS`, 2·D)),
 ``tie_break`` (None, or ``"lockstep"``: among answers at no more than the answer's ``makespan``, the
@@ -58,7 +59,7 @@ from packplace.solvers.balance.repair.start import (
     rank_key,
     rank_lpt_bins,
 )
-from packplace.solvers.balance.repair.step import step_answer, step_starts
+from packplace.solvers.balance.repair.step import SETTLE_CHECKS_PER_RANK, step_answer, step_level, step_starts
 
 #: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
 #: tied at the maximum).
@@ -298,8 +299,9 @@ class _Repair:
                 if best is None or key < best[0]:
                     head = [] if name == "lpt" else [f"started from {name}'s answer"]
                     best = (key, bins, (self.messages if name == "lpt" else []) + head + notes)
-                if best[0][0] <= proven or hit_time_limit:
-                    break
+                if best[0][0] <= proven or hit_time_limit or (
+                        self.stepped is not None and best[0][0] <= step_level(proven)):
+                    break  # on the per-step path, an answer it would have kept ends the search too
             if best[0][0] <= proven or hit_time_limit or self.kk_run:
                 break
             # Not proven optimal: the differencing method's answer may be better; improve it too, keep the better.
@@ -428,7 +430,8 @@ def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[li
         if steps:
             notes.append(f"fine-tuning: {steps} exchanges" + (" reached the bound" if key[0] <= proven else ""))
     if not timed_out and key[0] > proven and _resplittable(instance) and (best is None or key < best):
-        bins, key, resplit_checks, timed_out, note = _resplit(instance, prepared, bins, key, deadline, bound)
+        bins, key, resplit_checks, timed_out, note = _resplit(instance, prepared, bins, key, deadline, bound,
+                                                              step_level(proven))
         checks += resplit_checks
         if note:
             notes.append(note + (" reached the bound" if key[0] <= proven else ""))
@@ -443,13 +446,15 @@ def _resplittable(instance: BalanceInstance) -> bool:
 
 
 def _resplit(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
-             key: tuple[float, float], deadline: float | None, bound: float):
-    """:func:`resplit` of ``bins`` towards :func:`_fine_target`: (bins, key, pair checks, hit the deadline,
-    message); the given bins when the evaluator would not score the result better."""
+             key: tuple[float, float], deadline: float | None, bound: float, level: float):
+    """:func:`resplit` of ``bins`` towards :func:`_fine_target`, settling once the makespan is at most ``level``
+    (:data:`~.step.SETTLE_CHECKS_PER_RANK`): (bins, key, pair checks, hit the deadline, message); the given
+    bins when the evaluator would not score the result better."""
     ranks = instance.data_parallel_size
     new_bins, checks, accepted, timed_out = resplit(
         bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size, instance.constraints.seq_len,
-        _fine_target(instance, bound), max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK * ranks), deadline)
+        _fine_target(instance, bound), max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK * ranks), deadline,
+        settle=(level, SETTLE_CHECKS_PER_RANK * ranks))
     if not accepted:
         return bins, key, checks, timed_out, ""
     new_key = rank_key(instance, prepared, new_bins)

@@ -10,7 +10,9 @@ than ``RANK_LPT_START_GAP`` above the bound), and with several bins per rank the
 start (it meets the count bound where one dominant sample sets it, and stays near the bound where
 capacity binds). :func:`step_answer` fine-tunes the best of them (a bounded number of exchanges,
 :mod:`.fine_tune`) and keeps the result when it is within :data:`STEP_GAP` of the proven level;
-otherwise ``repair`` goes on with its full search from the same starts. Every choice is by the
+otherwise ``repair`` goes on with its full search from the same starts, under the same level: the
+first improved start within :data:`STEP_GAP` ends it, and the pair re-split stops once the makespan
+is within it and :data:`SETTLE_CHECKS_PER_RANK`·D pair checks in a row leave it where it was. Every choice is by the
 evaluator's (objective, Σℓ²), so the answer is never worse than any start. Work is bounded by
 counts (exchanges), not by the clock: the same input gives the same answer on a loaded machine;
 the deadline only stops it early.
@@ -30,6 +32,11 @@ from packplace.solvers.balance.repair.start import kk_start_bins, rank_key, rank
 #: amount: a rank 0.01% above the optimum costs a step less than the full repair's own time, while the
 #: full repair (tens of ms on a few hundred samples) is worth running from further away.
 STEP_GAP = 1e-4
+#: Once an answer of the full search is within :data:`STEP_GAP` of the proven level, its pair re-split
+#: (:func:`~.resplit.resplit`'s ``settle``) stops after this many pair checks per rank in a row that leave
+#: the makespan where it was, and no further start is improved: the search past the level the per-step
+#: path accepts buys amounts it would not have searched for. A count, so the same input gives the same plan.
+SETTLE_CHECKS_PER_RANK = 2
 
 #: A start: (evaluator key, tie order, name, rank-major bins of sample indices).
 Start = tuple[tuple[float, float], int, str, list[list[int]]]
@@ -66,6 +73,11 @@ def step_starts(instance: BalanceInstance, prepared: PreparedSamples, lpt: list[
     return starts, kk_built, kk_cut
 
 
+def step_level(proven: float) -> float:
+    """The objective at or below which the per-step path keeps an answer: ``proven·(1 + STEP_GAP)``."""
+    return proven * (1 + STEP_GAP)
+
+
 def step_answer(best: Start, proven: float,
                 fine_tune: Callable[[list[list[int]], tuple[float, float]],
                                     tuple[list[list[int]], tuple[float, float], int, bool]],
@@ -84,4 +96,4 @@ def step_answer(best: Start, proven: float,
     if key[0] <= proven:
         return bins, key, 0, False, True
     tuned, tuned_key, steps, timed_out = fine_tune(bins, key)
-    return tuned, tuned_key, steps, timed_out, timed_out or tuned_key[0] <= proven * (1 + STEP_GAP)
+    return tuned, tuned_key, steps, timed_out, timed_out or tuned_key[0] <= step_level(proven)
