@@ -31,7 +31,9 @@ The settings, by framework (:data:`DSCHAT_TRAIN`, :data:`DSCHAT_EVAL`, :data:`DE
 
 The backward fetches the same modules in the reverse order. Not modelled: modules without parameters (their
 hooks run the prefetch too, so a prefetch may be split at them), parameters kept from the forward for the
-backward within ``stage3_max_reuse_distance``, and the tied LM head's second use of the embedding within a pass.
+backward within ``stage3_max_reuse_distance``, the tied LM head's second use of the embedding within a pass, and
+LoRA adapters (DeepSpeed-Chat's ``LinearLayer_LoRA`` holds them in the module of the weight they adapt, which
+fetches them with it).
 """
 
 from __future__ import annotations

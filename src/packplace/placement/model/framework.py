@@ -1324,8 +1324,9 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     ``n = 2·P_stage/tp`` bytes to every rank of the ``dp`` group by a ring all-gather,
     ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005), its ranks on each
     node driving their own network cards (:meth:`~packplace.placement.model.cost.CostModel.link`). Not
-    overlapped with compute: DeepSpeed-Chat's and OpenRLHF's eval configs prefetch
-    ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model. Hybrid sharding
+    overlapped with compute: DeepSpeed's prefetch (``stage3_prefetch_bucket_size``, 3e7 parameters in
+    DeepSpeed-Chat's training config, DeepSpeed's default 5e7 in its eval config and OpenRLHF's) holds less than
+    one layer of a 1B+ model. Hybrid sharding
     (verl's ``fsdp_size``, :meth:`~packplace.placement.model.cost.CostModel.shard_ranks` below ``dp``): the
     ring runs inside each shard group of ``f`` consecutive ranks, ``(f − 1)·(α + n/f·β)`` at that group's
     level (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). ``shard``: the ranks of that
