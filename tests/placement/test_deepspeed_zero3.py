@@ -88,3 +88,26 @@ def test_latency_of_opt_6_7b_on_64_a100_by_hand():
     # a framework without DeepSpeed's per-module fetch (FSDP's units): nothing
     cost.framework = dataclasses.replace(cost.framework, zero3_fetch=None)
     assert cost.zero3_gather_latency_seconds(actor, 64, 1, (1, 8, 8), trained=True) == (0.0, 0.0)
+
+
+def test_a_trained_roles_experience_forward_takes_the_training_config():
+    instance, plan, _ = load_setup(OPT67_64)
+    evaluator = get_evaluator(instance)
+    critic = instance.models["critic"]                 # OPT-350M: critic and reward share the shape
+    assert critic == instance.models["reward"]
+    # DeepSpeed-Chat's critic computes the values on its training engine (get_train_ds_config: 3e7 / 3e7), the
+    # reward on its eval engine (DeepSpeed's 5e7 bucket and 1e9 cap hold OPT-350M in 7 gathers)
+    assert zero3_gathers_per_pass(critic, DSCHAT_TRAIN)[0] == 68
+    assert zero3_gathers_per_pass(critic, DSCHAT_EVAL)[0] == 7
+    vertices = dict(plan.vertices)
+    phases = {}
+    own = vertices["critic.infer"]
+    for name in ("critic.infer", "reward.infer"):
+        vp = vertices[name]
+        assert (vp.strategy, vp.micro_batch) == (own.strategy, own.micro_batch)
+        cand = evaluator.table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+        phases[name] = evaluator.vertex_phases(name, cand)["gather"]
+    # same shape, strategy and micro-batch (1,024 sequences over 64 ranks of 16: one pass): the gathers differ by
+    # 68 − 7 = 61 rings of 63 steps of 5 µs
+    assert vertices["critic.infer"].strategy.dp == 64 and vertices["critic.infer"].micro_batch == 16
+    assert phases["critic.infer"] - phases["reward.infer"] == pytest.approx(61 * 63 * 5e-6, rel=1e-9)

@@ -912,7 +912,9 @@ class CostModel:
                                                         lora_rank=lora_rank, context_parallel=True)
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
             passes = self.pass_shape(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
-            phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent, shard, kind != "infer")
+            # a trained role's forwards (the old log-probs, the critic's values) run on its training engine
+            engine = kind != "infer" or self.role in self.training
+            phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent, shard, engine)
             if self.framework.gather_prefetch:
                 compute = phases["forward"] if kind == "infer" else phases["old_log_prob"]
                 phases["gather"] = exposed_gather_seconds(phases["gather"], compute,
