@@ -11,6 +11,7 @@ from packplace.errors import ConfigError
 from packplace.placement.candidates import inference_sharded
 from packplace.placement.checking.validate import load_setup
 from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model.deepspeed_zero3 import DSCHAT_EVAL, zero3_gathers_per_pass
 from packplace.placement.model.framework import FRAMEWORKS, RAY_CALL_LATENCY, inference_owner
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.hardware import PRESETS
@@ -60,7 +61,13 @@ def test_zero3_inference_opt66b_on_64_a100_memory_and_time_by_hand():
     phases = get_evaluator(instance).vertex_phases("reference.infer", ref)
     per_pass = 63 * (5e-6 + 2_053_740_672 / 180e9)
     assert per_pass == pytest.approx(0.71912421, rel=1e-6)
-    assert phases["gather"] == pytest.approx(4 * per_pass, rel=1e-12)
+    # DeepSpeed gathers per module (eval config: prefetch bucket 5e7, below every OPT-66B matrix, so each call
+    # pops one matrix; fc1's 36,864-element bias, above the 1e4 persistence threshold, goes with fc2): per
+    # layer Q, K, V, O, fc1's weight, fc1's bias with fc2 = 6, and the embeddings, 64 x 6 + 1 = 385 gathers a
+    # pass, 384 more rings of 63 steps of 5 µs than the one the bytes are priced in: 0.12096 s a pass
+    assert zero3_gathers_per_pass(instance.models["actor"], DSCHAT_EVAL)[0] == 64 * 6 + 1
+    latency = 384 * 63 * 5e-6
+    assert phases["gather"] == pytest.approx(4 * (per_pass + latency), rel=1e-12)
     assert phases["overhead"] == 0.0  # one process per GPU: no Ray dispatch
     # the whole plan fits (DeepSpeed-Chat ran it): 168 GB per GPU with full-replica inference weights
     score = get_evaluator(instance).score(plan)
@@ -233,7 +240,12 @@ def test_host_offloaded_zero3_reference_streams_its_partition_every_micro_batch(
     phases = get_evaluator(instance).vertex_phases("reference.infer", ref)
     assert phases["onload"] == pytest.approx(8 * 2 * params / 16 / 25e9, rel=1e-12)
     assert phases["onload"] == pytest.approx(0.2695366, rel=1e-6)
-    assert phases["gather"] == pytest.approx(8 * 15 * (5e-6 + 2 * params / 16 / 160e9), rel=1e-12)
+    # and DeepSpeed's per-module gathers (eval config): n a pass, n − 1 more rings of 15 steps of 5 µs; n between
+    # one per layer and one per module (7 linears a layer, the embedding and the head)
+    n = zero3_gathers_per_pass(instance.models["actor"], DSCHAT_EVAL)[0]
+    assert 32 < n <= 32 * 7 + 2
+    assert phases["gather"] == pytest.approx(8 * 15 * (5e-6 + 2 * params / 16 / 160e9 + (n - 1) * 5e-6),
+                                             rel=1e-12)
     # the critic trains with ZeRO-3 and --offload (offload_param + offload_optimizer, DeepSpeed-Chat
     # get_train_ds_config): its value pass streams its own partition the same way
     critic = _candidate(instance, plan, "critic.infer")

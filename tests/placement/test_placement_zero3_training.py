@@ -10,6 +10,7 @@ import pytest
 
 from packplace.placement.checking.validate import load_setup, validate
 from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.deepspeed_zero3 import DEEPSPEED_DEFAULTS, zero3_gathers_per_pass
 from packplace.placement.model.framework import FRAMEWORKS
 from packplace.placement.model.memory import TrainingOptions
 from packplace.placement.model.training_time import (
@@ -90,12 +91,20 @@ def test_zero3_collectives_of_deepspeed_reduce_bf16_gradients():
     cost.framework = FRAMEWORKS["openrlhf"]
     model = instance.models["actor"]
     assert cost.framework.gradient_reduce_bytes == 2.0
-    per_micro_batch = 15 * (3 * ALPHA + 6 * P8B / 16 * NVLINK)
+    # DeepSpeed gathers per module: F forward and B backward all-gathers a pass (DeepSpeed's defaults, OpenRLHF's
+    # "auto"), each 15 ring steps of α, where the byte terms count one gather per pass: (F − 1 + B − 1)·15·α more
+    # per micro-batch (the forward's and the backward's gathers). Fewer calls than Llama-3.1-8B's 7 linears x 32
+    # layers + embedding + head (the 5e7 prefetch bucket coalesces K and V with their neighbours), more than one
+    # per layer
+    forward, backward = zero3_gathers_per_pass(model, DEEPSPEED_DEFAULTS)
+    assert 32 < forward < 7 * 32 + 2 and 32 < backward < 7 * 32 + 2
+    latency = (forward - 1 + backward - 1) * 15 * ALPHA
+    per_micro_batch = 15 * (3 * ALPHA + 6 * P8B / 16 * NVLINK) + latency
     assert zero3_collective_seconds(cost, model, ZERO3, 16, 1, 1, 32, TWO_NODES) == pytest.approx(
         32 * per_micro_batch, rel=1e-12)
     fp32 = TrainingOptions("zero3", "full", fp32_grad_buffer=True)
     assert zero3_collective_seconds(cost, model, fp32, 16, 1, 1, 32, TWO_NODES) == pytest.approx(
-        32 * 15 * (3 * ALPHA + 8 * P8B / 16 * NVLINK), rel=1e-12)
+        32 * (15 * (3 * ALPHA + 8 * P8B / 16 * NVLINK) + latency), rel=1e-12)
 
 
 def test_zero3_collectives_overlap_with_compute_layer_by_layer():

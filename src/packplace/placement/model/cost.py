@@ -37,6 +37,7 @@ from packplace.placement.model.components import (
     weight_update_kernels,
 )
 from packplace.placement.model.deepspeed_zero2 import zero2_collective_calls
+from packplace.placement.model.deepspeed_zero3 import zero3_gathers_per_pass
 from packplace.placement.model.dp_balance import VertexBalance
 from packplace.placement.model.engine import (
     MAX_SHARE_SEQUENCES,
@@ -911,7 +912,9 @@ class CostModel:
                                                         lora_rank=lora_rank, context_parallel=True)
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
             passes = self.pass_shape(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
-            phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent, shard)
+            # a trained role's forwards (the old log-probs, the critic's values) run on its training engine
+            engine = kind != "infer" or self.role in self.training
+            phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent, shard, engine)
             if self.framework.gather_prefetch:
                 compute = phases["forward"] if kind == "infer" else phases["old_log_prob"]
                 phases["gather"] = exposed_gather_seconds(phases["gather"], compute,
@@ -1164,6 +1167,35 @@ class CostModel:
         reduces, gathers = zero2_collective_calls(model, dp)
         alpha, beta = self.link(level, per_node)
         return max(0, reduces + gathers - 2) * (dp - 1) * alpha + 2.0 * model.params / dp * beta
+
+    def zero3_gather_latency_seconds(self, model: ModelSpec, dp: int, tp: int, extent: tuple[int, int, int],
+                                     trained: bool, shard: int | None = None) -> tuple[float, float]:
+        """``(forward, backward)`` seconds one pass of ``model``'s DeepSpeed ZeRO-3 parameter gathers adds beyond
+        the one ring all-gather of the stage per pass that the byte terms price
+        (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`,
+        :func:`~packplace.placement.model.framework.gather_seconds`): DeepSpeed gathers per module, ``N`` all-gathers
+        per pass (:func:`~packplace.placement.model.deepspeed_zero3.zero3_gathers_per_pass` with the framework's
+        :attr:`~packplace.placement.model.framework.FrameworkProfile.zero3_fetch`, the training engines' settings
+        for ``trained``, else the reference's and reward's), each a ring of ``f − 1`` steps over the ZeRO group,
+        so ``(N − 1)·(f − 1)·α`` more, ``α`` the group's :meth:`link` latency at the level of its ``tp·f`` ranks
+        (``f``: ``shard``, else :meth:`shard_ranks`). The bytes are unchanged: the ``N`` gathers carry the
+        stage's parameters once between them. The callers price a sharded model's passes only (``zero3`` or a
+        forward sharded with its owner). ``(0, 0)`` for a framework without ``zero3_fetch`` or ``f ≤ 1``.
+
+        The per-step ``α`` is the presets' (every ring step of a group spanning nodes at ``alpha_coll_n``), not
+        NCCL's tuning model (``src/graph/tuning.cc`` ``ncclTopoTuneModel``, v2.18.3-1 to v2.21.5-1: a ring all-gather
+        of the Simple protocol costs ``baseLat`` 8.4 µs plus ``nNodes − 1`` network steps of 14 µs and
+        ``p − nNodes`` steps of ``max(3.4, 3·netOverhead)`` µs, ``netOverhead`` 1 on an Intel host and 2 on an
+        AMD one); docs/calibration-and-validation.md, "DeepSpeed-Chat 8 → 64 A100", compares the two."""
+        fetch = self.framework.zero3_fetch
+        if fetch is None:
+            return 0.0, 0.0
+        ranks = max(1, min(dp, self.shard_ranks(model, dp) if shard is None else shard))
+        if ranks <= 1:
+            return 0.0, 0.0
+        forward, backward = zero3_gathers_per_pass(model, fetch[0] if trained else fetch[1])
+        alpha = self.link(self.group_level(tp * ranks, extent))[0]
+        return (max(0, forward - 1) * (ranks - 1) * alpha, max(0, backward - 1) * (ranks - 1) * alpha)
 
     def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,
                         pp: int, tp: int, ep: int) -> tuple[float, float]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from packplace.errors import ConfigError, show
+from packplace.placement.model.deepspeed_zero3 import DEEPSPEED_DEFAULTS, DSCHAT_EVAL, DSCHAT_TRAIN, Zero3Prefetch
 from packplace.placement.model.engine import DEFAULT_GPU_MEMORY_UTILIZATION
 from packplace.placement.model.memory import lora_params, stage_params
 from packplace.placement.problem.models import ModelSpec
@@ -651,6 +652,11 @@ class FrameworkProfile:
             its Table 1 release installs ``deepspeed>=0.9.0``. From v0.12 DeepSpeed all-reduces each bucket
             (deepspeedai/DeepSpeed pull request #4695), the ring all-reduce the model prices for every other
             framework.
+        zero3_fetch: A ``zero3`` model gathers its parameters per module as DeepSpeed's ZeRO-3 does, ``(training
+            engines, reference and reward)`` fetch settings
+            (:mod:`~packplace.placement.model.deepspeed_zero3`;
+            :meth:`~packplace.placement.model.cost.CostModel.zero3_gather_latency_seconds`); ``None``: one
+            gather of the stage per pass (PyTorch FSDP's units, priced by their bytes).
     """
 
     name: str
@@ -679,6 +685,7 @@ class FrameworkProfile:
     engine_own_process: bool = True
     engine_logprobs: str | None = None
     zero2_bucket_reduces: bool = False
+    zero3_fetch: tuple[Zero3Prefetch, Zero3Prefetch] | None = None
 
 
 #: The profiles (``policy.framework``).
@@ -715,14 +722,16 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "
         "utils/deepspeed/deepspeed.py get_ds_eval_config (stage 3 iff training stage 3); "
         "trainer/ray/ppo_actor.py broadcast_to_vllm (NCCL broadcast from rank 0, CUDA IPC when colocate_all)",
-        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gpu_memory_utilization=OPENRLHF_GPU_MEMORY_UTILIZATION),
+        engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gpu_memory_utilization=OPENRLHF_GPU_MEMORY_UTILIZATION,
+        zero3_fetch=(DEEPSPEED_DEFAULTS, DEEPSPEED_DEFAULTS)),
     "deepspeed-chat": FrameworkProfile(
         "deepspeed-chat", True, True, "in_place", False,
         "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
         "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
         "hybrid engine generates with the training parameters gathered in place)",
         decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True, enforce_eager=None,
-        engine_generation=None, engine_own_process=False, zero2_bucket_reduces=True),
+        engine_generation=None, engine_own_process=False, zero2_bucket_reduces=True,
+        zero3_fetch=(DSCHAT_TRAIN, DSCHAT_EVAL)),
 }
 #: Frameworks by name.
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
@@ -1307,7 +1316,7 @@ def inference_owner(role: str, trained: tuple[str, ...]) -> str | None:
 
 
 def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: int,
-                   extent: tuple[int, int, int], shard: int | None = None) -> float:
+                   extent: tuple[int, int, int], shard: int | None = None, trained: bool = False) -> float:
     """All-gather of ZeRO-3 / FSDP-partitioned weights for ``passes`` forward passes, seconds.
 
     A partitioned forward gathers every layer before using it and frees it after (ZeRO-3, Rajbhandari et
@@ -1315,21 +1324,27 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     ``n = 2·P_stage/tp`` bytes to every rank of the ``dp`` group by a ring all-gather,
     ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005), its ranks on each
     node driving their own network cards (:meth:`~packplace.placement.model.cost.CostModel.link`). Not
-    overlapped with compute: DeepSpeed-Chat's and OpenRLHF's eval configs prefetch
-    ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model. Hybrid sharding
+    overlapped with compute: DeepSpeed's prefetch (``stage3_prefetch_bucket_size``, 3e7 parameters in
+    DeepSpeed-Chat's training config, DeepSpeed's default 5e7 in its eval config and OpenRLHF's) holds less than
+    one layer of a 1B+ model. Hybrid sharding
     (verl's ``fsdp_size``, :meth:`~packplace.placement.model.cost.CostModel.shard_ranks` below ``dp``): the
     ring runs inside each shard group of ``f`` consecutive ranks, ``(f − 1)·(α + n/f·β)`` at that group's
     level (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). ``shard``: the ranks of that
     group, the shard group of the workers the forward runs in (resolved by role:
     :func:`~packplace.placement.candidates.inference_shard_options`); ``None``: the
     training options of ``model``'s shape (:meth:`~packplace.placement.model.cost.CostModel.shard_ranks`), which
-    a forward of an untrained role shares with any trained role of the same shape. 0 for ``dp = 1``."""
+    a forward of an untrained role shares with any trained role of the same shape. A DeepSpeed framework gathers
+    per module, which adds the latency of its further all-gathers to each pass
+    (:meth:`~packplace.placement.model.cost.CostModel.zero3_gather_latency_seconds`, the forward's; ``trained``:
+    the forward runs on a training engine, the actor's or critic's, with the training config's fetch settings).
+    0 for ``dp = 1``."""
     if dp <= 1:
         return 0.0
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
     ranks = cost.shard_ranks(model, dp) if shard is None else shard
     gather, _ = cost.hybrid_shard_seconds(nbytes, 0.0, dp, ranks, tp, extent)
-    return passes * gather
+    latency = cost.zero3_gather_latency_seconds(model, dp, tp, extent, trained, ranks)[0]
+    return passes * (gather + latency)
 
 
 def exposed_gather_seconds(gather: float, compute: float, layers: int) -> float:

@@ -267,7 +267,9 @@ def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, d
     Hybrid sharding (``options.fsdp_size`` below ``dp``, verl's FSDP group): the gather and the
     reduce-scatter run inside each group of ``fsdp_size`` consecutive ranks, and every micro-batch's
     gradient shard is then all-reduced across the ``dp/fsdp_size`` replicas
-    (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). 0 for ``dp = 1``."""
+    (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). A DeepSpeed framework's per-module
+    gathers add their latency to ``gather``, the mean of the forward's and the backward's
+    (:meth:`~packplace.placement.model.cost.CostModel.zero3_gather_latency_seconds`). 0 for ``dp = 1``."""
     gather, reduce_scatter = _zero3_micro_batch_collectives(cost, model, options, dp, pp, tp, extent, ep)
     return micro_batches * (2.0 * gather + reduce_scatter)
 
@@ -291,7 +293,8 @@ def _zero3_micro_batch_collectives(cost, model: ModelSpec, options: TrainingOpti
     if ep > 1 and model.is_moe:
         experts = model.expert_params * stage_share(model.layers, pp) / tp
         groups = [(params - experts, params - experts, dp, tp), (experts / ep, experts / ep, dp // ep, tp * ep)]
-    gather = reduce_scatter = 0.0
+    forward, backward = cost.zero3_gather_latency_seconds(model, dp, tp, extent, trained=True)
+    gather, reduce_scatter = (forward + backward) / 2.0, 0.0   # per pass: the forward's and the backward's mean
     for n, g, ranks, stride in groups:
         if ranks > 1:
             alpha, beta = cost.link(level, cost.ranks_per_node(ranks, stride, extent))

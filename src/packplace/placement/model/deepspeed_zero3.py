@@ -1,0 +1,152 @@
+"""How many parameter all-gathers DeepSpeed's ZeRO-3 issues per pass once its trace is recorded.
+
+DeepSpeed's ZeRO-3 gathers a module's parameters in a hook before the module runs
+(``runtime/zero/partitioned_param_coordinator.py`` ``PartitionedParameterCoordinator.fetch_sub_module``, the same
+in v0.9.0, v0.12.6 and v0.13.5-v0.14.x): every leaf module ("submodule") whose parameters are not yet available is
+gathered by one ``__all_gather_params`` call, and from the second step on (``is_complete_trace()``: the first step
+records the order in which the modules fetch, and the parameter queue of each later step replays it) the same call
+prefetches the parameters queued next: it pops them, ``ds_numel`` elements each (the whole parameter, not the
+partition), while the popped not-yet-available elements are below ``min(stage3_max_live_parameters − available,
+stage3_prefetch_bucket_size)`` (``available``: the elements gathered and not yet released), and gathers all it
+popped in a second ``__all_gather_params`` call. After the module has run its parameters are released
+(``release_sub_module``: ``available`` drops by their elements). Each call is one NCCL all-gather over the ZeRO
+group: ``__all_gather_params_`` passes the whole set to ``all_gather_coalesced``
+(``runtime/zero/partition_parameters.py``), which for unquantized weights concatenates the partitions of each
+dtype into one flat buffer and issues one ``_dist_allgather_fn`` (``_all_gather_dtype``, v0.12.6 and later; one
+flat buffer for all in v0.9.0). Parameters of at most ``stage3_param_persistence_threshold`` elements stay
+gathered on every rank (``ds_persist``: ``parameter_offload.py`` ``mark_persistent_parameters``) and are never
+fetched. :func:`pass_gathers` replays that loop over a pass's leaf modules (:func:`leaf_modules`).
+
+The settings, by framework (:data:`DSCHAT_TRAIN`, :data:`DSCHAT_EVAL`, :data:`DEEPSPEED_DEFAULTS`):
+
+* DeepSpeed-Chat's training engines (actor and critic; ``dschat/utils/ds_utils.py`` ``get_train_ds_config``):
+  persistence 1e4, max live 3e7, prefetch bucket 3e7. The max-live cap is below one OPT-6.7B MLP matrix, so each
+  call prefetches at most the next module: one gather per module holding a non-persistent parameter.
+* DeepSpeed-Chat's reference and reward (``get_eval_ds_config``: only the persistence threshold 1e4) run at
+  DeepSpeed's defaults otherwise (``runtime/zero/config.py``: prefetch bucket 5e7, max live 1e9).
+* OpenRLHF (v0.2.7, commit 391e1de4: ``requirements.txt`` ``deepspeed==0.13.5``;
+  ``openrlhf/utils/deepspeed_utils.py`` ``get_train_ds_config`` / ``get_eval_ds_config`` set the three to
+  ``"auto"``, which DeepSpeed's ``DeepSpeedConfigModel.__init__`` drops, ``runtime/config_utils.py`` v0.13.5
+  line 55) runs at DeepSpeed's defaults: persistence 1e5, prefetch bucket 5e7, max live 1e9.
+
+The backward fetches the same modules in the reverse order. Not modelled: modules without parameters (their
+hooks run the prefetch too, so a prefetch may be split at them), parameters kept from the forward for the
+backward within ``stage3_max_reuse_distance``, the tied LM head's second use of the embedding within a pass, and
+LoRA adapters (DeepSpeed-Chat's ``LinearLayer_LoRA`` holds them in the module of the weight they adapt, which
+fetches them with it).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+
+from packplace.placement.problem.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class Zero3Prefetch:
+    """A ZeRO-3 configuration's fetch settings, elements: ``stage3_param_persistence_threshold``,
+    ``stage3_prefetch_bucket_size``, ``stage3_max_live_parameters``."""
+
+    persistence_threshold: int
+    prefetch_bucket: int
+    max_live: int
+
+
+#: DeepSpeed-Chat's training config (``dschat/utils/ds_utils.py`` ``get_train_ds_config``: 1e4, 3e7, 3e7).
+DSCHAT_TRAIN = Zero3Prefetch(10_000, 30_000_000, 30_000_000)
+#: DeepSpeed-Chat's eval config (``get_eval_ds_config``: persistence 1e4; DeepSpeed's defaults otherwise).
+DSCHAT_EVAL = Zero3Prefetch(10_000, 50_000_000, 1_000_000_000)
+#: DeepSpeed's defaults (``runtime/zero/config.py``, v0.9.0 to v0.14.x: ``param_persistence_threshold`` 1e5,
+#: ``prefetch_bucket_size`` 5e7, ``max_live_parameters`` 1e9); OpenRLHF's ``"auto"`` leaves them.
+DEEPSPEED_DEFAULTS = Zero3Prefetch(100_000, 50_000_000, 1_000_000_000)
+
+Module = tuple[int, ...]
+
+
+def leaf_modules(model: ModelSpec) -> list[Module]:
+    """The element counts of each leaf module's parameters of ``model`` in Hugging Face forward order: the token
+    and learned position embeddings, ``project_in``; per layer the attention norm, Q, K, V, O (weight, bias), the
+    MLP norm and the MLP (gate, up, down; a MoE layer's router, each expert's, then the shared expert's); the
+    final norm, ``project_out``, the head (a value model's ``v_head``; a tied LM head reuses the embedding and is
+    left out)."""
+    d, e = model.hidden_dim, model.embedding_dim or model.hidden_dim
+    q, kv = model.attention_dim, model.kv_heads * model.head_dim
+    qkv_bias, linear_bias = model.bias != "none", model.bias == "all"
+    norm: Module = (d, d) if model.norm == "layer" else (d,)
+    out: list[Module] = [(model.vocab_size * e,)]
+    if model.position_embeddings:
+        out.append((model.position_embeddings * d,))
+    if e != d:
+        out.append((e * d,))
+
+    def linear(n_in: int, n_out: int, bias: bool) -> Module:
+        return (n_in * n_out, n_out) if bias else (n_in * n_out,)
+
+    def mlp(width: int) -> list[Module]:
+        ins = [linear(d, width, linear_bias)] * (2 if model.mlp == "gated" else 1)
+        return ins + [linear(width, d, linear_bias)]
+
+    attention = [norm, linear(d, q, qkv_bias), linear(d, kv, qkv_bias), linear(d, kv, qkv_bias),
+                 linear(q, d, linear_bias), norm]
+    for layer in range(model.layers):
+        out += attention
+        if model.is_moe and layer >= model.dense_layers:
+            out.append((d * model.num_experts,))
+            out += mlp(model.expert_ffn_dim) * model.num_experts
+            out += mlp(model.shared_expert_ffn_dim) if model.shared_expert_ffn_dim else []
+        else:
+            out += mlp(model.ffn_dim)
+    out.append(norm)
+    if e != d and model.lm_head:
+        out.append((d * e,))
+    if not model.lm_head:
+        out.append((d,))
+    elif not model.tie_word_embeddings:
+        out.append((e * model.vocab_size,))
+    return out
+
+
+def pass_gathers(modules: list[Module], prefetch: Zero3Prefetch) -> int:
+    """All-gathers one pass over ``modules`` (each a leaf module's parameter sizes, in fetch order) issues in
+    the steady state (module docstring): per module one for its parameters not yet available, one for the
+    prefetch it pops (up to ``min(max_live − available, prefetch_bucket)`` elements, the last pop may overshoot);
+    then its parameters are released. Parameters of at most ``persistence_threshold`` elements are never
+    gathered."""
+    params = [[(i, j, n) for j, n in enumerate(sizes) if n > prefetch.persistence_threshold]
+              for i, sizes in enumerate(modules)]
+    queue = deque(p for module in params for p in module)
+    available: set[tuple[int, int, int]] = set()
+    gathers = live = 0
+    for pos, module in enumerate(params):
+        missing = [p for p in module if p not in available]
+        if missing:
+            gathers += 1
+            available.update(missing)
+            live += sum(p[2] for p in missing)
+        while queue and queue[0][0] == pos:   # its own parameters leave the queue
+            queue.popleft()
+        budget = min(prefetch.max_live - live, prefetch.prefetch_bucket)
+        popped = 0
+        while queue and popped < budget and prefetch.prefetch_bucket > 0:
+            p = queue.popleft()
+            if p not in available:
+                available.add(p)
+                popped += p[2]
+        if popped:
+            gathers += 1
+            live += popped
+        for p in module:
+            available.discard(p)
+            live -= p[2]
+    return gathers
+
+
+@lru_cache(maxsize=256)
+def zero3_gathers_per_pass(model: ModelSpec, prefetch: Zero3Prefetch) -> tuple[int, int]:
+    """``(forward, backward)`` all-gathers DeepSpeed's ZeRO-3 issues per pass of ``model`` with ``prefetch``'s
+    settings after the first step (:func:`pass_gathers` over :func:`leaf_modules`, the backward in reverse)."""
+    modules = leaf_modules(model)
+    return pass_gathers(modules, prefetch), pass_gathers(modules[::-1], prefetch)

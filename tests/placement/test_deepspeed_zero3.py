@@ -1,0 +1,113 @@
+"""DeepSpeed's ZeRO-3 per-module parameter gathers (``partitioned_param_coordinator.py`` ``fetch_sub_module``):
+how many all-gathers a pass issues once the trace is recorded, and the latency they add
+(:mod:`packplace.placement.model.deepspeed_zero3`, ``CostModel.zero3_gather_latency_seconds``); hand counts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from packplace.placement.checking.validate import load_setup
+from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model.deepspeed_zero3 import (
+    DEEPSPEED_DEFAULTS,
+    DSCHAT_EVAL,
+    DSCHAT_TRAIN,
+    Zero3Prefetch,
+    leaf_modules,
+    pass_gathers,
+    zero3_gathers_per_pass,
+)
+from packplace.shape import TransformerShape
+
+#: One layer, d 4, d_ff 8, V 10, LayerNorm, biases everywhere, tied head.
+TINY = TransformerShape(layers=1, hidden_dim=4, ffn_dim=8, vocab_size=10, head_dim=2, mlp="plain", bias="all",
+                        norm="layer", tie_word_embeddings=True)
+OPT67_64 = "benchmarks/validation/deepspeed_chat_ppo_opt-6.7b_64xa100.yaml"
+
+
+def test_tiny_model_leaf_modules_hand_listed():
+    # embedding 10x4; norm (4, 4); Q, K, V, O 4x4 + 4; norm; fc1 4x8 + 8; fc2 8x4 + 4; final norm; tied head: none
+    assert leaf_modules(TINY) == [(40,), (4, 4), (16, 4), (16, 4), (16, 4), (16, 4), (4, 4), (32, 8), (32, 4),
+                                  (4, 4)]
+    assert sum(sum(m) for m in leaf_modules(TINY)) == TINY.params == 220
+
+
+def test_pass_gathers_replays_the_prefetch_by_hand():
+    modules = [(10,), (10,), (10,)]
+    # no prefetch: one gather per module
+    assert pass_gathers(modules, Zero3Prefetch(0, 0, 100)) == 3
+    # bucket 15: module 0 gathers itself (1), then pops module 1 (10 < 15) and module 2 (20 >= 15) in one
+    # coalesced prefetch (2); modules 1 and 2 find theirs available
+    assert pass_gathers(modules, Zero3Prefetch(0, 15, 100)) == 2
+    # max live 15: after module 0's own 10, room for 5: module 1 alone (2); module 0 released (live 10);
+    # module 1 finds it, room 5 again: module 2 (3)
+    assert pass_gathers(modules, Zero3Prefetch(0, 50, 15)) == 3
+    # every parameter at or below the persistence threshold stays gathered: nothing is fetched
+    assert pass_gathers(modules, Zero3Prefetch(10, 50, 100)) == 0
+
+
+def test_opt_6_7b_counts_by_hand():
+    instance, _, _ = load_setup(OPT67_64)
+    actor = instance.models["actor"]
+    assert sum(sum(m) for m in leaf_modules(actor)) == actor.params
+    # DeepSpeed-Chat's training config: the norms and the 4,096-element biases persist (<= 1e4), fc1's 16,384-element
+    # bias does not; the 3e7 cap holds two 4096 x 4096 projections (3.4e7 pops past it) or one 4096 x 16384 matrix.
+    # Forward, per layer: Q and K in one prefetch (by the attention norm, or the position embedding in layer 1),
+    # V by K, O by V, fc1's weight by O, fc1's bias by fc1 itself (queued behind the weight, which filled the cap),
+    # fc2 by itself (the cap is full until fc1 is released): 6; plus the two embeddings' own gathers
+    forward, backward = zero3_gathers_per_pass(actor, DSCHAT_TRAIN)
+    assert forward == 32 * 6 + 2 == 194
+    # backward (fc2, fc1, norm, O, V, K, Q, norm per layer): fc2 prefetched by the final norm or the layer above's
+    # Q, fc1 (weight and bias) by itself, O and V in one prefetch by the MLP norm, K by V, Q by K; the first
+    # layer's Q prefetches both embeddings: 1 + 32 x 5
+    assert backward == 1 + 32 * 5 == 161
+    # DeepSpeed's defaults (OpenRLHF) and DeepSpeed-Chat's eval config (persistence 1e4, not 1e5: fc1's bias is
+    # fetched, within a prefetch): the 5e7 bucket coalesces up to three projections and the 1e9 cap binds a few
+    # layers in, so fewer calls than one per module, more than one per layer
+    defaults = zero3_gathers_per_pass(actor, DEEPSPEED_DEFAULTS)[0]
+    assert 32 < defaults < 194 and zero3_gathers_per_pass(actor, DSCHAT_EVAL)[0] == defaults
+
+
+def test_latency_of_opt_6_7b_on_64_a100_by_hand():
+    instance, _, _ = load_setup(OPT67_64)
+    evaluator = get_evaluator(instance)
+    cost, actor = evaluator.cost, instance.models["actor"]
+    # 64 ranks over 8 nodes: 63 ring steps of the preset's 5 µs per all-gather, 193 more gathers per forward
+    forward, backward = cost.zero3_gather_latency_seconds(actor, 64, 1, (1, 8, 8), trained=True)
+    assert forward == pytest.approx(193 * 63 * 5e-6, rel=1e-12)  # 0.0608 s
+    assert backward == pytest.approx(160 * 63 * 5e-6, rel=1e-12)
+    # the reference's forward: DeepSpeed-Chat's eval config
+    gathers = zero3_gathers_per_pass(actor, DSCHAT_EVAL)[0]
+    assert cost.zero3_gather_latency_seconds(actor, 64, 1, (1, 8, 8), trained=False)[0] == pytest.approx(
+        (gathers - 1) * 63 * 5e-6, rel=1e-12)
+    # inside one node (8 ranks, level g: the preset's 1 µs per step)
+    assert cost.zero3_gather_latency_seconds(actor, 8, 1, (1, 1, 8), trained=True)[0] == pytest.approx(
+        193 * 7 * 1e-6, rel=1e-12)
+    # a framework without DeepSpeed's per-module fetch (FSDP's units): nothing
+    cost.framework = dataclasses.replace(cost.framework, zero3_fetch=None)
+    assert cost.zero3_gather_latency_seconds(actor, 64, 1, (1, 8, 8), trained=True) == (0.0, 0.0)
+
+
+def test_a_trained_roles_experience_forward_takes_the_training_config():
+    instance, plan, _ = load_setup(OPT67_64)
+    evaluator = get_evaluator(instance)
+    critic = instance.models["critic"]                 # OPT-350M: critic and reward share the shape
+    assert critic == instance.models["reward"]
+    # DeepSpeed-Chat's critic computes the values on its training engine (get_train_ds_config: 3e7 / 3e7), the
+    # reward on its eval engine (DeepSpeed's 5e7 bucket and 1e9 cap hold OPT-350M in 7 gathers)
+    assert zero3_gathers_per_pass(critic, DSCHAT_TRAIN)[0] == 68
+    assert zero3_gathers_per_pass(critic, DSCHAT_EVAL)[0] == 7
+    vertices = dict(plan.vertices)
+    phases = {}
+    own = vertices["critic.infer"]
+    for name in ("critic.infer", "reward.infer"):
+        vp = vertices[name]
+        assert (vp.strategy, vp.micro_batch) == (own.strategy, own.micro_batch)
+        cand = evaluator.table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+        phases[name] = evaluator.vertex_phases(name, cand)["gather"]
+    # same shape, strategy and micro-batch (1,024 sequences over 64 ranks of 16: one pass): the gathers differ by
+    # 68 − 7 = 61 rings of 63 steps of 5 µs
+    assert vertices["critic.infer"].strategy.dp == 64 and vertices["critic.infer"].micro_batch == 16
+    assert phases["critic.infer"] - phases["reward.infer"] == pytest.approx(61 * 63 * 5e-6, rel=1e-9)
