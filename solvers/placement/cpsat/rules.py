@@ -11,8 +11,9 @@ For an OpenRLHF PPO/GRPO step at staleness 0 the model encodes the rules of ``_o
   they are an allowed pair (:data:`OPENRLHF_SHARED`) on the same block, or every group runs on the same block
   where the release colocates everything (:data:`OPENRLHF_COLOCATE_ALL`, or no release named);
 * for DPO: the reference on the actor trainer's block;
-* at a release before :data:`OPENRLHF_ROUND_ROBIN_DROPPED`, its group-size rules (``_openrlhf_sizes``: world sizes
-  that are powers of 2, that divide the actor's, the engines against the actor's world, the prompts against it).
+* at a release before :data:`OPENRLHF_ROUND_ROBIN_DROPPED`, its group-size rules
+  (:func:`~packplace.placement.model.layout_rules.openrlhf_sizes`: world sizes that are powers of 2, that divide
+  the actor's, the engines against the actor's world, the prompts against it).
   Each of them reads the actor trainer's strategy and at most one other task's, so a pair of strategies is
   forbidden exactly where the rules refuse the two tasks alone (:func:`_add_size_rules`).
 
@@ -40,7 +41,7 @@ from packplace.placement.model.layout_rules import (
     TRAIN,
     Context,
     Placed,
-    _openrlhf_sizes,
+    openrlhf_sizes,
 )
 
 
@@ -67,7 +68,7 @@ def rule_key(ctx: Context | None, name: str, cand) -> Any:
 
 
 def _sized(ctx: Context) -> bool:
-    """The release has OpenRLHF's group-size rules (``_openrlhf_sizes``)."""
+    """The release has OpenRLHF's group-size rules (``openrlhf_sizes``)."""
     return ctx.release is not None and ctx.release < OPENRLHF_ROUND_ROBIN_DROPPED and ctx.algorithm != "dpo"
 
 
@@ -148,7 +149,7 @@ def _add_size_rules(m: Any, ctx: Context, index: dict[str, int], loc) -> None:
 
     train = loc.where(index[TRAIN], strategy)
     for s, lit in train.items():
-        if _openrlhf_sizes(ctx, {TRAIN: alone(TRAIN, s)}):
+        if openrlhf_sizes(ctx, {TRAIN: alone(TRAIN, s)}):
             m.Add(lit == 0)
     for name in (CRITIC_TRAIN, GENERATE, REFERENCE, REWARD):
         if name not in index:
@@ -156,5 +157,5 @@ def _add_size_rules(m: Any, ctx: Context, index: dict[str, int], loc) -> None:
         other = loc.where(index[name], strategy)
         for s, lit in train.items():
             for u, lit_u in other.items():
-                if _openrlhf_sizes(ctx, {TRAIN: alone(TRAIN, s), name: alone(name, u)}):
+                if openrlhf_sizes(ctx, {TRAIN: alone(TRAIN, s), name: alone(name, u)}):
                     m.AddBoolOr([lit.Not(), lit_u.Not()])
