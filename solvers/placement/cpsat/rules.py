@@ -1,15 +1,18 @@
-"""OpenRLHF's layout rules between tasks in the synchronous placement CP-SAT model.
+"""OpenRLHF's layout rules between tasks in the placement CP-SAT models (synchronous and periodic).
 
-Without them the model relaxes the framework's rules (:func:`~packplace.placement.model.layout_rules.refusals`): its
+Without them a model relaxes the framework's rules (:func:`~packplace.placement.model.layout_rules.refusals`): its
 bound stands, but where its optimum breaks a rule the backend moves that plan onto the rules and claims nothing.
-For an OpenRLHF PPO/GRPO step at staleness 0 the model encodes the rules of ``_openrlhf`` in
-:mod:`packplace.placement.model.layout_rules` that read only the tasks' blocks and strategies:
+For an OpenRLHF PPO/GRPO step the models encode the rules of ``_openrlhf`` in
+:mod:`packplace.placement.model.layout_rules` that read only the tasks' blocks and strategies and whether the step
+is stale (the periodic model's staleness Booleans; the synchronous model's step is not):
 
 * the critic's value forward runs on the critic trainer's block with its strategy (one critic actor group);
 * the critic trains at the actor trainer's tensor-parallel degree (one ``--ds.tensor_parallel_size``);
 * two OpenRLHF groups (actor, vLLM, reference, reward model, critic: :data:`OPENRLHF_GROUPS`) share no GPU unless
   they are an allowed pair (:data:`OPENRLHF_SHARED`) on the same block, or every group runs on the same block
   where the release colocates everything (:data:`OPENRLHF_COLOCATE_ALL`, or no release named);
+* with some staleness at least 1, the vLLM engines share no GPU with any other task, and the rule above holds
+  among the other groups (everything: every group but vLLM on one block);
 * for DPO: the reference on the actor trainer's block;
 * at a release before :data:`OPENRLHF_ROUND_ROBIN_DROPPED`, its group-size rules
   (:func:`~packplace.placement.model.layout_rules.openrlhf_sizes`: world sizes that are powers of 2, that divide
@@ -18,8 +21,9 @@ For an OpenRLHF PPO/GRPO step at staleness 0 the model encodes the rules of ``_o
   forbidden exactly where the rules refuse the two tasks alone (:func:`_add_size_rules`).
 
 Each constraint forbids exactly the plans the rule refuses, so every plan that keeps the rules stays (the bound is
-one of the rule-keeping problem); rules left out (the staleness rules, which the periodic model would need; the
-per-task strategy rules the candidate table already keeps) stay relaxed as before, and
+one of the rule-keeping problem); rules left out (the release's most staleness, which the staleness candidates
+already keep, :func:`~packplace.placement.model.layout_rules.release_staleness`; the per-task strategy rules the
+candidate table already keeps; verl's and NeMo RL's rules) stay relaxed as before, and
 :func:`~packplace.placement.model.layout_rules.plan_refusals` still checks the answer. Dominance pruning must then
 keep what the rules read (:func:`rule_key`).
 """
@@ -46,9 +50,9 @@ from packplace.placement.model.layout_rules import (
 
 
 def encoded(instance, asynchronous: bool = False) -> Context | None:
-    """The instance's rule context where the model encodes its rules (OpenRLHF, the synchronous model), else None."""
-    if asynchronous:
-        return None
+    """The instance's rule context where the models encode its rules (OpenRLHF; the synchronous model and the
+    periodic one, ``asynchronous``), else None."""
+    del asynchronous   # both models encode them (the periodic one under its staleness Boolean)
     ctx = Context.of(instance)
     return ctx if ctx.ruled and ctx.framework == "openrlhf" else None
 
@@ -72,9 +76,11 @@ def _sized(ctx: Context) -> bool:
     return ctx.release is not None and ctx.release < OPENRLHF_ROUND_ROBIN_DROPPED and ctx.algorithm != "dpo"
 
 
-def add_layout_rules(m: Any, ctx: Context | None, tables, loc) -> None:
+def add_layout_rules(m: Any, ctx: Context | None, tables, loc, stale: Any = None) -> None:
     """The rules of the module docstring on the model ``m`` (``loc``: its
-    :class:`~packplace.solvers.placement.cpsat.model.Locator`); nothing where ``ctx`` is None."""
+    :class:`~packplace.solvers.placement.cpsat.model.Locator`); nothing where ``ctx`` is None. ``stale``: the
+    periodic model's Boolean true exactly when some model's staleness is at least 1 (None: the synchronous model,
+    staleness 0); the GPU-sharing rules then depend on it (:func:`_add_sharing_rules`)."""
     if ctx is None:
         return
     index = {name: v for v, name in enumerate(tables.names)}
@@ -96,18 +102,44 @@ def add_layout_rules(m: Any, ctx: Context | None, tables, loc) -> None:
 
         _same_key(m, loc.where(index[CRITIC_TRAIN], tp), loc.where(train, tp))
     _add_size_rules(m, ctx, index, loc)
+    _add_sharing_rules(m, ctx, index, loc, stale)
+
+
+def _add_sharing_rules(m: Any, ctx: Context, index: dict[str, int], loc, stale: Any) -> None:
+    """Which groups share GPUs. At staleness 0: two groups overlap only as an allowed pair on the same block, or
+    with every group on one block where the release colocates everything. With some staleness at least 1 (the
+    ``stale`` Boolean true): the vLLM engines share no GPU with any other task, and the other groups keep the
+    same rule among themselves (everything: every group but vLLM on one block). Each clause carries ``stale``
+    (or its negation) so it binds only where the evaluator reads that staleness."""
     groups = [(group, index[name]) for group, name in OPENRLHF_GROUPS
               if name in index and not (name == REWARD and not ctx.reward_model)]
-    everything = _all_on_one_block(m, [loc.block_of[v] for _, v in groups]) if (
-        ctx.release is None or ctx.release >= OPENRLHF_COLOCATE_ALL) else None
-    for i, (a_name, a) in enumerate(groups):
-        for b_name, b in groups[i + 1:]:
-            shared = (a_name, b_name) in OPENRLHF_SHARED
-            for (alo, ahi), lit_a in loc.block_of[a].items():
-                for (blo, bhi), lit_b in loc.block_of[b].items():
-                    if ahi <= blo or bhi <= alo or (shared and (alo, ahi) == (blo, bhi)):
-                        continue
-                    m.AddBoolOr([lit_a.Not(), lit_b.Not(), *([everything] if everything is not None else [])])
+    colocate_all = ctx.release is None or ctx.release >= OPENRLHF_COLOCATE_ALL
+    gen = index.get(GENERATE)
+    # per staleness case (the literal that makes the case's clauses vacuous, its "everything on one block")
+    cases = [(stale, groups)] if stale is None else [(stale, groups), (stale.Not(), [g for g in groups
+                                                                                   if g[1] != gen])]
+    for off, members in cases:
+        everything = _all_on_one_block(m, [loc.block_of[v] for _, v in members]) if colocate_all else None
+        extra = [lit for lit in (off, everything) if lit is not None]
+        for i, (a_name, a) in enumerate(members):
+            for b_name, b in members[i + 1:]:
+                shared = (a_name, b_name) in OPENRLHF_SHARED
+                for lit_a, lit_b in _overlapping(loc, a, b, same_allowed=shared):
+                    m.AddBoolOr([lit_a.Not(), lit_b.Not(), *extra])
+    if stale is None or gen is None:
+        return
+    for v in range(len(index)):   # stale: the engines on GPUs of their own
+        if v != gen:
+            for lit_g, lit_v in _overlapping(loc, gen, v, same_allowed=False):
+                m.AddBoolOr([lit_g.Not(), lit_v.Not(), stale.Not()])
+
+
+def _overlapping(loc, a: int, b: int, same_allowed: bool) -> list[tuple[Any, Any]]:
+    """The pairs of block indicators of vertices ``a`` and ``b`` whose blocks share a GPU (the same block left out
+    where ``same_allowed``)."""
+    return [(lit_a, lit_b) for (alo, ahi), lit_a in loc.block_of[a].items()
+            for (blo, bhi), lit_b in loc.block_of[b].items()
+            if not (ahi <= blo or bhi <= alo or (same_allowed and (alo, ahi) == (blo, bhi)))]
 
 
 def _same_key(m: Any, follower: dict, leader: dict) -> None:
