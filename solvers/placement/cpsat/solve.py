@@ -6,9 +6,9 @@ Hint and fallback: the best (evaluator objective) of the ``hint_solvers`` plans 
 (options, starts and ends of its integer schedule), the upper bound of the objective and the fallback.
 Dominance pruning (:mod:`.pruning`) runs after the hint, within the build budget below (past it: the
 hint, ``cp_status`` ``NOT_BUILT``), on candidates and then on the micro-rollout chunk's options (the hint's kept).
-Layout rules: OpenRLHF's between tasks are encoded in both models (:mod:`.rules`), the other frameworks'
-relaxed (a plan that breaks one is moved onto them, :meth:`_ExactPlacement._onto_rules`). Restriction: ``top_k``,
-or a cluster above ``max_gpus`` (32) GPUs, keeps
+Layout rules: OpenRLHF's between tasks are encoded in both models (:mod:`.rules`), verl's and NeMo RL's in the
+synchronous one, relaxed in the periodic one (a plan that breaks one is moved onto them,
+:meth:`_ExactPlacement._onto_rules`). Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps
 per vertex its ``top_k`` fastest candidates of each block shape plus the hint's; the status is then at most
 ``feasible`` and CP-SAT's bound goes to ``info["restricted_bound_s"]`` only. The same holds, without the
 ``top_k`` cut, where the evaluator prices the experience as a framework release's serial micro-rollout loop
