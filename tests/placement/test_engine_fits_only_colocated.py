@@ -69,8 +69,16 @@ def test_openrlhf_0_6_0_on_40_gb_plans_with_the_engine_at_0_4():
     table = _engine_fits_only_colocated(inst)
     seconds = _greedy_plan_is_colocated_and_accepted(inst)
     # NCCL's 1.79 GiB inside the 16 GB pool at TP > 1 (V0) and the start-up profile-run peak priced; the
-    # experience forwards timed at the micro-rollout batch (from v0.5.0), the lengths the expected order statistics
-    assert seconds == pytest.approx(439.3282, abs=1e-3)
+    # experience forwards timed at the micro-rollout batch (from v0.5.0), the lengths the expected order statistics.
+    # 439.3282 before DeepSpeed's per-module ZeRO-3 gathers (CostModel.zero3_gather_latency_seconds): each pass's
+    # N all-gathers add (N - 1)(f - 1)α, f = 8 (dp 8 inside the node), α = 1 µs; N = 198 for Llama-2-7B with its
+    # LM head (actor, reference), 197 for the value models (critic, reward: the 4,096-element value head stays
+    # persistent). Every task on the same GPUs, so the vertices add up: the reference's, reward's and critic's
+    # forwards and the actor's old-log-prob forward at the micro-rollout batch 16, 1,024/8/16 = 8 passes each,
+    # 8·7 µs·(197 + 196 + 196 + 197); the training steps expose 1/32 layers of the mean (forward, backward)
+    # latency per micro-batch: the actor's 16 micro-batches of 8, 16·7 µs·197/32, the critic's 8 of 16, 8·7 µs·196/32
+    assert seconds == pytest.approx(439.3282 + 7e-6 * (8 * (197 + 196 + 196 + 197) + 16 * 197 / 32 + 8 * 196 / 32),
+                                    abs=1e-3)
     # the whole-plan bound of the no-fit message says where the engine fits
     # the engine's GPUs are not counted (it runs on the trainers'): 5 tasks on 1 GPU each. The engine's least
     # block is 2 GPUs (TP 2 or 4): at TP 1 vLLM 0.7.2 would refuse to start it, its 0.4 x 40 GB pool leaving the
@@ -87,8 +95,12 @@ def test_openrlhf_0_6_0_on_40_gb_plans_with_the_engine_at_0_4():
 def test_openrlhf_0_5_8_at_0_95_on_80_gb_plans_with_the_engine_at_0_4():
     inst = _instance("0.5.8", 80e9, gmu=0.95)
     _engine_fits_only_colocated(inst)
-    # NCCL in the pool (V0) and the start-up profile-run peak priced, the forwards at the micro-rollout batch
-    assert _greedy_plan_is_colocated_and_accepted(inst) == pytest.approx(390.7145, abs=1e-3)
+    # NCCL in the pool (V0) and the start-up profile-run peak priced, the forwards at the micro-rollout batch.
+    # 390.7145 before DeepSpeed's per-module ZeRO-3 gathers, (N - 1)·7 µs a pass (N = 198 actor and reference, 197
+    # critic and reward, as above): the four forwards at the micro-rollout batch 64, 1,024/8/64 = 2 passes each,
+    # 2·7 µs·(197 + 196 + 196 + 197); the actor's and the critic's 8 training micro-batches of 16, 8·7 µs·(197 + 196)/32
+    assert _greedy_plan_is_colocated_and_accepted(inst) == pytest.approx(
+        390.7145 + 7e-6 * (2 * (197 + 196 + 196 + 197) + 8 * (197 + 196) / 32), abs=1e-3)
 
 
 def test_openrlhf_0_6_0_post1_without_the_override_is_still_refused():

@@ -15,7 +15,7 @@ import os
 import pytest
 
 from packplace.placement.evaluator import PlacementEvaluator
-from packplace.placement.model.framework import colocated_engine_gpu_memory_utilization
+from packplace.placement.model.framework import colocated_engine_gpu_memory_utilization, overridden_profile
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.solvers.placement.cpsat.solve import _choice_of
@@ -70,9 +70,18 @@ def test_a_colocate_all_plan_prices_the_engine_at_0_4():
     # 408.2527 with every forward at its planned micro-batch: they run at the micro-rollout batch 64 (the
     # reference's), the actor's old-log-prob forward (planned at its training micro-batch 16) its pass 19.4442 ->
     # 19.3031 s and its ZeRO-3 gather 0.5897 -> 0.1474 s, the reward and critic forwards (planned at 128) 18.9860 ->
-    # 19.0813 s each (twice the gathers); every task on the same GPUs, so they add up
+    # 19.0813 s each (twice the gathers); every task on the same GPUs, so they add up. Then DeepSpeed's per-module
+    # ZeRO-3 gathers (CostModel.zero3_gather_latency_seconds): a pass's N all-gathers add (N - 1)(f - 1)α, f = 8,
+    # α = 1 µs, N = 198 for Llama-2-7B with its LM head (actor, reference), 197 for the value models (critic,
+    # reward: the 4,096-element value head stays persistent); the four forwards at the micro-rollout batch 64,
+    # 1,024/8/64 = 2 passes each, 2·7 µs·(197 + 196 + 196 + 197), and the actor's and critic's 8 training
+    # micro-batches of 16 expose 1/32 layers of the mean (forward, backward) latency each, 8·7 µs·(197 + 196)/32
+    zero3 = 7e-6 * (2 * (197 + 196 + 196 + 197) + 8 * (197 + 196) / 32)
     assert ev.step_time(plan) == pytest.approx(408.2527 - (19.4442 + 0.5897) + (19.3031 + 0.1474)
-                                               + 2 * (19.0813 - 18.9860), abs=1e-3)
+                                               + 2 * (19.0813 - 18.9860) + zero3, abs=1e-3)
+    with overridden_profile("openrlhf", zero3_fetch=None):   # the gathers' latency is all that term moves
+        assert ev.step_time(plan) - PlacementEvaluator(_instance("0.6.0")).step_time(plan) == \
+            pytest.approx(zero3, abs=1e-9)
     later = PlacementEvaluator(_instance("0.6.0.post1"))
     assert later.step_time(plan) == float("inf")
     # there the engine's 76.58 GB pool sets the GPUs' peak while it generates: 88.24 GB of 85.09
