@@ -12,7 +12,8 @@ evaluator's (objective, Σℓ²), are improved in turn (:func:`_improve`): a sta
 (pair repair with m = 1 and no budgets, rank repair otherwise) and the repaired answer fine-tuned; one
 still above the bound is then re-split pair by pair (:mod:`.resplit`; ``makespan`` without padding or
 budgets, at most :data:`RESPLIT_MAX_SAMPLES_PER_RANK` samples per rank on average) when it is better
-than the best answer of an earlier start. The first answer proven optimal ends the search (on the
+than the best answer of an earlier start. The first answer proven optimal (with ``tie_break="lockstep"``, at
+most :func:`_tie_level`) ends the search (on the
 per-step path also the first within its ``STEP_GAP``, where the re-split settles: :mod:`.step`). Otherwise
 ``karmarkar_karp`` runs on the time left and is improved the same way; the best answer is returned.
 Options: ``max_repair_pairs`` (a positive int; default max(:data:`DEFAULT_MAX_REPAIR_PAIRS`, 2·D)),
