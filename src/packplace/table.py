@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,10 +39,19 @@ OBJECTIVE_DIGITS = 9
 
 
 def format_objective(value: Any) -> str:
-    """An objective or bound as a message prints it, readable at every size: an integral value up to
-    :data:`EXACT_INTEGER` in full with thousands separators (``3,000,003``, not ``3e+06``), another finite one with
+    """An objective or bound as a message prints it, readable at every size: an integer (a Python or numpy int)
+    in full with thousands separators at any size (``2**53 + 2`` as ``9,007,199,254,740,994``), an integral float
+    up to :data:`EXACT_INTEGER` likewise (``3,000,003``, not ``3e+06``), another finite one with
     :data:`OBJECTIVE_DIGITS` significant digits (``1,234,567.89``; exponent notation only past 1e9 or below 1e-4),
-    ``inf`` / ``-inf`` / ``nan`` as such. The one formatter of the balance solvers' messages."""
+    ``inf`` / ``-inf`` / ``nan`` as such. The one formatter of the balance solvers' messages.
+
+    Raises:
+        ValueError: ``value`` a bool (``True`` is no objective; it would print as ``1``).
+    """
+    if isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b":
+        raise ValueError(f"format_objective: value must be a number, got the bool {value!r}")
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
     number = float(value)
     if not math.isfinite(number):
         return "nan" if number != number else ("inf" if number > 0 else "-inf")

@@ -4,6 +4,8 @@ for it."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -79,6 +81,13 @@ def _mix(seed: int, n: int, ranks: int):
                          local_batch_size="auto")
 
 
+def _ceiling(ev, plain) -> float:
+    """The most makespan the tie-break may take: the plain answer's, or up to the bound within 1e-6 (at least
+    the bound rounded up), where every makespan is a tie (``repair``'s ``_tie_level``)."""
+    bound = ev.lower_bound("makespan")
+    return max(ev.objective(plain, "makespan"), bound * (1 + 1e-6), math.ceil(bound))
+
+
 def _compare(instance):
     ev = BalanceEvaluator(instance)
     plain = solve_balance(instance, "repair").solution.bins
@@ -88,30 +97,31 @@ def _compare(instance):
 
 def test_tie_break_lowers_lockstep_at_the_same_makespan_on_an_rl_mix():
     # 256 sequences on 8 ranks (m = 7): the plain answer reaches the makespan bound and runs 3.9% above it
-    # in lockstep; the tie-break's plan (the answer itself levelled within ranks) 2.7%, at no higher makespan
+    # in lockstep; the tie-break's plan (the answer itself levelled within ranks) 2.7%, at a makespan within 1e-6
+    # of the bound (205 units above the plain answer's, 6e-8 of it: a tie)
     instance = _mix(2, 256, 8)
     ev, plain, tied = _compare(instance)
     bound = ev.lower_bound("makespan")
     assert not ev.violations(tied)
     assert ev.objective(plain, "makespan") <= bound * (1 + 1e-6)
-    assert ev.objective(tied, "makespan") <= ev.objective(plain, "makespan")
+    assert ev.objective(tied, "makespan") <= bound * (1 + 1e-6)
     assert ev.objective(plain, "lockstep") > 1.039 * bound
     assert ev.objective(tied, "lockstep") < 1.028 * bound
 
 
 def test_tie_break_takes_the_other_start_where_it_runs_lower():
-    # 512 sequences on 8 ranks: the plain answer (karmarkar_karp's, fine-tuned) runs 1.87% above the makespan
-    # bound in lockstep; lpt's answer fine-tuned to its makespan and levelled, 0.88%. (Seed 0 had shown it until
-    # the fine-tuning went on to the exact bound: its plain makespan is now 5,339 units lower, which lpt's answer
-    # no longer reaches, so there the answer itself is levelled.)
-    instance = _mix(8, 512, 8)
+    # 512 sequences on 8 ranks: the plain answer (karmarkar_karp's, fine-tuned to the bound rounded up) runs 1.88%
+    # above the makespan bound in lockstep; lpt's answer fine-tuned to the tie-break's answer's makespan (within
+    # 1e-6 of the bound, a tie) and levelled, 1.05%
+    instance = _mix(0, 512, 8)
     ev = BalanceEvaluator(instance)
     bound = ev.lower_bound("makespan")
     plain = solve_balance(instance, "repair")
     tied = solve_balance(instance, "repair", tie_break="lockstep")
     assert "started from karmarkar_karp's answer" in plain.message
     assert "lockstep tie-break: lpt's answer fine-tuned, levelled within ranks" in tied.message
-    assert ev.objective(tied.solution, "makespan") <= ev.objective(plain.solution, "makespan") <= bound * (1 + 1e-6)
+    assert ev.objective(plain.solution, "makespan") <= bound * (1 + 1e-6)
+    assert ev.objective(tied.solution, "makespan") <= bound * (1 + 1e-6)
     assert ev.objective(plain.solution, "lockstep") > 1.018 * bound
     assert ev.objective(tied.solution, "lockstep") < 1.011 * bound
 
@@ -119,13 +129,14 @@ def test_tie_break_takes_the_other_start_where_it_runs_lower():
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 10_000), st.integers(40, 160), st.integers(2, 6))
 def test_tie_break_property(seed: int, n: int, ranks: int):
-    # makespan never above the plain answer's, lockstep never above it, every sample exactly once
+    # makespan never above the plain answer's but for ties (within 1e-6 of the bound), lockstep never above the
+    # plain answer's, every sample exactly once
     instance = _mix(seed, n, ranks)
     ev, plain, tied = _compare(instance)
     assert not ev.violations(tied)
     assert sorted(k for b in tied for k in b) == sorted(k for b in plain for k in b)
     assert sum(len(b) for b in tied) == len(instance.samples)
-    assert ev.objective(tied, "makespan") <= ev.objective(plain, "makespan")
+    assert ev.objective(tied, "makespan") <= _ceiling(ev, plain)
     assert ev.objective(tied, "lockstep") <= ev.objective(plain, "lockstep")
 
 
@@ -186,7 +197,8 @@ def test_tie_break_finished_on_the_work_clock_is_not_cut(work_clock):
 def test_tie_break_cut_before_its_levelling_is_marked(monkeypatch, work_clock):
     # the same call with the deadline passing as the tie-break scores its candidates: nothing is levelled,
     # the answer is the candidate with the lower lockstep time (the unlevelled answer here), still valid
-    # and at no higher makespan than the plain answer, and the result says the time limit cut it
+    # and at no higher makespan than the plain answer but for ties (within 1e-6 of the bound), and the result
+    # says the time limit cut it
     from packplace.solvers.balance.repair import solver
 
     instance = _mix(2, 256, 8)
@@ -202,14 +214,14 @@ def test_tie_break_cut_before_its_levelling_is_marked(monkeypatch, work_clock):
     assert "the time limit cut the lockstep tie-break short" in result.message
     assert "levelled within ranks" not in result.message
     assert not ev.violations(result.solution)
-    assert ev.objective(result.solution, "makespan") <= ev.objective(plain, "makespan")
+    assert ev.objective(result.solution, "makespan") <= _ceiling(ev, plain)
     assert ev.objective(result.solution, "lockstep") <= ev.objective(plain, "lockstep")
 
 
 def test_tie_break_cut_inside_its_levelling_is_marked(monkeypatch, work_clock):
     # the deadline passes at the levelling's first move: that move is kept (the levelling checks the
     # deadline before each move), the plan is valid, lower in lockstep than the plain answer at no higher
-    # makespan, and the result is marked as cut by the time limit
+    # makespan but for ties, and the result is marked as cut by the time limit
     from packplace.solvers.balance import lockstep
 
     instance = _mix(2, 256, 8)
@@ -221,5 +233,5 @@ def test_tie_break_cut_inside_its_levelling_is_marked(monkeypatch, work_clock):
     assert "lockstep tie-break: the answer, levelled within ranks (1 moves)" in result.message
     assert "the time limit cut the lockstep tie-break short" in result.message
     assert not ev.violations(result.solution)
-    assert ev.objective(result.solution, "makespan") <= ev.objective(plain, "makespan")
+    assert ev.objective(result.solution, "makespan") <= _ceiling(ev, plain)
     assert ev.objective(result.solution, "lockstep") < ev.objective(plain, "lockstep")

@@ -10,7 +10,7 @@ import pytest
 import packplace
 from packplace.balance import make_instance
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.solvers.balance.repair.solver import FINE_TUNE_RTOL, _fine_targets
+from packplace.solvers.balance.repair.solver import FINE_TUNE_RTOL, _fine_target, _fine_targets, _tie_level
 from packplace.solvers.balance.repair.start import proven_level
 
 # 13 samples on two ranks: the total 5,594,183 gives the bound ⌈5,594,183 / 2⌉ = 2,797,092, and the best split is
@@ -69,3 +69,23 @@ def test_the_message_claims_the_bound_only_where_the_status_is_optimal():
             claims += 1
             assert result.status == "optimal" and result.objective == result.bound
     assert claims > 0
+
+
+def test_the_lockstep_tie_level_is_the_bound_within_the_tolerance():
+    # tie_break="lockstep" counts makespans up to 2,797,092 x (1 + 1e-6) = 2,797,094.797092 as ties (the search
+    # ends there), while the evaluator's level stays the bound itself
+    instance = _instance(TWO_ABOVE)
+    assert _tie_level(instance, 2_797_092.0) == pytest.approx(2_797_094.797092, abs=1e-6)
+    # the tie-break's fine-tuning aims at the loose target alone: 2,797,092 x (1 + 0.9e-6) = 2,797,094.5173828
+    assert _fine_target(instance, 2_797_092.0, ties=True) == pytest.approx(2_797_094.5173828, abs=1e-6)
+    assert _fine_target(instance, 2_797_092.0) == 2_797_092
+
+
+@pytest.mark.parametrize("costs, objective, bound", [(TWO_ABOVE, 2_797_094, 2_797_092),
+                                                      (ONE_ABOVE, 1_488_958, 1_488_957)])
+def test_a_tie_above_the_bound_stays_feasible_and_unclaimed(costs, objective, bound):
+    # within the tie tolerance the tie-break's search stops, but the status and the message are the evaluator's:
+    # one or two units above the rounded bound is `feasible`, and nothing says the bound was reached
+    result = packplace.balance(_instance(costs), solver="repair", tie_break="lockstep")
+    assert (result.objective, result.bound, result.status) == (objective, bound, "feasible")
+    assert "reached the bound" not in result.message

@@ -26,6 +26,22 @@ def test_format_objective(value, text):
     assert format_objective(value) == text
 
 
+@pytest.mark.parametrize("value, text", [
+    # 2**53 + 2 = 9,007,199,254,740,994 is a float too (even), but 2**53 + 1 is not: an int prints exactly
+    (2 ** 53 + 1, "9,007,199,254,740,993"), (2 ** 53 + 2, "9,007,199,254,740,994"),
+    (-(2 ** 60) - 1, "-1,152,921,504,606,846,977"),
+    (10 ** 20 + 7, "100,000,000,000,000,000,007"), (np.int64(2 ** 62 + 1), "4,611,686,018,427,387,905"), (0, "0"),
+])
+def test_format_objective_prints_ints_exactly(value, text):
+    assert format_objective(value) == text
+
+
+@pytest.mark.parametrize("value", [True, False, np.bool_(True)])
+def test_format_objective_refuses_bools(value):
+    with pytest.raises(ValueError, match=r"format_objective: value must be a number, got the bool (np\.)?(True|False)"):
+        format_objective(value)
+
+
 def test_lns_prints_its_start_objective_in_full():
     instance = make_instance([3, 1, 1, 1], INTEGER, seq_len=10, data_parallel_size=2, local_batch_size=1)
     result = packplace.balance(instance, solver="lns", seed=0)

@@ -13,11 +13,14 @@ padding or budgets) and otherwise repaired: pair repair with one bin per rank an
 few samples per rank), the exact pair re-split of :mod:`.resplit` enumerates the splits of two ranks'
 pooled samples and keeps the most even one that packs. The first answer proven optimal by the evaluator's
 test (with integer costs the objective at the bound rounded up, exactly; else ≤ bound·(1 + OPTIMALITY_RTOL))
-ends the search, and only such an answer's message says it reached the bound. Every phase keeps its
+ends the search (under ``tie_break="lockstep"`` the first within OPTIMALITY_RTOL of the bound, where makespans
+are ties and the lockstep time decides), and only an answer the evaluator calls optimal has a message saying it
+reached the bound. Every phase keeps its
 input when the evaluator would score its output worse, so ``repair`` is never worse than ``lpt`` or
 ``kk`` unless the time limit cuts ``kk`` off. Rank rules go to the rule-keeping search of
 :mod:`~packplace.solvers.balance.constrained`.
-Options: ``max_repair_pairs`` (default max(64, 2·D)), ``time_limit_s``; ``seed`` unused (deterministic).
+Options: ``max_repair_pairs`` (default max(64, 2·D)), ``tie_break``, ``time_limit_s``; ``seed`` unused
+(deterministic).
 Performance: docs/performance.md
 """
 

@@ -12,12 +12,14 @@ evaluator's (objective, Σℓ²), are improved in turn (:func:`_improve`): a sta
 (pair repair with m = 1 and no budgets, rank repair otherwise) and the repaired answer fine-tuned; one
 still above the bound is then re-split pair by pair (:mod:`.resplit`; ``makespan`` without padding or
 budgets, at most :data:`RESPLIT_MAX_SAMPLES_PER_RANK` samples per rank on average) when it is better
-than the best answer of an earlier start. The first answer proven optimal ends the search (on the
+than the best answer of an earlier start. The first answer proven optimal (with ``tie_break="lockstep"``, at
+most :func:`_tie_level`) ends the search (on the
 per-step path also the first within its ``STEP_GAP``, where the re-split settles: :mod:`.step`). Otherwise
 ``karmarkar_karp`` runs on the time left and is improved the same way; the best answer is returned.
 Options: ``max_repair_pairs`` (a positive int; default max(:data:`DEFAULT_MAX_REPAIR_PAIRS`, 2·D)),
 ``tie_break`` (None, or ``"lockstep"``: among answers at no more than the answer's ``makespan``, the
-one the evaluator's ``lockstep`` objective scores lowest, :meth:`_Repair.lockstep_tie`), ``time_limit_s``;
+one the evaluator's ``lockstep`` objective scores lowest, :meth:`_Repair.lockstep_tie`; makespans within
+the relative optimality tolerance of the bound are ties, :func:`_tie_level`), ``time_limit_s``;
 ``seed`` is unused (deterministic).
 Performance: docs/performance.md
 """
@@ -25,13 +27,13 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 from packplace.balance.lockstep import lockstep_cost
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.registry import register
-from packplace.result import FEASIBLE, OPTIMALITY_RTOL, UNKNOWN, Proposal
+from packplace.result import FEASIBLE, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
 from packplace.run import Run, passed
 from packplace.solvers.balance._common import (
     DeadEnd,
@@ -149,9 +151,17 @@ def solve(
             ``makespan`` without padding or budgets, the answer's makespan becomes a ceiling, the other
             start whose bins cost least in lockstep is fine-tuned to it, and the lower lockstep time of
             the two, levelled within ranks, is returned (:meth:`_Repair.lockstep_tie`); the makespan is
-            never higher than the answer's. Cut short by the deadline, the plan is still valid and
-            ``hit_time_limit`` is set (the message says so). Where it does not apply (another objective,
-            rank rules, a padding cost, budgets) the message says ``tie_break='lockstep' not applied: ...``.
+            never higher than the answer's. Ties: makespans at most the analytic bound raised by the
+            relative optimality tolerance (1e-6, at least the bound rounded up with integer costs,
+            :func:`_tie_level`) count as equal, so the search ends there and the fine-tuning and re-split aim
+            at the bound × (1 + 0.9e-6), not on to the rounded bound as without a tie-break: a few units
+            of makespan (parts in 1e7) are worth less to ranks in lockstep than the percent of lockstep
+            time a wider choice among such packings buys. The plan's makespan may so be above the plain
+            answer's, within that tolerance of the bound; the status and messages stay the evaluator's (an
+            answer above its level is ``feasible`` and no message says it reached the bound). Cut short by
+            the deadline, the plan is still valid and ``hit_time_limit`` is set (the message says so). Where
+            it does not apply (another objective, rank rules, a padding cost, budgets) the message says
+            ``tie_break='lockstep' not applied: ...``.
 
     Returns:
         A :class:`~packplace.result.Proposal`: bins of keys with status ``feasible`` and
@@ -216,6 +226,9 @@ class _Repair:
         self.messages = messages
         self.bound = run.evaluator.lower_bound()
         self.proven = proven_level(run.evaluator, self.bound)
+        ties = tie_break == "lockstep" and _fine_tunable(instance)
+        self.levels = _Levels(self.bound, _tie_level(instance, self.bound) if ties else self.proven, self.proven,
+                              ties)
         self.starts: list[tuple] = []
         self.kk_run = self.kk_cut = False
         self.stepped: tuple | None = None  # the per-step path's fine-tuned answer: (key, bins, messages)
@@ -235,8 +248,9 @@ class _Repair:
             instance, prepared, bins, self.bound, self.run, kk_max_work=KK_START_MAX_WORK,
             rank_lpt_gap=RANK_LPT_START_GAP)
         tuned, tuned_key, steps, timed_out, keep = step_answer(
-            self.starts[0], proven,
-            lambda start, key: _fine_tune(instance, prepared, start, key, self.run.deadline, self.bound))
+            self.starts[0], self.levels.stop,
+            lambda start, key: _fine_tune(instance, prepared, start, key, self.run.deadline, self.bound,
+                                          self.levels.ties), keep_level=proven)
         name = self.starts[0][2]
         notes = ([] if name == "lpt" else [f"started from {name}'s answer"]) + (
             [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
@@ -289,20 +303,20 @@ class _Repair:
         best = None
         iterations = 0
         hit_time_limit = False
-        proven = self.proven
+        stop = self.levels.stop
         while True:
             for _, _, name, start_bins in starts:
                 bins, key, checks, hit_time_limit, notes = _improve(
-                    self.instance, self.prepared, start_bins, proven, self.max_repair_pairs, self.run.deadline,
-                    self.bound, None if best is None else best[0])
+                    self.instance, self.prepared, start_bins, self.levels, self.max_repair_pairs, self.run.deadline,
+                    None if best is None else best[0])
                 iterations += checks
                 if best is None or key < best[0]:
                     head = [] if name == "lpt" else [f"started from {name}'s answer"]
                     best = (key, bins, (self.messages if name == "lpt" else []) + head + notes)
-                if best[0][0] <= proven or hit_time_limit or (
-                        self.stepped is not None and best[0][0] <= step_level(proven)):
+                if best[0][0] <= stop or hit_time_limit or (
+                        self.stepped is not None and best[0][0] <= step_level(self.proven)):
                     break  # on the per-step path, an answer it would have kept ends the search too
-            if best[0][0] <= proven or hit_time_limit or self.kk_run:
+            if best[0][0] <= stop or hit_time_limit or self.kk_run:
                 break
             # Not proven optimal: the differencing method's answer may be better; improve it too, keep the better.
             kk_bins = self.kk_bins()
@@ -365,8 +379,9 @@ def _fine_tunable(instance: BalanceInstance) -> bool:
 
 
 def _fine_tune(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
-               key: tuple[float, float], deadline: float | None, bound: float):
-    """:func:`fine_tune` of ``bins`` towards :func:`_fine_targets` in turn, each stage from the last's answer:
+               key: tuple[float, float], deadline: float | None, bound: float, ties: bool = False):
+    """:func:`fine_tune` of ``bins`` towards :func:`_fine_targets` in turn, each stage from the last's answer
+    (``ties``, the lockstep tie-break's tolerance: no stage once the loose target is reached):
     (bins, key, exchanges, hit the deadline), the given bins when it changes nothing or the evaluator's objective
     would not improve."""
     if not _fine_tunable(instance) or len(bins) < 2:
@@ -374,8 +389,8 @@ def _fine_tune(instance: BalanceInstance, prepared: PreparedSamples, bins: list[
     ranks = instance.data_parallel_size
     steps, timed_out = 0, False
     for target in _fine_targets(instance, bound):
-        if timed_out:
-            break
+        if timed_out or (ties and key[0] <= _fine_target(instance, bound, ties)):
+            break  # with ties: within the tolerance, a tie, so no further (lower) target
         if key[0] <= target:   # there already: on to the next (lower) target
             continue
         tuned, made, timed_out = fine_tune(bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size,
@@ -394,47 +409,80 @@ def _fine_targets(instance: BalanceInstance, bound: float) -> tuple[float, ...]:
     tolerance, so float sums cannot push the evaluator's objective past it; with integer costs at least the
     bound rounded up); then, with integer costs where that is lower, the rounded-up bound itself
     (:func:`_fine_target`), the only objective the evaluator's ``optimality_level`` calls optimal there, so the
-    search does not stop one unit or more above it (on loads past 1e6 the tolerance spans a unit)."""
+    search does not stop one unit or more above it (on loads past 1e6 the tolerance spans a unit). Under
+    ``tie_break="lockstep"`` (:func:`_tie_level`) the second is aimed at only where the first was not reached:
+    a makespan within the tolerance of the bound is a tie there, and the tie-break, not a lower makespan,
+    decides between ties."""
     exact = _fine_target(instance, bound)
     loose = max(bound * (1 + FINE_TUNE_RTOL), exact)
     return (loose,) if loose == exact else (loose, exact)
 
 
-def _fine_target(instance: BalanceInstance, bound: float) -> float:
+def _fine_target(instance: BalanceInstance, bound: float, ties: bool = False) -> float:
     """The last target of the fine-tuning and the re-split's: with integer costs (every load an integer) the
     analytic ``bound`` rounded up, exactly, as the evaluator's ``optimality_level`` calls only an answer at it
-    optimal; else ``bound`` raised by :data:`FINE_TUNE_RTOL`."""
+    optimal; else, or with ``ties`` (:func:`_fine_targets`), ``bound`` raised by :data:`FINE_TUNE_RTOL` (at
+    least the rounded bound)."""
     rounded = integer_makespan_bound(instance, bound)
-    return rounded if rounded is not None else bound * (1 + FINE_TUNE_RTOL)
+    loose = bound * (1 + FINE_TUNE_RTOL)
+    if rounded is None:
+        return loose
+    return max(loose, rounded) if ties else rounded
 
 
-def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], proven: float,
-             max_repair_pairs: int, deadline: float | None, bound: float, best: tuple[float, float] | None = None):
-    """Fine-tune ``bins``; if that does not reach ``proven``, repair ``bins`` and fine-tune the repaired answer,
+def _tie_level(instance: BalanceInstance, bound: float) -> float:
+    """Under ``tie_break="lockstep"`` the makespan at or below which the search ends and the tie-break decides:
+    the bound within the relative optimality tolerance (:func:`~packplace.result.optimality_level`), at least
+    the bound rounded up for integer costs (:func:`makespan_target`). Answers at or below it are ties: their
+    makespans differ by at most 1e-6 of it, while their lockstep times differ by percents. The status stays
+    the evaluator's: above the evaluator's own level (the rounded bound, exactly, with integer costs) an
+    answer is ``feasible``, and no message says it reached the bound."""
+    target = makespan_target(instance, bound)
+    level = optimality_level(bound)
+    return level if target is None else max(level, target)
+
+
+class _Levels(NamedTuple):
+    """The levels of one ``repair`` call: ``bound`` (the evaluator's analytic bound), ``stop`` (the objective
+    at or below which the search ends: :func:`_tie_level` with ``ties``, else ``claim``), ``claim`` (at or below
+    which the evaluator calls an answer optimal, the only answers a message says reached the bound) and
+    ``ties`` (the lockstep tie-break's tolerance applies: the fine-tuning and re-split aim at the loose
+    target alone, :func:`_fine_targets`)."""
+
+    bound: float
+    stop: float
+    claim: float
+    ties: bool
+
+
+def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], levels: _Levels,
+             max_repair_pairs: int, deadline: float | None, best: tuple[float, float] | None = None):
+    """Fine-tune ``bins``; if that does not reach ``levels.stop``, repair ``bins`` and fine-tune the repaired answer,
     then, where it applies (:func:`_resplittable`) and the answer is better than ``best`` (the best key of
     an earlier start, already re-split), re-split it: (bins, key, pair checks of the repair and the
-    re-split, hit the deadline, messages)."""
+    re-split, hit the deadline, messages). A message says "reached the bound" only at ``levels.claim``."""
+    bound, stop, claim, ties = levels
     key = rank_key(instance, prepared, bins)
-    if key[0] <= proven * (1 + FINE_TUNE_FIRST_GAP):
-        tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline, bound)
-        if tuned_key[0] <= proven or timed_out:
-            notes = [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
+    if key[0] <= stop * (1 + FINE_TUNE_FIRST_GAP):
+        tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline, bound, ties)
+        if tuned_key[0] <= stop or timed_out:
+            notes = [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= claim else "")]
             return tuned, tuned_key, 0, timed_out, notes if steps else []
     # Not at the bound: repair the start itself (the fine-tuned answer is a worse start for the repair),
     # then fine-tune the repaired answer.
     bins, checks, timed_out, note = _repair(instance, prepared, bins, max_repair_pairs, deadline, bound)
     key = rank_key(instance, prepared, bins)
     notes = [note] if note else []
-    if not timed_out and key[0] > proven:
-        bins, key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline, bound)
+    if not timed_out and key[0] > stop:
+        bins, key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline, bound, ties)
         if steps:
-            notes.append(f"fine-tuning: {steps} exchanges" + (" reached the bound" if key[0] <= proven else ""))
-    if not timed_out and key[0] > proven and _resplittable(instance) and (best is None or key < best):
+            notes.append(f"fine-tuning: {steps} exchanges" + (" reached the bound" if key[0] <= claim else ""))
+    if not timed_out and key[0] > stop and _resplittable(instance) and (best is None or key < best):
         bins, key, resplit_checks, timed_out, note = _resplit(instance, prepared, bins, key, deadline, bound,
-                                                              step_level(proven))
+                                                              step_level(claim), ties)
         checks += resplit_checks
         if note:
-            notes.append(note + (" reached the bound" if key[0] <= proven else ""))
+            notes.append(note + (" reached the bound" if key[0] <= claim else ""))
     return bins, key, checks, timed_out, notes
 
 
@@ -446,14 +494,14 @@ def _resplittable(instance: BalanceInstance) -> bool:
 
 
 def _resplit(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
-             key: tuple[float, float], deadline: float | None, bound: float, level: float):
-    """:func:`resplit` of ``bins`` towards :func:`_fine_target`, settling once the makespan is at most ``level``
-    (:data:`~.step.SETTLE_CHECKS_PER_RANK`): (bins, key, pair checks, hit the deadline, message); the given
-    bins when the evaluator would not score the result better."""
+             key: tuple[float, float], deadline: float | None, bound: float, level: float, ties: bool = False):
+    """:func:`resplit` of ``bins`` towards :func:`_fine_target` (with ``ties``), settling once the makespan is at
+    most ``level`` (:data:`~.step.SETTLE_CHECKS_PER_RANK`): (bins, key, pair checks, hit the deadline, message);
+    the given bins when the evaluator would not score the result better."""
     ranks = instance.data_parallel_size
     new_bins, checks, accepted, timed_out = resplit(
         bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size, instance.constraints.seq_len,
-        _fine_target(instance, bound), max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK * ranks), deadline,
+        _fine_target(instance, bound, ties), max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK * ranks), deadline,
         settle=(level, SETTLE_CHECKS_PER_RANK * ranks))
     if not accepted:
         return bins, key, checks, timed_out, ""

@@ -81,19 +81,22 @@ def step_level(proven: float) -> float:
 def step_answer(best: Start, proven: float,
                 fine_tune: Callable[[list[list[int]], tuple[float, float]],
                                     tuple[list[list[int]], tuple[float, float], int, bool]],
-                ) -> tuple[list[list[int]], tuple[float, float], int, bool, bool]:
+                keep_level: float | None = None) -> tuple[list[list[int]], tuple[float, float], int, bool, bool]:
     """Fine-tune the best start: (bins, key, exchanges, hit the deadline, near enough to keep).
 
     Args:
         best: The best start of :func:`step_starts`.
-        proven: The objective at or below which the evaluator calls an answer optimal (exact with integer costs).
+        proven: The objective at or below which the evaluator calls an answer optimal (exact with integer costs),
+            or where the search ends (``repair``'s lockstep tie-break: the bound within the tolerance).
         fine_tune: ``(bins, key) -> (bins, key, exchanges, hit the deadline)``, never worse than its input
             by the key (``repair``'s bounded fine-tuning).
+        keep_level: The level "near enough" is measured from (default ``proven``).
 
-    "Near enough" is an objective at most ``proven·(1 + STEP_GAP)`` (or the deadline passed).
+    "Near enough" is an objective at most ``proven`` or ``keep_level·(1 + STEP_GAP)`` (or the deadline passed).
     """
     key, _, _, bins = best
     if key[0] <= proven:
         return bins, key, 0, False, True
     tuned, tuned_key, steps, timed_out = fine_tune(bins, key)
-    return tuned, tuned_key, steps, timed_out, timed_out or tuned_key[0] <= step_level(proven)
+    near = step_level(proven if keep_level is None else keep_level)
+    return tuned, tuned_key, steps, timed_out, timed_out or tuned_key[0] <= max(proven, near)
