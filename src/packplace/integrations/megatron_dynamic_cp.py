@@ -643,11 +643,12 @@ class PackplaceDynamicCPScheduler:
                             solves: list[_Solve],
                             mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None) -> None:
         """The time ``budget`` has left after the counts, given back: each solve of ``solves`` the wall clock
-        cut that could still give a better plan (its bound below the best kept objective, or no plan kept of
-        it) runs again, in the order solved, with the time left over the cut solves still to run. An uncut
-        answer replaces the cut one (the plan of a solve the work ended, whatever the load); a cut one is kept
-        beside it. ``search.wall`` then says whether a cut solve that could still improve the plan is left, or
-        the counts the search would have tried without the clock differ from those it tried."""
+        cut that could still change the pick (:meth:`_Solve.could_improve`: no plan kept of it, its plan the one
+        picked, or its bound below the best kept objective) runs again, in the order solved, with the time left
+        over the cut solves still to run. An uncut answer replaces the cut one (the plan of a solve the work
+        ended, whatever the load); a cut one is kept beside it. ``search.wall`` then says whether a cut solve
+        that could still change the pick is left, or the counts the search would have tried without the clock
+        differ from those it tried."""
         if budget.deadline is None:
             return
         cuts = [solve for solve in solves if solve.cut]
