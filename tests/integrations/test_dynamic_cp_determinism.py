@@ -166,3 +166,66 @@ def test_the_vpp_re_plan_takes_the_max_num_seqs_share_where_that_one_does_not_ru
     assert sorted(len(g.keys) for slot in plan.micro_batches for g in slot) == [1, 2]
     result = scheduler.last_result
     assert result.objective == 10800.0 and not result.hit_time_limit and not result.info["wall_clock_cut"]
+
+
+def _cutting(monkeypatch, work_clock, calls, cut, bound=None):
+    """As :func:`_marking`; a solve numbered in ``cut`` also proves only ``bound`` (where given): a cut search
+    proves less."""
+    _marking(monkeypatch, work_clock, calls, cut)
+    marking = module.solve_context_parallel
+
+    def cutting(instance, solver, **params):
+        result = marking(instance, solver, **params)
+        return dataclasses.replace(result, bound=bound) if len(calls) in cut and bound is not None else result
+
+    monkeypatch.setattr(module, "solve_context_parallel", cutting)
+
+
+_TENS = [(i, 10) for i in range(8)]   # eight 10-token sequences on one rank of 100, max_num_seqs 2
+
+
+@pytest.mark.parametrize("cut", [{2}, {2, 4}])
+def test_the_time_the_max_num_seqs_counts_leave_goes_back_to_a_cut_solve(monkeypatch, work_clock, cut):
+    # the first plan (one micro-batch of all eight) breaks the cap; it takes half of 12 s (the max_num_seqs
+    # re-plan may follow). The re-plan's counts are 4 to 8: 4 gets 6 / 4 = 1.5 s and is cut (proving only 0),
+    # 5 gets 4.5 / 4 = 1.125 s, 6 is more than one count from 4, the first with a plan: 4 runs again with the
+    # 3.375 s left. Uncut, its plan comes back (four micro-batches of two: 4 x (10^2 + 10^2) = 800, count 5's
+    # ties at 800 and 4 was tried first), the result not cut; cut again, it says so
+    calls = []
+    _cutting(monkeypatch, work_clock, calls, cut, bound=0.0)
+    scheduler = PackplaceDynamicCPScheduler(100, 1, 1, None, 2, compare_megatron=False, time_limit_s=12.0)
+    plan = scheduler.plan(_TENS)
+    assert calls == [("greedy", None, pytest.approx(6.0, abs=1e-3)), ("greedy", 4, pytest.approx(1.5, abs=1e-3)),
+                     ("greedy", 5, pytest.approx(1.125, abs=1e-3)), ("greedy", 4, pytest.approx(3.375, abs=1e-3))]
+    assert [sorted(len(g.keys) for g in slot) for slot in plan.micro_batches] == [[2]] * 4
+    result = scheduler.last_result
+    assert result.objective == 800.0 and result.info["max_num_seqs"]["micro_batches"] == 4
+    again_cut = 4 in cut
+    assert result.hit_time_limit == again_cut and result.info["wall_clock_cut"] == again_cut
+
+
+def test_a_cut_solve_that_cannot_improve_the_plan_is_not_run_again(monkeypatch, work_clock):
+    # as above, but count 5's solve is cut and still proves 800 (the work bound: 8 x 10^2 on one rank), which
+    # count 4's uncut plan reaches and, tried first, wins the tie: more time at count 5 could not change the
+    # pick, so it does not run again and the clock did not decide the plan
+    calls = []
+    _cutting(monkeypatch, work_clock, calls, {3})
+    scheduler = PackplaceDynamicCPScheduler(100, 1, 1, None, 2, compare_megatron=False, time_limit_s=12.0)
+    scheduler.plan(_TENS)
+    assert [(solver, count) for solver, count, _ in calls] == [("greedy", None), ("greedy", 4), ("greedy", 5)]
+    result = scheduler.last_result
+    assert result.objective == 800.0 and result.info["max_num_seqs"]["micro_batches"] == 4
+    assert not result.hit_time_limit and not result.info["wall_clock_cut"]
+
+
+def test_the_result_info_names_its_time_unit():
+    scheduler = PackplaceDynamicCPScheduler(100, 1, 1, None, 2, compare_megatron=False)
+    scheduler.plan(_TENS)
+    info = scheduler.last_result.info
+    assert info["time_unit"] == "token^2" and info["step_time"] == info["step_time_s"] == 800.0
+    assert info["slot_times"] == info["slot_times_s"] == [200.0] * 4 and info["makespan"] == info["makespan_s"]
+    # a = 1 s/token, nothing else: eight 10-token sequences on one rank take 80 s however they are split
+    timed = PackplaceDynamicCPScheduler(100, 1, 1, None, 2, compare_megatron=False,
+                                        cost={"linear_s_per_token": 1.0, "attention_s_per_token2": 0.0})
+    timed.plan(_TENS)
+    assert timed.last_result.info["time_unit"] == "s" and timed.last_result.info["step_time"] == 80.0

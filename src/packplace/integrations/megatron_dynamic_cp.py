@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
@@ -225,6 +226,43 @@ class _Search:
         return objective, count, option
 
 
+@dataclasses.dataclass
+class _Solve:
+    """One solve of :meth:`PackplaceDynamicCPScheduler._plans_at_counts`: its place in the schedule, count and
+    backend, the entry of ``_Search.kept`` it gave (None: no plan kept), whether the wall clock cut it, and
+    its backend's bound at the count (every plan of that many micro-batches takes at least that long)."""
+
+    place: int
+    count: int
+    solver: str
+    kept: tuple[float, int, int, SolveResult] | None
+    cut: bool
+    bound: float = -math.inf
+
+    def could_improve(self, search: _Search) -> bool:
+        """More time could change the pick: no plan is kept, this solve's plan is the one picked, or its bound
+        is below the best kept objective (or equal to it, from a place tried no later, which may win the
+        tie)."""
+        if not search.kept:
+            return True
+        best = min(search.kept, key=lambda kept: kept[:2])
+        objective, place = best[:2]
+        return best is self.kept or self.bound < objective or (self.bound == objective and self.place <= place)
+
+
+def _window_tried(search: _Search, counts: list[int], multiple: int) -> bool:
+    """Whether ``search`` tried every count of ``counts`` the search would try given the plans it kept: those
+    up to the first more than :data:`CAP_ALTERNATIVES` multiples of ``multiple`` from the first count with a
+    plan (all where none has one), or the budget ran out (``out_of_time`` says so)."""
+    if search.out_of_time:
+        return True
+    first = min((kept[1] for kept in search.kept), default=None)
+    wanted = len(counts) if first is None else next(
+        (i for i in range(first, len(counts)) if abs(counts[i] - counts[first]) > CAP_ALTERNATIVES * multiple),
+        len(counts))
+    return search.tried == counts[:wanted]
+
+
 def solve_dynamic_cp(instance: ContextParallelInstance, solver: str = DEFAULT_SOLVER, *,
                      time_limit_s: float | None = None, seed: int = 0, compare_megatron: bool = True,
                      deadline: Run | None = None) -> SolveResult:
@@ -342,7 +380,10 @@ class PackplaceDynamicCPScheduler:
 
     Attributes:
         last_result: The :class:`~packplace.result.SolveResult` of the latest schedule; its objective and bound
-            are in :func:`time_unit` of ``cost`` (token² under the default, seconds under a cost model), its
+            are in :func:`time_unit` of ``cost`` (token² under the default, seconds under a cost model), as
+            are its ``info["step_time"]``, ``info["makespan"]`` and ``info["slot_times"]``, the unit named in
+            ``info["time_unit"]`` (``step_time_s``, ``makespan_s`` and ``slot_times_s`` are the same values under
+            their former names, deprecated: not seconds under the default cost); its
             ``info["wall_clock_cut"]`` says the wall clock, not work, ended a solve (:meth:`plan`).
 
     Raises:
@@ -456,7 +497,8 @@ class PackplaceDynamicCPScheduler:
             result = self._within_max_num_seqs(instance, lengths, ids, multiple, cap, deadline)
             hit, wall = hit or result.hit_time_limit, wall or wall_clock_cut(result)
         # every stage's flags, not the last one's
-        self.last_result = dataclasses.replace(result, hit_time_limit=hit, info={**result.info, "wall_clock_cut": wall})
+        self.last_result = dataclasses.replace(result, hit_time_limit=hit, info={
+            **result.info, **_unit_neutral(result.info, self.cost), "wall_clock_cut": wall})
         plan: ContextParallelPlan = result.solution
         return plan
 
@@ -561,9 +603,11 @@ class PackplaceDynamicCPScheduler:
         feasible). It stops at the first count more than :data:`CAP_ALTERNATIVES` multiples of ``multiple``
         from the first count with a plan, so that count and its neighbours in the schedule compete, or where
         the ``budget`` the solves share (a :class:`~packplace.run.Run`) has run out; a solve gets the time left
-        over the counts still to try (at most :data:`CAP_SHARES` of them) and the backends."""
+        over the counts still to try (at most :data:`CAP_SHARES` of them) and the backends. The time the
+        counts leave goes back to the solves the wall clock cut (:meth:`_given_back_to_cuts`)."""
         solvers = self._solvers()
         search = _Search()
+        solves: list[_Solve] = []
         for i, count in enumerate(counts):
             left = None if budget.deadline is None else budget.left()
             if left is not None and left <= 0:
@@ -574,14 +618,56 @@ class PackplaceDynamicCPScheduler:
             search.tried.append(count)
             share = None if left is None else left / min(len(counts) - i, CAP_SHARES) / len(solvers)
             for solver in solvers:
-                try:
-                    option = solve_context_parallel(self._instance(lengths, ids, count), solver,
-                                                    time_limit_s=share, seed=self.seed, **_work(solver))
-                except InfeasibleError as error:
-                    search.reasons.append(str(error))
-                    continue
-                search.keep(option, evaluator, i, count, solver, mend)
+                solves.append(self._solve_at(lengths, ids, count, i, solver, share, evaluator, search, mend))
+        self._given_back_to_cuts(lengths, ids, counts, multiple, budget, evaluator, search, solves, mend)
         return search
+
+    def _solve_at(self, lengths: list[int], ids: list[Any], count: int, place: int, solver: str,
+                  limit: float | None, evaluator: ContextParallelEvaluator, search: _Search,
+                  mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None) -> _Solve:
+        """One solve of :meth:`_plans_at_counts`: ``solver`` at ``count`` micro-batches within ``limit``
+        seconds, its plan kept in ``search`` (or its reason); what it was and whether the wall clock cut it."""
+        try:
+            option = solve_context_parallel(self._instance(lengths, ids, count), solver, time_limit_s=limit,
+                                            seed=self.seed, **_work(solver))
+        except InfeasibleError as error:   # the instance refuses the count: no clock in it
+            search.reasons.append(str(error))
+            return _Solve(place, count, solver, None, False)
+        kept = len(search.kept)
+        search.keep(option, evaluator, place, count, solver, mend)
+        return _Solve(place, count, solver, search.kept[-1] if len(search.kept) > kept else None,
+                      wall_clock_cut(option), option.bound)
+
+    def _given_back_to_cuts(self, lengths: list[int], ids: list[Any], counts: list[int], multiple: int,
+                            budget: Run, evaluator: ContextParallelEvaluator, search: _Search,
+                            solves: list[_Solve],
+                            mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None) -> None:
+        """The time ``budget`` has left after the counts, given back: each solve of ``solves`` the wall clock
+        cut that could still change the pick (:meth:`_Solve.could_improve`: no plan kept of it, its plan the one
+        picked, or its bound below the best kept objective) runs again, in the order solved, with the time left
+        over the cut solves still to run. An uncut answer replaces the cut one (the plan of a solve the work
+        ended, whatever the load); a cut one is kept beside it. ``search.wall`` then says whether a cut solve
+        that could still change the pick is left, or the counts the search would have tried without the clock
+        differ from those it tried."""
+        if budget.deadline is None:
+            return
+        cuts = [solve for solve in solves if solve.cut]
+        for j, solve in enumerate(cuts):
+            if not solve.could_improve(search) or budget.expired():
+                continue
+            kept = solve.kept
+            again = self._solve_at(lengths, ids, solve.count, solve.place, solve.solver,
+                                   max(MIN_SOLVE_S, budget.left() / (len(cuts) - j)), evaluator, search, mend)
+            if not again.cut:
+                if kept is not None:
+                    search.kept.remove(kept)
+                solve.kept, solve.cut, solve.bound = again.kept, False, again.bound
+            elif again.kept is not None and (kept is None or again.kept[0] < kept[0]):
+                solve.kept, solve.bound = again.kept, max(solve.bound, again.bound)
+        order = {id(solve.kept): k for k, solve in enumerate(solves) if solve.kept is not None}
+        search.kept.sort(key=lambda kept: order.get(id(kept), len(solves)))   # ties: the order solved, as uncut
+        search.wall = any(solve.cut and solve.could_improve(search) for solve in cuts) or not _window_tried(
+            search, counts, multiple)
 
     def _capped(self, lengths: list[int], ids: list[Any], counts: list[int], cap: int, budget: Run,
                 evaluator: ContextParallelEvaluator, search: _Search) -> None:
@@ -734,6 +820,19 @@ def time_unit(cost: Any) -> str:
     default (None: Megatron's workload ``seq_len² / cp_size``, one unit per token², no seconds in it),
     ``"s"`` for a cost model (``{"model": ..., "hardware": ...}`` or its coefficients, in seconds)."""
     return WORKLOAD_UNIT if cost is None else "s"
+
+
+#: The evaluator's ``info`` keys of times (:meth:`~packplace.context_parallel.evaluator.ContextParallelScore.detail`)
+#: and their unit-neutral names in the drop-in's ``last_result.info``.
+UNIT_NEUTRAL_KEYS = {"step_time_s": "step_time", "makespan_s": "makespan", "slot_times_s": "slot_times"}
+
+
+def _unit_neutral(info: Mapping[str, Any], cost: Any) -> dict[str, Any]:
+    """``info``'s times under their unit-neutral names (:data:`UNIT_NEUTRAL_KEYS`) and ``time_unit``
+    (:func:`time_unit` of ``cost``): the ``_s`` names stay as deprecated aliases of the same values, which
+    are token² (Megatron's workload), not seconds, under the default cost."""
+    times = {neutral: info[old] for old, neutral in UNIT_NEUTRAL_KEYS.items() if old in info}
+    return {**times, "time_unit": time_unit(cost)}
 
 
 def _field(item: Any, name: str, where: str) -> Any:
