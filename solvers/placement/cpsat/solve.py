@@ -199,7 +199,8 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
         if name not in names or name == "cpsat":
             raise ConfigError(f"cpsat: hint_solvers: {name!r} is not a usable placement backend; "
                               f"valid: {', '.join(n for n in names if n != 'cpsat')}")
-        if best is not None and phase.expired():  # the hint phase's share is spent: the build keeps its time
+        if best is not None and best[1] < float("inf") and phase.expired():
+            # the hint phase's share is spent and a plan is found: the build keeps its time
             if record is not None:
                 record.skipped.append(name)
             continue
