@@ -82,3 +82,17 @@ def test_update_time_adds_the_reduces_latency_on_64_a100():
     extra = (reduces + gathers - 2) * 63 * alpha + 2.0 * shape.params / 64 * beta
     assert with_reduces - ring == pytest.approx(extra, rel=1e-9)
     assert 0.14 < with_reduces - ring < 0.17   # about 480 ring reduces of 63 steps of 5 µs
+
+
+def test_opt_no_decay_group_is_the_biases_as_the_table_1_release_names_them():
+    # DeepSpeedExamples e468799f utils/utils.py: no decay for names containing "bias" or "LayerNorm.weight"; OPT's
+    # norms are "self_attn_layer_norm" / "final_layer_norm", so only the biases (the norms' included) skip decay.
+    # OPT-1.3B, d 2048, d_ff 8192, 24 layers: per layer Q, K, V, O biases 4 x 2048, fc1's 8192, fc2's 2048, two
+    # norm biases 2 x 2048 = 22,528; x 24 + the final norm's 2048 = 542,720. The 2 x 24 + 1 = 49 norm weights decay.
+    instance, _, _ = load_setup(OPT_64)
+    tensors = parameter_tensors(instance.models["actor"])
+    assert sum(n for n, no_decay in tensors if no_decay) == 24 * (4 * 2048 + 8192 + 2048 + 2 * 2048) + 2048 == 542_720
+    assert sum(1 for n, no_decay in tensors if no_decay) == 24 * 8 + 1
+    norm_weights = [i for i in range(len(tensors) - 1)
+                    if tensors[i] == (2048, False) and tensors[i + 1] == (2048, True)]
+    assert len(norm_weights) == 49

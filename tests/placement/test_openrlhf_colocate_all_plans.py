@@ -105,8 +105,8 @@ def test_the_cpsat_model_takes_the_twin_where_the_evaluator_does():
     assert tables.colocate_all == ev.colocate_all
     flags = {o.colocated for o in tables.options[0]}
     assert flags == {False, True}
-    # every forward at the actor's training micro-batch, 16: each forward then runs at the batch its candidate is
-    # priced at (the model does not encode the micro-rollout chunk; cpsat is restricted)
+    # every forward at the actor's training micro-batch, 16: the micro-rollout chunk is 16, so each forward runs at
+    # the batch its candidate is priced at (no chunk phases) and the model's option at that chunk is the evaluator's
     vertices = _plan().by_vertex()
     for name in ("reference.infer", "reward.infer", "critic.infer"):
         vertices[name] = VertexPlan(DP8, 16, vertices[name].allocation)

@@ -1,4 +1,4 @@
-"""OpenRLHF's release-bound layout rules (``layout_rules._openrlhf_sizes`` and the colocation rule):
+"""OpenRLHF's release-bound layout rules (``layout_rules.openrlhf_sizes`` and the colocation rule):
 
 * before v0.7.1 under ZeRO-3 actor rank ``i`` calls reference / reward server ``i % len(group)``
   (launcher.py), whose stage-3 forwards are collective: a group size that does not divide the actor ranks hangs;

@@ -19,6 +19,7 @@ from packplace.placement.model.layout_rules import plan_refusals
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Plan
 from packplace.solvers.placement import cpsat
+from packplace.solvers.placement.cpsat import periodic
 from packplace.solvers.placement.cpsat.pruning import dominated_chunk_options
 from packplace.solvers.placement.cpsat.rules import encoded
 
@@ -27,19 +28,22 @@ pytestmark = pytest.mark.usefixtures("toy_cuda_graphs")
 _CACHE: dict = {}
 
 
-def ppo(algorithm: str = "ppo", version: str | None = "0.6.0", gpus: int = 2):
+def ppo(algorithm: str = "ppo", version: str | None = "0.6.0", gpus: int = 2, stale: bool = False,
+        framework: str = "openrlhf", nodes: int = 1):
     """OpenRLHF PPO (actor, critic, reward model: 6 vertices) or GRPO (actor, reward model: 4) of 8 sequences on
-    ``gpus`` GPUs of 20 GB."""
-    key = (algorithm, version, gpus)
+    ``nodes`` nodes of ``gpus`` GPUs of 20 GB (``stale``: actor staleness 0 or 1, the periodic model;
+    ``framework``: another)."""
+    key = (algorithm, version, gpus, stale, framework, nodes)
     if key not in _CACHE:
         models = {"actor": SMALL, "critic": SMALL, "reward": SMALL} if algorithm == "ppo" else \
             {"actor": SMALL, "reward": SMALL}
         _CACHE[key] = build_instance({
-            "hardware": {**CPSAT_TEST_HW, "gpus_per_node": gpus, "memory_per_gpu": 20e9}, "models": models,
+            "hardware": {**CPSAT_TEST_HW, "gpus_per_node": gpus, "nodes_per_rack": nodes, "memory_per_gpu": 20e9},
+            "models": models,
             "workload": dict(batch_size=4, samples_per_prompt=2, context_length=256, generation_length=256),
-            "policy": {"algorithm": algorithm, "gpu_memory_utilization": 0.4, "framework": "openrlhf",
+            "policy": {"algorithm": algorithm, "gpu_memory_utilization": 0.4, "framework": framework,
                        "framework_version": version},
-            "optimizer": {"e_max": 4000}})
+            "optimizer": {"e_max": 4000, **({"staleness_candidates": {"actor": [0, 1]}} if stale else {})}})
     return _CACHE[key]
 
 
@@ -120,8 +124,44 @@ def test_the_openrlhf_rules_make_the_model_optimum_the_brute_force_one_over_rule
     assert not plan_refusals(inst, ruled_plan)
     assert brute - 1e-12 <= ruled <= brute + rounding
     assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
-    # the periodic model relaxes them still; frameworks without them get none
-    assert encoded(inst, asynchronous=True) is None and encoded(grpo(None)) is not None
+    # the periodic model encodes the same rules
+    assert encoded(inst, asynchronous=True) == encoded(inst) and encoded(grpo(None)) is not None
+
+
+def periodic_optimum(inst, tables, rules=None) -> tuple[float, Plan]:
+    """CP-SAT's proven optimum of the periodic model (seconds) and its plan with the model's staleness."""
+    built = periodic.build_periodic_model(inst, tables, horizon=10**10, rules=rules)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.Solve(built.model) == cp_model.OPTIMAL
+    choice = [next(o for o, lit in zip(tables.options[v], built.x[v]) if solver.Value(lit))
+              for v in range(len(tables.names))]
+    staleness = {model: t for model, values in built.stale.items() for t, lit in values.items()
+                 if t and solver.Value(lit)}
+    return solver.ObjectiveValue() / cpsat.TICKS_PER_S, cpsat._plan_of(choice, tables.names, staleness)
+
+
+# GRPO: the stale optimum, its engines on a GPU of their own; PPO: the synchronous one, every group colocated
+# (its stale twin is refused: the engines share the trainers' GPUs), so the model keeps staleness 0 allowed
+@pytest.mark.parametrize("algorithm, stale_optimum", [("grpo", True), ("ppo", False)])
+def test_the_openrlhf_rules_make_the_periodic_optimum_the_brute_force_one_over_rule_keeping_plans(
+        algorithm, stale_optimum):
+    inst = ppo(algorithm, None, 2, stale=True)
+    ev = PlacementEvaluator(inst)
+    candidates = fastest_per_shape(ev, 1)
+    tables = cpsat.make_tables(ev, candidates)
+    brute = min(ev.step_time(Plan.build(p.by_vertex(), staleness))
+                for p in every_plan(ev, candidates) for staleness in ({}, {"actor": 1}))
+    rounding = periodic.rounding_ticks(tables) / cpsat.TICKS_PER_S
+    relaxed, relaxed_plan = periodic_optimum(inst, tables)
+    ruled, ruled_plan = periodic_optimum(inst, tables, encoded(inst, asynchronous=True))
+    # relaxed: a stale plan whose engine shares the trainers' GPUs, refused; a bound only
+    assert dict(relaxed_plan.staleness) == {"actor": 1} and plan_refusals(inst, relaxed_plan)
+    assert relaxed < brute - rounding
+    assert not plan_refusals(inst, ruled_plan)
+    assert bool(ruled_plan.staleness) is stale_optimum
+    assert brute - 1e-12 <= ruled <= brute + rounding
+    assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
 
 
 def test_cpsat_proves_the_rule_keeping_optimum_bound_le_exact_le_heuristics():
@@ -134,5 +174,62 @@ def test_cpsat_proves_the_rule_keeping_optimum_bound_le_exact_le_heuristics():
     assert result.objective == ev.step_time(result.solution)
     assert not plan_refusals(inst, result.solution)
     assert result.bound <= result.objective <= sub + 1e-12   # no worse than a brute force over fewer candidates
+    for heuristic in ("greedy", "anneal"):
+        assert result.objective <= packplace.place(inst, heuristic, seed=0, time_limit_s=30).objective + 1e-12
+
+
+@pytest.mark.parametrize("algorithm, kind", [("grpo", "period"), ("ppo", "step_time")])
+def test_cpsat_proves_the_rule_keeping_periodic_optimum_bound_le_exact_le_heuristics(algorithm, kind):
+    inst = ppo(algorithm, None, 2, stale=True)
+    ev = PlacementEvaluator(inst)
+    candidates = fastest_per_shape(ev, 1)
+    sub = min(ev.step_time(Plan.build(p.by_vertex(), staleness))
+              for p in every_plan(ev, candidates) for staleness in ({}, {"actor": 1}))
+    result = packplace.place(inst, "cpsat", time_limit_s=60, seed=0)
+    assert result.status == "optimal", result.message
+    # PPO's optimum is synchronous (every staleness 0 won: a step time), GRPO's stale (a period)
+    assert result.info["objective_kind"] == kind and bool(result.solution.staleness) is (kind == "period")
+    assert "does not encode" not in result.message and not result.info.get("layout_rules_broken")
+    assert result.objective == ev.step_time(result.solution)
+    assert not plan_refusals(inst, result.solution)
+    assert result.bound <= result.objective <= sub + 1e-12   # no worse than a brute force over fewer candidates
+    for heuristic in ("greedy", "anneal"):
+        assert result.objective <= packplace.place(inst, heuristic, seed=0, time_limit_s=30).objective + 1e-12
+
+
+# verl: the reference and the critic on the trainer's block, the value forward at the critic's strategy, the
+# Megatron reference at the trainer's, the rollout on the trainer's block, a reward model there or apart
+# NeMo RL: the reference in the policy's layout and GPUs, the reward model on GPUs of its own, generation on the
+# policy's block or apart (PPO: on it), on whole nodes where the plan spans two (the last case)
+@pytest.mark.parametrize("framework, algorithm, gpus, nodes", [
+    ("verl", "ppo", 2, 1), ("verl", "grpo", 4, 1),
+    ("nemo-rl", "ppo", 2, 1), ("nemo-rl", "grpo", 4, 1), ("nemo-rl", "grpo", 2, 2)])
+def test_the_verl_and_nemo_rl_rules_make_the_model_optimum_the_brute_force_one_over_rule_keeping_plans(
+        framework, algorithm, gpus, nodes):
+    inst = ppo(algorithm, None, gpus, framework=framework, nodes=nodes)
+    ev = PlacementEvaluator(inst)
+    candidates = fastest_per_shape(ev, 1)
+    tables = cpsat.make_tables(ev, candidates)
+    brute = min(ev.step_time(p) for p in every_plan(ev, candidates))
+    rounding = tables.rounding_ticks / cpsat.TICKS_PER_S
+    relaxed, relaxed_plan = optimum(inst, tables)
+    ruled, ruled_plan = optimum(inst, tables, encoded(inst))
+    assert plan_refusals(inst, relaxed_plan) and relaxed < brute - rounding
+    assert not plan_refusals(inst, ruled_plan)
+    assert brute - 1e-12 <= ruled <= brute + rounding
+    assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
+    # their periodic models relax them still (the rollout rules read the actor's own staleness)
+    assert encoded(inst, asynchronous=True) is None
+
+
+def test_cpsat_proves_the_verl_rule_keeping_optimum_bound_le_exact_le_heuristics():
+    inst = ppo("ppo", None, 2, framework="verl")
+    ev = PlacementEvaluator(inst)
+    sub = min(ev.step_time(p) for p in every_plan(ev, fastest_per_shape(ev, 1)))
+    result = packplace.place(inst, "cpsat", time_limit_s=60, seed=0)
+    assert result.status == "optimal", result.message
+    assert not result.info.get("layout_rules_broken") and not plan_refusals(inst, result.solution)
+    assert result.objective == ev.step_time(result.solution)
+    assert result.bound <= result.objective <= sub + 1e-12
     for heuristic in ("greedy", "anneal"):
         assert result.objective <= packplace.place(inst, heuristic, seed=0, time_limit_s=30).objective + 1e-12

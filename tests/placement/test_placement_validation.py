@@ -11,7 +11,7 @@ import pytest
 from packplace.cli import main
 from packplace.errors import ConfigError
 from packplace.placement.checking.calibrate import calibrate, read_measured, task_times
-from packplace.placement.checking.validate import RATIO_RANGE, load_setup, validate
+from packplace.placement.checking.validate import RATIO_RANGE, flop_floor, load_setup, predict, validate
 from packplace.placement.model.engine import mean_live_tokens
 from packplace.placement.problem.config import load_yaml
 from packplace.placement.problem.plan import Plan
@@ -402,3 +402,17 @@ def test_calibrate_refuses_a_knob_named_twice_and_an_empty_knobs_list(tmp_path, 
     empty.write_text("times: {actor.generate: 24.3}\nengine_only: [actor.generate]\nknobs: []\n")
     assert main(["calibrate", "--config", QWEN, "--measured", str(empty)]) == 2
     assert "no knob to fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["openrlhf_ppo_llama2-7b_8xa800", "openrlhf_ppo_llama2-7b_16xa800",
+                                  "deepspeed_chat_ppo_opt-1.3b_64xa100", "nemo_rl_v0.5_grpo_llama3.1-8b_2x8xh100_1off",
+                                  "verl_dapo_qwen2.5-math-7b_2x8xh20_colocate"])
+def test_predict_returns_plain_floats(name):
+    # OpenRLHF >= 0.5's rows (openrlhf_ppo_llama2-7b_8xa800) came back as
+    # np.float64 while the other files' were floats: every number leaves predict and flop_floor a float.
+    instance, plan, section = load_setup(f"benchmarks/validation/{name}.yaml")
+    predicted, fits, parts = predict(instance, plan, section)
+    assert type(fits) is bool and predicted and parts
+    assert all(type(v) is float for v in predicted.values())
+    assert all(type(v) is float for vertex in parts.values() for v in vertex.values())
+    assert all(type(v) is float for v in flop_floor(instance, plan, section).values())

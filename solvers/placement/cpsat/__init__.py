@@ -7,7 +7,7 @@ topological order; data edges wait for the transfer between the two blocks; memo
 model + the kept bytes of every sleeping engine there + the largest transient beyond its own kept bytes) fits
 ``memory_per_gpu``; the objective is the step time (makespan and publication terms) or the period. Modules:
 :mod:`.tables` (options, integer tables), :mod:`.pruning` (dominance pruning of candidates and of chunk options),
-:mod:`.chunk` (OpenRLHF's micro-rollout chunk), :mod:`.rules` (OpenRLHF's layout rules between tasks),
+:mod:`.chunk` (OpenRLHF's micro-rollout chunk), :mod:`.rules` (the frameworks' layout rules between tasks),
 :mod:`.model` (synchronous model), :mod:`.periodic` (asynchronous model), :mod:`.solve` (the backend: hint,
 restriction, symmetry breaking, budget, checks).
 

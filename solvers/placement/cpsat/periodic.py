@@ -12,7 +12,9 @@ step at that staleness; its duration is then linear in one Boolean per (option, 
 steady-state time can exceed the option's own time, a plan's period can exceed its synchronous step time
 (the evaluator scores the smaller): every staleness 0 is then allowed too, at the period of the options'
 own durations, which never exceeds the synchronous step time of the same blocks, so the optimum stays a
-lower bound of the evaluator's. Memory, options and one option per vertex are those of
+lower bound of the evaluator's. The same holds where the model encodes a framework's layout rules
+(:mod:`~packplace.solvers.placement.cpsat.rules`, under a Boolean "some staleness ≥ 1"): a stale twin may break
+one the synchronous plan keeps. Memory, options and one option per vertex are those of
 :mod:`~packplace.solvers.placement.cpsat.model`. Objective: minimise ``P``; the least ``P`` admitting
 start times is the maximum cycle mean, so the model's optimum is the evaluator's period. Rounding:
 ``E = 2·V + 1`` ticks, one-sided (:func:`rounding_ticks`); :func:`model_period` computes a plan's ``P``.
@@ -36,6 +38,7 @@ from packplace.solvers.placement.cpsat.model import (
     add_occupancy,
     match_literal,
 )
+from packplace.solvers.placement.cpsat.rules import add_layout_rules
 from packplace.solvers.placement.cpsat.tables import (
     ModelTables,
     Option,
@@ -190,7 +193,8 @@ class PeriodicModel:
     Attributes:
         stale: ``{model: {t: Boolean}}`` the staleness decision per published model.
         synchronous: True when a plan may have every staleness 0 (some option's stale rollout runs slower
-            than its batch, so a stale plan can lose to its synchronous twin); False when the model requires
+            than its batch, so a stale plan can lose to its synchronous twin; or the model encodes layout rules,
+            which can refuse a stale twin the synchronous plan keeps); False when the model requires
             some staleness ≥ 1. Then it excludes no better plan: with no stale duration above the option's own,
             a plan's stale twin (same options, a staleness ≥ 1) has a period at most that of every staleness 0,
             which is below the synchronous step time plus :func:`rounding_ticks` (:func:`model_period`), at
@@ -211,7 +215,7 @@ class PeriodicModel:
 
 
 def build_periodic_model(instance, tables: ModelTables, horizon: int,
-                         deadline: float | None = None) -> PeriodicModel:
+                         deadline: float | None = None, rules: Any = None) -> PeriodicModel:
     """The CP-SAT model of the asynchronous step (module docstring), objective ``minimise P`` (ticks).
 
     Args:
@@ -220,6 +224,8 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
             ``±V·(longest duration + largest transfer + largest reallocation + horizon)``, enough for the
             longest-path potentials of any plan with ``P ≤ horizon``.
         deadline: ``packplace.run.clock()`` value after which building stops (None: no limit).
+        rules: The framework's layout rules to encode (:func:`~packplace.solvers.placement.cpsat.rules.encoded`;
+            None: relaxed), under the staleness the model chooses.
 
     Raises:
         ModelBuildTimeout: the deadline passed (the message names the stage reached).
@@ -246,15 +252,10 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     # a stale rollout slower than the batch's makespan can make a plan's period exceed its synchronous
     # step time (the evaluator then scores the synchronous step): every staleness 0 stays allowed, at
     # the period of the same durations, never above the synchronous step time (a relaxation)
-    slower = any(d > o.duration for v, per in ticks.items() for o, by_t in zip(opts[v], per) for d in by_t.values())
+    # (so do encoded layout rules, which can refuse a plan's stale twin where the synchronous plan keeps them)
+    slower = rules is not None or any(d > o.duration for v, per in ticks.items()
+                                      for o, by_t in zip(opts[v], per) for d in by_t.values())
     stale: dict[str, dict[int, Any]] = {}
-
-    def add_staleness() -> None:  # one value per published model, at least one ≥ 1 unless ``slower``
-        for model, values in choices.items():
-            stale[model] = {t: m.NewBoolVar(f"staleness[{model}={t}]") for t in values}
-            m.AddExactlyOne(stale[model].values())
-        if not slower:
-            m.AddBoolOr([lit for values in stale.values() for t, lit in values.items() if t >= 1])
 
     # -- one option per vertex, its duration: Σ ticks·literal over the options or, for a rollout engine
     # whose duration depends on its policy's staleness, over (option, staleness) pairs where the ticks
@@ -265,7 +266,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     end = [m.NewIntVar(-span, span, f"end[{name}]") for name in tables.names]
     chunk = add_chunk(m, tables.chunk, opts, x)   # the micro-rollout chunk the chosen options run at
     if engines:
-        add_staleness()
+        stale.update(_staleness(m, choices, slower))
     terms: list[list[tuple[int, Any, Option]]] = []  # per vertex: (ticks, literal, option)
     duration = []
     for v in range(n):
@@ -301,7 +302,8 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     _modulo_order(m, n, occ, segments, terms, start, end, duration, period, check)
 
     if not engines:   # staleness (created before the durations when one depends on it)
-        add_staleness()
+        stale.update(_staleness(m, choices, slower))
+    add_layout_rules(m, rules, tables, loc, _any_stale(m, stale))
     _publication_edges(m, instance, tables, loc, stale, start, end, period, check)
 
     # -- redundant energy cut: every vertex's GPU-time fits in P × GPUs ---------------------------------
@@ -310,6 +312,25 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
           <= instance.cluster.num_gpus * period)
     m.Minimize(period)
     return PeriodicModel(m, x, start, end, period, stale, synchronous=slower, chunk=chunk)
+
+
+def _staleness(m: Any, choices: dict[str, tuple[int, ...]], synchronous: bool) -> dict[str, dict[int, Any]]:
+    """One Boolean per published model and allowed staleness, exactly one per model; at least one value ≥ 1
+    unless ``synchronous`` (every staleness 0 allowed)."""
+    stale = {model: {t: m.NewBoolVar(f"staleness[{model}={t}]") for t in values} for model, values in choices.items()}
+    for values in stale.values():
+        m.AddExactlyOne(values.values())
+    if not synchronous:
+        m.AddBoolOr([lit for values in stale.values() for t, lit in values.items() if t >= 1])
+    return stale
+
+
+def _any_stale(m: Any, stale: dict[str, dict[int, Any]]) -> Any:
+    """A Boolean true exactly when some model's staleness is at least 1 (what the layout rules read)."""
+    any_stale = m.NewBoolVar("some staleness >= 1")
+    lits = [lit for values in stale.values() for t, lit in values.items() if t >= 1]
+    m.AddMaxEquality(any_stale, lits) if lits else m.Add(any_stale == 0)
+    return any_stale
 
 
 def _modulo_order(m: Any, n: int, occ: list, segments: list, terms: list, start: list, end: list, duration: list,

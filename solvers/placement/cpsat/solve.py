@@ -8,9 +8,9 @@ the others where they find none) is the hint
 (options, starts and ends of its integer schedule), the upper bound of the objective and the fallback.
 Dominance pruning (:mod:`.pruning`) runs after the hint, within the build budget below (past it: the
 hint, ``cp_status`` ``NOT_BUILT``), on candidates and then on the micro-rollout chunk's options (the hint's kept).
-Layout rules: OpenRLHF's between tasks are encoded in the synchronous model (:mod:`.rules`), the other frameworks'
-relaxed (a plan that breaks one is moved onto them, :meth:`_ExactPlacement._onto_rules`). Restriction: ``top_k``,
-or a cluster above ``max_gpus`` (32) GPUs, keeps
+Layout rules: OpenRLHF's between tasks are encoded in both models (:mod:`.rules`), verl's and NeMo RL's in the
+synchronous one, relaxed in the periodic one (a plan that breaks one is moved onto them,
+:meth:`_ExactPlacement._onto_rules`). Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps
 per vertex its ``top_k`` fastest candidates of each block shape plus the hint's; the status is then at most
 ``feasible`` and CP-SAT's bound goes to ``info["restricted_bound_s"]`` only. The same holds, without the
 ``top_k`` cut, where the evaluator prices the experience as a framework release's serial micro-rollout loop
@@ -546,6 +546,11 @@ class _ExactPlacement:
         """The option tables and the model with the hint, within :data:`BUILD_TIME_SHARE` of the limit;
         past it the hint is the answer (``hit_time_limit``)."""
         instance, run, most_stale = self.instance, self.run, self.most_stale
+        if most_stale is not None and self.rules is not None:
+            # encoded rules may refuse the hint's stale twin (_best_baseline then keeps it synchronous): the
+            # model, which allows every staleness 0 under them (periodic.build_periodic_model), takes its own
+            given = dict(self.hint_plan.staleness)
+            most_stale = {model: given.get(model, 0) for model in most_stale}
         build_budget = BUILD_TIME_SHARE * self.limit
         deadline = run.started + build_budget
         try:
@@ -572,7 +577,8 @@ class _ExactPlacement:
                 h_step, h_start = model_period(tables, instance, hint_choice, most_stale)
                 h_end = [t + d for t, d in zip(h_start, durations(self.ev, hint_choice, most_stale))]
                 rounding = rounding_ticks(tables)
-                built = build_periodic_model(instance, tables, horizon=h_step, deadline=deadline)
+                built = build_periodic_model(instance, tables, horizon=h_step, deadline=deadline,
+                                             rules=self.rules)
                 objective_var = built.period
                 for model_name, values in built.stale.items():
                     for t, lit in values.items():

@@ -580,7 +580,8 @@ def plan_evaluator(instance, plan: Plan) -> PlacementEvaluator:
 def predict(instance, plan: Plan, section: dict[str, Any]
             ) -> tuple[dict[str, float], bool, dict[str, dict[str, float]]]:
     """Predicted seconds of the step and of each phase of ``section['phases']``, whether the plan fits,
-    and the predicted parts of every vertex (``{vertex: {part: seconds}}``).
+    and the predicted parts of every vertex (``{vertex: {part: seconds}}``); every number a plain Python
+    ``float``, the fit a ``bool``.
 
     Raises:
         ConfigError: the plan breaks a hard rule (the evaluator's reason).
@@ -700,7 +701,9 @@ def _predict(instance, plan: Plan, section: dict[str, Any]
             loop = [ev.names[j] for j in ev.micro_rollout[:2]]
             if all(n in names for n in loop):
                 floors[phase] = max(floors[phase], sum(vertex_floor[n] for n in loop))
-    return out, fits, score.phases, floors
+    # plain Python floats at the boundary (the evaluator's arithmetic may leave numpy scalars)
+    parts = {name: {part: float(v) for part, v in d.items()} for name, d in score.phases.items()}
+    return ({k: float(v) for k, v in out.items()}, bool(fits), parts, {k: float(v) for k, v in floors.items()})
 
 
 def validate(paths: list[str] | str | bytes | os.PathLike[str], *, one_file: bool | None = None) -> list[ValidationRow]:

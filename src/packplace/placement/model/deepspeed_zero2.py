@@ -15,10 +15,17 @@ reduce operations scheduled in backward pass with ZeRO2" (#3151, April 2023) and
 fragmentation. After the optimizer step ``runtime/utils.py`` ``all_gather_dp_groups`` gathers each group's
 updated parameters in ``max(1, ⌊partition·dp / allgather_bucket_size⌋)`` all-gathers (default 5e8).
 
-DeepSpeed-Chat's optimizer has two parameter groups (``utils/utils.py`` ``get_optimizer_grouped_parameters``):
-weight decay for every parameter whose name contains neither ``bias`` nor ``LayerNorm.weight``, none for the
-others: in the OPT and Llama families, whose norms are named ``*_layer_norm`` / ``*layernorm``, the no-decay
-group is the biases.
+DeepSpeed-Chat's optimizer has two parameter groups, as the release that ran Table 1 (DeepSpeedExamples
+e468799f, "DeepSpeed Chat Release", 2023-04-11; the validation files' DeepSpeed-Chat OPT rows) builds them:
+``applications/DeepSpeed-Chat/training/utils/utils.py`` ``get_optimizer_grouped_parameters`` (lines 78-102,
+default ``no_decay_name_list=["bias", "LayerNorm.weight"]`` on lines 80-82), which step 3's
+``training/step3_rlhf_finetuning/rlhf_engine.py`` calls with that default for the actor (lines 100-101) and the
+critic (lines 208-209). Weight decay for every parameter whose name contains neither string (a case-sensitive
+substring test), none for the others: in the OPT and Llama families, whose norms are named ``*_layer_norm`` /
+``*layernorm``, the no-decay group is the biases, the norms' included, and the norm weights decay. DeepSpeedExamples
+8d850ba2 ("deepspeed-chat: fix weight decay configuration", 2023-10-16) lengthened the default to ``bias``,
+``layer_norm.weight``, ``layernorm.weight``, ``norm.weight``, ``ln_f.weight``, moving those norm weights into the
+no-decay group; a later release's run is not the one modelled here.
 
 The parameter order is the Hugging Face module order of a decoder block: Q, K, V, O (each weight then its
 bias), the attention norm, the MLP (gate, up, down), the second norm; the embeddings (token, then learned
@@ -43,7 +50,8 @@ ZERO_ALIGNMENT = 2
 
 def parameter_tensors(model: ModelSpec) -> list[tuple[int, bool]]:
     """``(elements, no weight decay)`` of every trainable tensor of a dense ``model`` in module order (module
-    docstring). Raises ``ValueError`` for a mixture-of-experts model (its experts' tensors are not listed)."""
+    docstring); no weight decay for the biases alone (e468799f's ``["bias", "LayerNorm.weight"]``). Raises
+    ``ValueError`` for a mixture-of-experts model (its experts' tensors are not listed)."""
     if model.is_moe:
         raise ValueError(f"parameter_tensors: a mixture-of-experts model ({model.num_experts} experts) is not listed")
     d, e = model.hidden_dim, model.embedding_dim or model.hidden_dim

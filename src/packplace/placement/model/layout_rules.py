@@ -40,7 +40,7 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   powers of 2 through v0.5.5, the critic's dividing the actor's before v0.7.1 (``_validate_args``), from
   v0.5.5.post1 to v0.7.0.post1 the actor's dividing the step's prompts and the vLLM engine count dividing it
   (from v0.6.0 either way: :func:`_openrlhf_batches`), under ZeRO-3 before v0.7.1 the reference and reward
-  groups' sizes dividing the actor's (:func:`_openrlhf_sizes`), the trained models at tp 1 before v0.7.4
+  groups' sizes dividing the actor's (:func:`openrlhf_sizes`), the trained models at tp 1 before v0.7.4
   (:data:`OPENRLHF_DS_TENSOR_PARALLEL`, :func:`strategy_refusal`), and staleness 0 before v0.8.0, at most 1
   before v0.9.1 (:func:`openrlhf_most_stale`: the config's ``staleness_candidates`` are narrowed to it,
   :func:`release_staleness`).
@@ -754,7 +754,7 @@ def _world(task: Placed) -> int:
     return s.dp * s.pp * s.tp
 
 
-def _openrlhf_sizes(ctx: Context, tasks: Mapping[str, Placed]) -> list[str]:
+def openrlhf_sizes(ctx: Context, tasks: Mapping[str, Placed]) -> list[str]:
     """The group-size rules of an OpenRLHF release (none without a release: the current code asserts none):
 
     * through v0.5.5 (:data:`OPENRLHF_POWER_OF_TWO_DROPPED`) ``_validate_args`` asserts ``actor_world_size`` and
@@ -849,7 +849,7 @@ def _openrlhf(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str,
     if critic is not None and critic.strategy.tp != train.strategy.tp:
         out.append(f"{critic.layout} and {train.layout}: OpenRLHF gives every trained model the same "
                    f"--ds.tensor_parallel_size")
-    out += _openrlhf_sizes(ctx, tasks)
+    out += openrlhf_sizes(ctx, tasks)
     groups = openrlhf_groups(ctx, tasks)
     gen = tasks.get(GENERATE)
     if stale and gen is not None:  # asynchronous: the vLLM engines on GPUs of their own
@@ -909,7 +909,7 @@ def conform(instance, table, plan: Plan) -> Plan:
     release runs (:func:`openrlhf_most_stale`) is lowered to it. OpenRLHF groups
     that share GPUs outside the allowed pairs move to free blocks, else (from v0.5.8, or no release named)
     everything colocates on the actor's block; groups whose sizes break the release's rules
-    (:func:`_openrlhf_sizes`) move to their fastest candidate of a size that keeps them, on a free block. The
+    (:func:`openrlhf_sizes`) move to their fastest candidate of a size that keeps them, on a free block. The
     evaluator decides whether the result fits; this only keeps the rules.
 
     Args:
@@ -1072,13 +1072,13 @@ class _Fixer:
         self._openrlhf_sizes(ctx, names)
 
     def _openrlhf_sizes(self, ctx: Context, names: list[str]) -> None:
-        """Resize the groups that break :func:`_openrlhf_sizes`: the actor to a power-of-2 world where the release
+        """Resize the groups that break :func:`openrlhf_sizes`: the actor to a power-of-2 world where the release
         asks one (a world dividing the step's prompts where it asserts that: :func:`_openrlhf_batches`), then the
         critic, reference and reward to a size that divides the actor's (the critic a power of 2 too), each on its
         fastest memory-feasible candidate with a block off the other groups' GPUs (its colocated partner follows
         it; the actor's, every group on its GPUs), then the vLLM engines to a count the release takes beside the
         actor's world (:func:`engines_divide`)."""
-        if not _openrlhf_sizes(ctx, placed_of(self.instance, Plan.build(self.vertices))):
+        if not openrlhf_sizes(ctx, placed_of(self.instance, Plan.build(self.vertices))):
             return
         release = ctx.release
         pow2 = release is not None and release < OPENRLHF_POWER_OF_TWO_DROPPED
