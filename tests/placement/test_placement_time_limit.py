@@ -272,10 +272,11 @@ def test_cpsat_projected_over_its_build_budget_says_so_and_anneals_from_the_hint
 
 
 def test_cpsat_whose_build_ran_out_of_time_anneals_in_the_time_left(work_clock):
-    # 1 node of 4 GPUs: the hint solvers use most of the 10 fake s, the pruning setup runs past the build
-    # budget on the clock; the old answer was greedy's hint (226.3 s) with seconds of the limit unused
+    # 1 node of 4 GPUs: greedy's hint takes 4.87 of the 6 fake s, past the 3 s build budget, so the pruning setup
+    # stops on the clock; the old answer was greedy's hint (226.3 s) with seconds of the limit unused. (At 10 fake s
+    # the other hints had taken the build budget too; now that they share 30% of the limit the model is built.)
     inst = build_instance(_config(GRPO_7B, gpus_per_node=4, nodes_per_rack=1))
-    result = packplace.place(inst, "cpsat", time_limit_s=10)
+    result = packplace.place(inst, "cpsat", time_limit_s=6)
     assert result.info["cp_status"] == "NOT_BUILT"
     assert "model not built in time" in result.message and "stopped at" in result.message
     # anneal ran from the hint in the time left (at the CUDA-total presets the greedy hint is already 173.5 s,
@@ -285,13 +286,16 @@ def test_cpsat_whose_build_ran_out_of_time_anneals_in_the_time_left(work_clock):
     assert result.objective == pytest.approx(get_evaluator(inst).step_time(result.solution), rel=1e-12)
 
 
-@pytest.mark.parametrize("shape, emax", [((1, 4), 600), ((3, 4), 2000), ((3, 2), 600)])
-def test_cpsat_unbuilt_runs_the_standalone_anneal_from_its_hint_in_the_time_left(monkeypatch, work_clock, shape, emax):
+@pytest.mark.parametrize("shape, emax, beats", [((1, 4), 600, True), ((3, 4), 2000, True), ((3, 2), 600, False)])
+def test_cpsat_unbuilt_runs_the_standalone_anneal_from_its_hint_in_the_time_left(monkeypatch, work_clock, shape, emax,
+                                                                                 beats):
     # the model is projected past its build budget: the time left goes to anneal from the hint, run as the standalone
     # solver would be with that time and hint (its own e_max, the run's seed), so cpsat's answer is the better of
     # the hint and standalone anneal's; e_max 600 ends the anneal on its own rule well inside the time left, so the
     # two runs are the same search (on the work clock, deadlines a count of evaluator calls). Here anneal beats the
-    # hint: 173.5051 -> 146.1441 s (1 x 4), 44.9220 -> 33.5698 s (3 x 4), 69.0819 -> 66.5468 s (3 x 2)
+    # hint: 173.5051 -> 146.1441 s (1 x 4), 44.9220 -> 33.5698 s (3 x 4); on 3 x 2 the anneal hint reaches 66.5468 s
+    # itself (its warm start takes the greedy and concurrent hints instead of searching them again), which the anneal
+    # from it does not beat (it had from the 69.0819 s hint)
     monkeypatch.setattr(CPSAT_SOLVE, "BUILD_OPTIONS_PER_S", 1)
     config = _config(GRPO_7B, gpus_per_node=shape[1], nodes_per_rack=shape[0])
     config.setdefault("optimizer", {})["e_max"] = emax
@@ -312,7 +316,7 @@ def test_cpsat_unbuilt_runs_the_standalone_anneal_from_its_hint_in_the_time_left
     assert set(options) == {"time_limit_s", "initial_plan"}   # no e_max of cpsat's own: the instance's
     assert not inner.hit_time_limit
     hint = result.info["hint_step_time_s"]
-    assert result.objective < hint
+    assert result.objective < hint if beats else result.objective == hint
     ev = get_evaluator(inst)
     assert options["initial_plan"] is not None and ev.step_time(options["initial_plan"]) == pytest.approx(hint)
     monkeypatch.setattr(Run, "call", real_call)

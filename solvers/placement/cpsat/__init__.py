@@ -42,6 +42,7 @@ from packplace.solvers.placement.cpsat.solve import (
     DEFAULT_PROGRESS_S,
     DEFAULT_TIME_LIMIT_S,
     HINT_BUDGET,
+    HINT_PHASE_SHARE,
     HINT_SOLVERS,
     MAX_EXACT_GPUS,
     _plan_of,
@@ -63,7 +64,7 @@ from packplace.solvers.placement.cpsat.tables import (
 
 __all__ = [
     "BUILD_TIME_SHARE", "CHEAPEST_HINT", "DEFAULT_CP_PARAMETERS", "DEFAULT_PROGRESS_S", "DEFAULT_TIME_LIMIT_S",
-    "HINT_BUDGET",
+    "HINT_BUDGET", "HINT_PHASE_SHARE",
     "HINT_SOLVERS", "MAX_EXACT_GPUS", "MEMORY_UNIT", "TICKS_PER_S", "Locator", "Model", "ModelBuildTimeout",
     "ModelTables", "Option", "_plan_of", "add_data_edges", "add_layout_rules", "add_memory_rows", "add_occupancy",
     "add_rectangles", "build_model", "dominated_chunk_options", "encoded",

@@ -1,8 +1,10 @@
 """The ``cpsat`` placement backend: hint, candidate set, symmetry breaking, time budget, solve, checks.
 
 Hint and fallback: the best (evaluator objective) of the ``hint_solvers`` plans (default ``greedy``,
-``concurrent``, ``anneal``; a budget-taking solver gets :data:`HINT_BUDGET` of the limit, :data:`CHEAPEST_HINT`
-(greedy) all the time left while no plan is found, and runs after the others where they find none) is the hint
+``concurrent``, ``anneal``; together they stop at one deadline, :data:`HINT_PHASE_SHARE` of the limit (those left
+once a plan is found and it has passed are skipped); a budget-taking solver gets :data:`HINT_BUDGET` of the limit,
+never past that deadline, :data:`CHEAPEST_HINT` (greedy) all the time left while no plan is found, and runs after
+the others where they find none) is the hint
 (options, starts and ends of its integer schedule), the upper bound of the objective and the fallback.
 Dominance pruning (:mod:`.pruning`) runs after the hint, within the build budget below (past it: the
 hint, ``cp_status`` ``NOT_BUILT``), on candidates and then on the micro-rollout chunk's options (the hint's kept).
@@ -37,7 +39,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packplace.errors import MAX_CP_WORKERS, ConfigError, check_cp_parameters, cp_status_text, set_cp_parameters
@@ -92,8 +94,13 @@ BUILD_TIME_SHARE = 0.5
 #: Seconds between progress lines on stderr when the config has no ``optimizer.progress_s``.
 DEFAULT_PROGRESS_S = 3.0
 #: Share of ``time_limit_s`` given to each hint solver that takes a budget (e.g. ``anneal``), but
-#: :data:`CHEAPEST_HINT` before any plan is found.
+#: :data:`CHEAPEST_HINT` before any plan is found; never past the hint phase's deadline (:data:`HINT_PHASE_SHARE`).
 HINT_BUDGET = 0.2
+#: Share of ``time_limit_s`` the hint solvers take together: one deadline (a :meth:`~packplace.run.Run.limit`
+#: of the call's run) that cuts each budget-taking hint solver and skips those left once a plan is found, so
+#: that the build keeps at least ``BUILD_TIME_SHARE - HINT_PHASE_SHARE`` of the limit. :data:`CHEAPEST_HINT`
+#: alone runs past it while no plan is found (the message says so): the model needs a hint.
+HINT_PHASE_SHARE = 0.3
 #: The hint solver that gets every second left while no hint is found (and runs when ``hint_solvers`` lacks it
 #: and none of them found a plan): deterministic and the cheapest (its layout family, docs/performance.md), so a
 #: ``cpsat`` call finds a feasible plan whenever ``greedy`` alone does within the same limit.
@@ -135,36 +142,83 @@ HINT_CHECK_DTIME = 10.0
 
 
 # -- the backend -------------------------------------------------------------------------------------
+@dataclass
+class HintPhase:
+    """What the hint solvers did within their shared deadline (:data:`HINT_PHASE_SHARE`): ``deadline_s`` the
+    phase's seconds from the call's start, ``seconds`` each solver's wall seconds, ``skipped`` the solvers not
+    run because the phase was spent once a plan was found, ``late`` :data:`CHEAPEST_HINT` found the first plan
+    only past the phase's deadline (it keeps every second left while none is found)."""
+
+    deadline_s: float
+    seconds: dict[str, float] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    late: bool = False
+
+    def info(self) -> dict[str, Any]:
+        """The ``info`` entries of the phase (``hint_phase_s``, ``hint_s``, ``hints_skipped``, ``hint_late``)."""
+        return {"hint_phase_s": self.deadline_s, "hint_s": dict(self.seconds), "hints_skipped": list(self.skipped),
+                "hint_late": self.late}
+
+    def note(self, limit: float) -> str | None:
+        """The message's note where the phase's deadline cut the hint solvers short; None where it did not."""
+        share = f"{HINT_PHASE_SHARE:.0%} of time_limit_s={limit:g}"
+        if self.late:
+            return (f"{CHEAPEST_HINT} found no plan within the hint solvers' {self.deadline_s:.2f} s ({share}); it "
+                    f"kept the time left until its plan, after {sum(self.seconds.values()):.2f} s of hint solvers"
+                    + (f" ({', '.join(self.skipped)} not run)" if self.skipped else ""))
+        if self.skipped:
+            return (f"the hint solvers' {self.deadline_s:.2f} s ({share}) were spent before "
+                    f"{', '.join(self.skipped)} ran")
+        return None
+
+
 def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
                    staleness: dict[str, int] | None = None, cut: list[str] | None = None,
-                   tried: dict[str, int] | None = None) -> tuple[Plan, float, str] | None:
+                   tried: dict[str, int] | None = None, phase: Run | None = None,
+                   record: HintPhase | None = None) -> tuple[Plan, float, str] | None:
     """The hint: the best plan of ``solvers`` (each run through :meth:`~packplace.run.Run.call` with
-    ``budget_s`` seconds, never past ``run``'s deadline; :data:`CHEAPEST_HINT` with every second left while no
-    plan is found yet, and run after the others when ``solvers`` lacks it and none of them found a plan, so that
-    ``cpsat`` finds a plan whenever ``greedy`` alone does) by the evaluator, each re-scored with ``staleness``
+    ``budget_s`` seconds, never past the hint ``phase``'s deadline (None: ``run``'s), and not at all once a plan
+    is found and the phase is spent; :data:`CHEAPEST_HINT` with every second of ``run`` left while no plan is
+    found yet, and run after the others when ``solvers`` lacks it and none of them found a plan, so that ``cpsat``
+    finds a plan whenever ``greedy`` alone does) by the evaluator, each re-scored with ``staleness``
     (None: every staleness 0, the synchronous plan); None when none of them found a feasible plan (the
     greedy and concurrent baselines search colocated, partitioned and disjoint one-block-per-model
     layouts). ``cut`` (when given) receives the name of each solver the time limit cut short, ``tried`` (when
-    given) each solver's ``iterations`` (greedy's: the disjoint model layouts it scored where no plan fit).
+    given) each solver's ``iterations`` (greedy's: the disjoint model layouts it scored where no plan fit),
+    ``record`` (when given) the phase's seconds and skips. A baseline that ends uncut is recorded on ``run``
+    (:meth:`~packplace.run.Run.know`), so that ``anneal``'s warm start takes it instead of running it again.
 
     Raises:
         ConfigError: a name is not a registered placement backend (or is ``cpsat``).
     """
     ev = run.evaluator
+    phase = run if phase is None else phase
     best: tuple[Plan, float, str] | None = None
     names = available("placement")
     for name in solvers:
         if name not in names or name == "cpsat":
             raise ConfigError(f"cpsat: hint_solvers: {name!r} is not a usable placement backend; "
                               f"valid: {', '.join(n for n in names if n != 'cpsat')}")
+        if best is not None and best[1] < float("inf") and phase.expired():
+            # the hint phase's share is spent and a plan is found: the build keeps its time
+            if record is not None:
+                record.skipped.append(name)
+            continue
         options: dict[str, Any] = {}
-        budget = min(budget_s, run.left())
-        if name == CHEAPEST_HINT and best is None:  # the cheap deterministic seed: every second left (item doc)
+        budget = min(budget_s, phase.left())
+        first = name == CHEAPEST_HINT and best is None
+        if first:  # the cheap deterministic seed: every second left (item doc)
             budget = run.left()
         if name == "anneal":  # a count of evaluations, not the clock, ends it (HINT_EVALUATIONS_PER_S)
             configured = int(run.instance.optimizer.get("e_max", OPTIMIZER_DEFAULTS["e_max"]))
             options["e_max"] = max(1, min(configured, int(HINT_EVALUATIONS_PER_S * budget_s)))
+        began = run.now()
         proposal = run.call(name, time_limit_s=budget, **options)
+        if record is not None:
+            record.seconds[name] = record.seconds.get(name, 0.0) + run.now() - began
+            record.late = record.late or (first and proposal.solution is not None and phase.expired())
+        if not options and not proposal.hit_time_limit:  # deterministic and uncut: the same with any budget
+            run.know({name: proposal})
         if tried is not None and proposal.iterations is not None:
             tried[name] = proposal.iterations
         if proposal.hit_time_limit and cut is not None:
@@ -183,7 +237,7 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
             break
     if (best is None or best[1] == float("inf")) and CHEAPEST_HINT not in solvers:
         # none of the configured hint solvers found a plan: the cheapest one seeds the model in the time left
-        return _best_baseline(run, (CHEAPEST_HINT,), budget_s, staleness, cut)
+        return _best_baseline(run, (CHEAPEST_HINT,), budget_s, staleness, cut, phase=phase, record=record)
     if best is None or best[1] == float("inf"):
         return None
     return best
@@ -291,9 +345,9 @@ def solve(instance, run: Run, *, num_workers: int = 1,
             :data:`DEFAULT_CP_PARAMETERS`.
         hint_solvers: Registered backends whose best plan (re-scored with each model's largest staleness
             when the objective is the period, else with staleness 0) is the hint (default
-            :data:`HINT_SOLVERS`; each budget-taking solver gets ``HINT_BUDGET·time_limit_s``, but
-            :data:`CHEAPEST_HINT` every second left until a plan is found, and it runs after them where they
-            find none).
+            :data:`HINT_SOLVERS`; each budget-taking solver gets ``HINT_BUDGET·time_limit_s``, all of them
+            together ``HINT_PHASE_SHARE·time_limit_s``, but :data:`CHEAPEST_HINT` every second left until a plan
+            is found, and it runs after them where they find none; ``info`` gives the phase: :class:`HintPhase`).
 
     Returns:
         A :class:`~packplace.result.Proposal` with the plan (and its staleness), status ``optimal``
@@ -309,6 +363,14 @@ def solve(instance, run: Run, *, num_workers: int = 1,
     """
     _check_options(num_workers, max_gpus, top_k, log_search, cp_parameters, hint_solvers)
     exact = _ExactPlacement(instance, run.default(DEFAULT_TIME_LIMIT_S), max_gpus, top_k, tuple(hint_solvers))
+    proposal = _phases(exact, num_workers, log_search, cp_parameters)
+    proposal.info.update(exact.hint_phase.info())
+    return proposal
+
+
+def _phases(exact: _ExactPlacement, num_workers: int, log_search: bool,
+            cp_parameters: dict[str, Any] | None) -> Proposal:
+    """The phases of :func:`solve` after its option checks: hint, model, hint check, search."""
     early = exact.find_hint()
     if early is not None:
         return early
@@ -370,6 +432,8 @@ class _ExactPlacement:
         self.table.check()
         self.notes: list[str] = []
         self.log: list[str] = []
+        #: what the hint solvers did within their shared deadline (:meth:`find_hint`)
+        self.hint_phase = HintPhase(HINT_PHASE_SHARE * self.limit)
         #: the model accepts the hint (:meth:`check_hint`): True, or None before or without a verdict
         self.hint_checked: bool | None = None
         choices = staleness_choices(instance)
@@ -414,7 +478,14 @@ class _ExactPlacement:
         ``top_k`` fastest per shape, the hint's kept); the answer when no hint solver found a plan."""
         cut: list[str] = []
         tried: dict[str, int] = {}
-        hint = _best_baseline(self.run, self.hint_solvers, HINT_BUDGET * self.limit, self.most_stale, cut, tried)
+        run = self.run
+        # one deadline for the hint solvers together, HINT_PHASE_SHARE of the limit from the call's start
+        phase = run.limit(max(0.0, HINT_PHASE_SHARE * self.limit - run.elapsed()))
+        hint = _best_baseline(run, self.hint_solvers, HINT_BUDGET * self.limit, self.most_stale, cut, tried,
+                              phase=phase, record=self.hint_phase)
+        note = self.hint_phase.note(self.limit)
+        if note is not None:
+            self.notes.append(note)
         if hint is None and cut:  # the clock, not memory: no advice on what does not fit
             return Proposal(None, UNKNOWN, hit_time_limit=True, message=(
                 f"no plan found before the time limit: the hint solvers ({', '.join(cut)}) were cut short before "
