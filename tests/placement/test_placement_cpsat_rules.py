@@ -104,26 +104,31 @@ def test_chunk_option_dominance_drops_only_dominated_options_and_keeps_the_brute
     assert ev.step_time(plan) == pytest.approx(brute, abs=rounding)
 
 
+def _assert_rules_give_the_brute_force_optimum(inst, per_shape: int) -> None:
+    """Over the ``per_shape`` fastest candidates per block shape: the evaluator refuses a plan that breaks the
+    framework's rules (inf), so brute force is the rule-keeping optimum; the model without the rules has an
+    optimum that breaks one (a bound only), with them a plan that keeps every rule at the brute-force optimum
+    within the ticks rounding."""
+    ev = PlacementEvaluator(inst)
+    candidates = fastest_per_shape(ev, per_shape)
+    tables = cpsat.make_tables(ev, candidates)
+    brute = min(ev.step_time(p) for p in every_plan(ev, candidates))
+    rounding = tables.rounding_ticks / cpsat.TICKS_PER_S
+    relaxed, relaxed_plan = optimum(inst, tables)
+    ruled, ruled_plan = optimum(inst, tables, encoded(inst))
+    assert plan_refusals(inst, relaxed_plan) and relaxed < brute - rounding
+    assert not plan_refusals(inst, ruled_plan)
+    assert brute - 1e-12 <= ruled <= brute + rounding
+    assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
+
+
 # 0.5.7: the release's group-size rules too (its actor world against the engines, the reward group, powers of 2)
 @pytest.mark.parametrize("algorithm, version, gpus, per_shape",
                          [("ppo", "0.6.0", 2, 2), ("grpo", None, 4, 1), ("grpo", "0.5.7", 4, 1)])
 def test_the_openrlhf_rules_make_the_model_optimum_the_brute_force_one_over_rule_keeping_plans(
         algorithm, version, gpus, per_shape):
     inst = ppo(algorithm, version, gpus)
-    ev = PlacementEvaluator(inst)
-    candidates = fastest_per_shape(ev, per_shape)
-    tables = cpsat.make_tables(ev, candidates)
-    # the evaluator refuses a plan that breaks OpenRLHF's rules (inf): brute force is the rule-keeping optimum
-    brute = min(ev.step_time(p) for p in every_plan(ev, candidates))
-    rounding = tables.rounding_ticks / cpsat.TICKS_PER_S
-    relaxed, relaxed_plan = optimum(inst, tables)
-    ruled, ruled_plan = optimum(inst, tables, encoded(inst))
-    # without the rules the model's optimum breaks one of them: a bound only
-    assert plan_refusals(inst, relaxed_plan) and relaxed < brute - rounding
-    # with them: a plan that keeps every rule, the brute-force optimum within the ticks rounding
-    assert not plan_refusals(inst, ruled_plan)
-    assert brute - 1e-12 <= ruled <= brute + rounding
-    assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
+    _assert_rules_give_the_brute_force_optimum(inst, per_shape)
     # the periodic model encodes the same rules
     assert encoded(inst, asynchronous=True) == encoded(inst) and encoded(grpo(None)) is not None
 
@@ -207,17 +212,7 @@ def test_cpsat_proves_the_rule_keeping_periodic_optimum_bound_le_exact_le_heuris
 def test_the_verl_and_nemo_rl_rules_make_the_model_optimum_the_brute_force_one_over_rule_keeping_plans(
         framework, algorithm, gpus, nodes):
     inst = ppo(algorithm, None, gpus, framework=framework, nodes=nodes)
-    ev = PlacementEvaluator(inst)
-    candidates = fastest_per_shape(ev, 1)
-    tables = cpsat.make_tables(ev, candidates)
-    brute = min(ev.step_time(p) for p in every_plan(ev, candidates))
-    rounding = tables.rounding_ticks / cpsat.TICKS_PER_S
-    relaxed, relaxed_plan = optimum(inst, tables)
-    ruled, ruled_plan = optimum(inst, tables, encoded(inst))
-    assert plan_refusals(inst, relaxed_plan) and relaxed < brute - rounding
-    assert not plan_refusals(inst, ruled_plan)
-    assert brute - 1e-12 <= ruled <= brute + rounding
-    assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
+    _assert_rules_give_the_brute_force_optimum(inst, 1)
     # their periodic models relax them still (the rollout rules read the actor's own staleness)
     assert encoded(inst, asynchronous=True) is None
 
