@@ -66,14 +66,19 @@ def every_plan(ev: PlacementEvaluator, candidates: dict[str, list]):
         yield Plan.build({n: c.at(a) for n, (c, a) in zip(ev.names, combo)})
 
 
-def optimum(inst, tables, rules=None) -> tuple[float, Plan]:
-    """CP-SAT's proven optimum of the model (seconds) and its plan."""
-    built = cpsat.build_model(inst, tables, horizon=10**10, rules=rules)
+def _solved(built, tables) -> tuple[cp_model.CpSolver, list]:
+    """One worker solves ``built`` to proven optimality; the solver and each task's chosen option."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     assert solver.Solve(built.model) == cp_model.OPTIMAL
     choice = [next(o for o, lit in zip(tables.options[v], built.x[v]) if solver.Value(lit))
               for v in range(len(tables.names))]
+    return solver, choice
+
+
+def optimum(inst, tables, rules=None) -> tuple[float, Plan]:
+    """CP-SAT's proven optimum of the model (seconds) and its plan."""
+    solver, choice = _solved(cpsat.build_model(inst, tables, horizon=10**10, rules=rules), tables)
     return solver.ObjectiveValue() / cpsat.TICKS_PER_S, cpsat._plan_of(choice, tables.names)
 
 
@@ -136,11 +141,7 @@ def test_the_openrlhf_rules_make_the_model_optimum_the_brute_force_one_over_rule
 def periodic_optimum(inst, tables, rules=None) -> tuple[float, Plan]:
     """CP-SAT's proven optimum of the periodic model (seconds) and its plan with the model's staleness."""
     built = periodic.build_periodic_model(inst, tables, horizon=10**10, rules=rules)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    assert solver.Solve(built.model) == cp_model.OPTIMAL
-    choice = [next(o for o, lit in zip(tables.options[v], built.x[v]) if solver.Value(lit))
-              for v in range(len(tables.names))]
+    solver, choice = _solved(built, tables)
     staleness = {model: t for model, values in built.stale.items() for t, lit in values.items()
                  if t and solver.Value(lit)}
     return solver.ObjectiveValue() / cpsat.TICKS_PER_S, cpsat._plan_of(choice, tables.names, staleness)
