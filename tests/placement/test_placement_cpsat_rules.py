@@ -170,18 +170,24 @@ def test_the_openrlhf_rules_make_the_periodic_optimum_the_brute_force_one_over_r
     assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
 
 
-def test_cpsat_proves_the_rule_keeping_optimum_bound_le_exact_le_heuristics():
-    inst = ppo()
-    ev = PlacementEvaluator(inst)
-    sub = min(ev.step_time(p) for p in every_plan(ev, fastest_per_shape(ev, 1)))
-    result = packplace.place(inst, "cpsat", time_limit_s=60, seed=0)
-    assert result.status == "optimal", result.message
+def _assert_keeps_rules_between_bound_and_heuristics(inst, ev: PlacementEvaluator, result, sub: float) -> None:
+    """cpsat's answer keeps every rule, is the evaluator's, and bound <= it <= a brute force over fewer candidates
+    (``sub``), greedy's and anneal's."""
     assert "does not encode" not in result.message and not result.info.get("layout_rules_broken")
     assert result.objective == ev.step_time(result.solution)
     assert not plan_refusals(inst, result.solution)
     assert result.bound <= result.objective <= sub + 1e-12   # no worse than a brute force over fewer candidates
     for heuristic in ("greedy", "anneal"):
         assert result.objective <= packplace.place(inst, heuristic, seed=0, time_limit_s=30).objective + 1e-12
+
+
+def test_cpsat_proves_the_rule_keeping_optimum_bound_le_exact_le_heuristics():
+    inst = ppo()
+    ev = PlacementEvaluator(inst)
+    sub = min(ev.step_time(p) for p in every_plan(ev, fastest_per_shape(ev, 1)))
+    result = packplace.place(inst, "cpsat", time_limit_s=60, seed=0)
+    assert result.status == "optimal", result.message
+    _assert_keeps_rules_between_bound_and_heuristics(inst, ev, result, sub)
 
 
 @pytest.mark.parametrize("algorithm, kind", [("grpo", "period"), ("ppo", "step_time")])
@@ -195,12 +201,7 @@ def test_cpsat_proves_the_rule_keeping_periodic_optimum_bound_le_exact_le_heuris
     assert result.status == "optimal", result.message
     # PPO's optimum is synchronous (every staleness 0 won: a step time), GRPO's stale (a period)
     assert result.info["objective_kind"] == kind and bool(result.solution.staleness) is (kind == "period")
-    assert "does not encode" not in result.message and not result.info.get("layout_rules_broken")
-    assert result.objective == ev.step_time(result.solution)
-    assert not plan_refusals(inst, result.solution)
-    assert result.bound <= result.objective <= sub + 1e-12   # no worse than a brute force over fewer candidates
-    for heuristic in ("greedy", "anneal"):
-        assert result.objective <= packplace.place(inst, heuristic, seed=0, time_limit_s=30).objective + 1e-12
+    _assert_keeps_rules_between_bound_and_heuristics(inst, ev, result, sub)
 
 
 # verl: the reference and the critic on the trainer's block, the value forward at the critic's strategy, the
