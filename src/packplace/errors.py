@@ -4,6 +4,8 @@
 * :class:`InfeasibleError` — the input is well-formed but the instance provably has no feasible
   answer (more tokens than the bins hold, fewer samples than non-empty bins, a model that fits on no
   legal block of the cluster).
+* :class:`TimeLimitError` — a subclass of :class:`InfeasibleError` (so ``except InfeasibleError`` still
+  catches it) for no answer found before the time limit ran out, not proven infeasible.
 
 :func:`show` bounds the values those one-line messages quote.
 
@@ -37,6 +39,13 @@ class InfeasibleError(PackplaceError, ValueError):
     count, memory of the least-memory candidate on the largest legal block). The command line exits
     with code 1 (no feasible plan), as when a solver finds none; the message tells the two apart. A
     solver that merely fails to find an answer returns a result with status ``unknown`` instead.
+    """
+
+
+class TimeLimitError(InfeasibleError):
+    """No answer was found before the time limit ran out, and none of the fallbacks run to completion found
+    one either; the instance is *not* proven infeasible (a longer limit may find one). A subclass of
+    :class:`InfeasibleError` so that callers that catch that still catch this; the message says "not proven".
     """
 
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from packplace.context_parallel import make_instance, solve_context_parallel
-from packplace.errors import ConfigError, InfeasibleError
+from packplace.errors import ConfigError, InfeasibleError, TimeLimitError
 from packplace.integrations import megatron_planning as planning
 from packplace.integrations.megatron_dynamic_cp import (
     DYNAMIC_CP_SLOT,
@@ -241,15 +241,44 @@ def test_max_num_seqs_re_plan_shares_the_time_limit(monkeypatch, work_clock):
     assert sum(limits[:1] + limits[2:]) <= 8.0 and not scheduler.last_result.hit_time_limit
 
     # the first solve overruns the whole deadline (a backend's start-up): the comparison is made past it, and
-    # the re-plan has nothing left: refused, not proven
+    # the re-plan has nothing left: not proven infeasible, so the fallback (greedy and Megatron's pass, no time
+    # limit) plans the one allowed count, 8 micro-batches of one sequence each, and the result says the clock cut
     calls.clear()
     overrun[None] = 100.0
     crowded = PackplaceDynamicCPScheduler(100, 1, 1, None, 1, time_limit_s=8.0)
-    with pytest.raises(InfeasibleError, match=r"^max_num_seqs: no plan found keeping every CP group within "
-                                              r"max_num_seqs 1 at no micro-batches of the counts 8 to 8 "
-                                              r"\(time_limit_s ran out; not proven infeasible"):
-        crowded.plan(list(enumerate([10] * 8)))
-    assert [(solver, count) for solver, count, _ in calls] == [("greedy", None), ("megatron", None)]
+    plan = crowded.plan(list(enumerate([10] * 8)))
+    assert calls == [("greedy", None, pytest.approx(4.0, abs=1e-3)), ("megatron", None, None),
+                     ("greedy", 8, None), ("megatron", 8, None)]
+    assert sorted(len(group.keys) for group in plan.groups) == [1] * 8 and len(plan.micro_batches) == 8
+    assert sorted(key for group in plan.groups for key in group.keys) == list(range(8))
+    result = crowded.last_result
+    assert result.hit_time_limit and result.info["wall_clock_cut"]
+    assert result.message == ("time_limit_s ran out before any plan was found; returning the greedy and megatron "
+                              "fallback's plan (run to completion, no time limit)")
+
+
+@pytest.mark.parametrize("vpp, cap", [(3, 2), (2, 3)])
+def test_a_re_plan_out_of_time_falls_back_to_a_plan_within_the_caps(monkeypatch, work_clock, vpp, cap):
+    # 60 lengths in [1, 4000] (random.seed(3), the fourth of four batches): the first solve overruns the whole
+    # deadline, so the re-plans have no time left; the batch is not proven infeasible, so a plan comes back
+    # (the fallback's, no time limit), every sequence once, within the token cap, max_num_seqs and the VPP
+    # multiple, marked as cut by the clock
+    import random
+
+    random.seed(3)
+    lengths = [[random.randint(1, 4000) for _ in range(random.randint(20, 60))] for _ in range(4)][3]
+    calls = []
+    overrun = _spending(monkeypatch, work_clock, calls)
+    overrun[None] = 100.0
+    scheduler = PackplaceDynamicCPScheduler(4096, 4, 2, vpp, cap, time_limit_s=0.3, solver="cpsat")
+    plan = scheduler.plan(list(enumerate(lengths)))
+    assert sorted(key for group in plan.groups for key in group.keys) == list(range(len(lengths)))
+    assert len(plan.micro_batches) % vpp == 0 and max(len(group.keys) for group in plan.groups) <= cap
+    assert all(sum(lengths[key] for key in group.keys) <= 4096 * group.size for group in plan.groups)
+    result = scheduler.last_result
+    assert result.hit_time_limit and result.info["wall_clock_cut"]
+    assert result.message.startswith("time_limit_s ran out before any plan was found; returning the greedy")
+    assert issubclass(TimeLimitError, InfeasibleError)
 
 
 def test_the_stages_of_one_plan_share_one_deadline(monkeypatch, work_clock):

@@ -51,7 +51,7 @@ from packplace.context_parallel.bounds import lower_bound, minimum_slots
 from packplace.context_parallel.evaluator import ContextParallelEvaluator
 from packplace.context_parallel.instance import ContextParallelInstance, make_instance
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
-from packplace.errors import ConfigError, InfeasibleError, show
+from packplace.errors import ConfigError, InfeasibleError, TimeLimitError, show
 from packplace.integrations import megatron_planning
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, SolveResult, optimality_level
 from packplace.run import Run, check_limits
@@ -78,6 +78,10 @@ CAP_SHARES = 4
 #: The least ``time_limit_s`` (seconds) :meth:`PackplaceDynamicCPScheduler.plan`'s first solve is given (the
 #: backends refuse 0): it runs even where the deadline has passed, for there is no plan without it.
 MIN_SOLVE_S = 1e-3
+
+#: The backend a re-plan falls back on, run to completion with no time limit, where ``time_limit_s`` ran out
+#: before any plan was found and none is proven impossible (the cheapest deterministic heuristic: counted moves).
+FALLBACK_SOLVER = "greedy"
 #: CP-SAT deterministic time (its work counter, about seconds of one unloaded core) of every ``cpsat`` solve of
 #: the drop-ins (``deterministic_time``, one worker): half ``cpsat``'s own default wall-clock limit (10 s,
 #: ``solvers/context_parallel/cpsat/solver.py``), so that the work, not the clock, ends the search unless the
@@ -191,7 +195,8 @@ class _Search:
     ``kept`` the feasible plans as (objective, place in the schedule, count, result), ``tried`` the counts
     solved at, ``reasons`` why a solve gave no plan, ``out_of_time`` whether the time limit stopped it,
     ``wall`` whether the wall clock cut a solve (:func:`wall_clock_cut`), ``proven`` the counts at which
-    CP-SAT proved that no plan keeps ``max_num_seqs``."""
+    CP-SAT proved that no plan keeps ``max_num_seqs``, ``fallback`` the backends run to completion after the
+    time limit ran out (:meth:`PackplaceDynamicCPScheduler._fallback`; "" where none ran)."""
 
     kept: list[tuple[float, int, int, SolveResult]] = dataclasses.field(default_factory=list)
     tried: list[int] = dataclasses.field(default_factory=list)
@@ -199,6 +204,7 @@ class _Search:
     out_of_time: bool = False
     wall: bool = False
     proven: list[int] = dataclasses.field(default_factory=list)
+    fallback: str = ""
 
     @property
     def cut(self) -> bool:
@@ -463,7 +469,11 @@ class PackplaceDynamicCPScheduler:
                 plan found keeping every CP group within ``max_num_seqs`` sequences (where the first plan breaks
                 it the batch is planned again at fixed micro-batch counts, :meth:`_within_max_num_seqs`; the
                 message names ``max_num_seqs`` and the counts tried, "proven" only where counting or CP-SAT
-                shows that no allowed count can hold it).
+                shows that no allowed count can hold it). Where ``time_limit_s`` runs out in a re-plan before
+                any plan is found and none is proven impossible, the re-plan falls back on :data:`FALLBACK_SOLVER`
+                and Megatron's pass run to completion (:meth:`_fallback`; the plan's message says so, with
+                ``hit_time_limit`` and ``wall_clock_cut``), and raises :class:`~packplace.errors.TimeLimitError`
+                (a subclass, "not proven") only where those find none either.
             RuntimeError: no backend found a plan.
         """
         ids, lengths, instance = self._batch(sample_id_seqlens)
@@ -567,15 +577,19 @@ class PackplaceDynamicCPScheduler:
                                        budget, mend=lambda plan: split_crowded(plan, instance, cap))
         if not search.kept:   # the solvers do not model the cap: CP-SAT with it, at every allowed count
             self._capped(lengths, ids, list(range(least, most + 1, multiple)), cap, budget, evaluator, search)
+        # the fallback from the most micro-batches down: the fewest sequences per group, so the cap is easiest kept
+        self._fallback(lengths, ids, cap_counts(least, most, multiple)[::-1], evaluator, multiple, search,
+                       mend=lambda plan: split_crowded(plan, instance, cap))
         if not search.kept and set(search.proven) >= set(range(least, most + 1, multiple)):
             raise InfeasibleError(
                 f"max_num_seqs: no plan keeps every CP group within max_num_seqs {cap} (proven): CP-SAT proves "
                 f"none exists at any of the {least} to {most} micro-batches{every} the sequences and the token cap "
                 f"allow")
         if not search.kept:
-            why = "time_limit_s ran out" if search.out_of_time else "the solves found none"
+            why = (f"time_limit_s ran out and the {search.fallback} fallback found none" if search.fallback
+                   else "time_limit_s ran out" if search.out_of_time else "the solves found none")
             reasons = search.reasons
-            raise InfeasibleError(
+            raise (TimeLimitError if search.cut else InfeasibleError)(
                 f"max_num_seqs: no plan found keeping every CP group within max_num_seqs {cap} at "
                 f"{', '.join(map(str, search.tried)) or 'no'} micro-batches of the counts {least} to {most}{every} "
                 f"({why}; not proven infeasible: e.g. {reasons[0] if reasons else 'no solve ran'})")
@@ -585,7 +599,7 @@ class PackplaceDynamicCPScheduler:
             bound = max(bound, best.bound)
         return dataclasses.replace(
             best, objective=objective, bound=bound, hit_time_limit=best.hit_time_limit or search.cut,
-            status=OPTIMAL if objective <= optimality_level(bound) else FEASIBLE,
+            status=OPTIMAL if objective <= optimality_level(bound) else FEASIBLE, message=_fallen_back(search, best),
             info={**best.info, "wall_clock_cut": search.cut,
                   "max_num_seqs": {"cap": cap, "counts": (least, most), "tried": search.tried, "micro_batches": count}})
 
@@ -596,7 +610,8 @@ class PackplaceDynamicCPScheduler:
 
     def _plans_at_counts(self, lengths: list[int], ids: list[Any], counts: list[int],
                          evaluator: ContextParallelEvaluator, multiple: int, budget: Run,
-                         mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None) -> _Search:
+                         mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None,
+                         solvers: list[str] | None = None) -> _Search:
         """The re-plans' one search: the batch solved at each fixed micro-batch count of ``counts`` in turn
         (:func:`cap_counts`' order), by each backend of :meth:`_solvers`, every plan scored by ``evaluator``
         (one it finds infeasible goes through ``mend`` where given, and is kept where the mended plan is
@@ -604,8 +619,9 @@ class PackplaceDynamicCPScheduler:
         from the first count with a plan, so that count and its neighbours in the schedule compete, or where
         the ``budget`` the solves share (a :class:`~packplace.run.Run`) has run out; a solve gets the time left
         over the counts still to try (at most :data:`CAP_SHARES` of them) and the backends. The time the
-        counts leave goes back to the solves the wall clock cut (:meth:`_given_back_to_cuts`)."""
-        solvers = self._solvers()
+        counts leave goes back to the solves the wall clock cut (:meth:`_given_back_to_cuts`). ``solvers``:
+        the backends (default :meth:`_solvers`)."""
+        solvers = solvers or self._solvers()
         search = _Search()
         solves: list[_Solve] = []
         for i, count in enumerate(counts):
@@ -621,6 +637,23 @@ class PackplaceDynamicCPScheduler:
                 solves.append(self._solve_at(lengths, ids, count, i, solver, share, evaluator, search, mend))
         self._given_back_to_cuts(lengths, ids, counts, multiple, budget, evaluator, search, solves, mend)
         return search
+
+    def _fallback(self, lengths: list[int], ids: list[Any], counts: list[int], evaluator: ContextParallelEvaluator,
+                  multiple: int, search: _Search,
+                  mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None) -> None:
+        """Where the time limit stopped ``search`` (``search.cut``) before it kept any plan: the cheapest
+        deterministic backends, :data:`FALLBACK_SOLVER` and (where registered) Megatron's one pass, at
+        ``counts`` again with no time limit, each to its own work budget (:meth:`_plans_at_counts`), so that a
+        batch not proven infeasible still gets a plan; what they keep goes to ``search`` and
+        ``search.fallback`` names them. The clock flags stay set (``search.cut``)."""
+        if search.kept or not search.cut:
+            return
+        solvers = [FALLBACK_SOLVER] + ([MEGATRON_BACKEND] if MEGATRON_BACKEND in available("context_parallel")
+                                       else [])
+        again = self._plans_at_counts(lengths, ids, counts, evaluator, multiple,
+                                      Run("context_parallel", None, time_limit_s=None), mend, solvers)
+        search.kept, search.reasons = again.kept, search.reasons + again.reasons
+        search.fallback = " and ".join(solvers)
 
     def _solve_at(self, lengths: list[int], ids: list[Any], count: int, place: int, solver: str,
                   limit: float | None, evaluator: ContextParallelEvaluator, search: _Search,
@@ -732,6 +765,7 @@ class PackplaceDynamicCPScheduler:
                 search.keep(option, evaluator, len(counts), own, MEGATRON_BACKEND)
             except InfeasibleError as error:
                 search.reasons.append(str(error))
+        self._fallback(lengths, ids, counts, evaluator, multiple, search)
         if not search.kept:
             if most // multiple * multiple < least:
                 raise InfeasibleError(
@@ -739,14 +773,17 @@ class PackplaceDynamicCPScheduler:
                     f"{instance.n} sequences fill at most {most} (one per CP group), and their "
                     f"{int(instance.tokens.sum())} tokens need at least {least} (dp_size x cp_size = "
                     f"{instance.ranks} ranks x max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank} each)")
-            why = ["time_limit_s ran out"] if search.out_of_time else []
-            raise InfeasibleError(f"microbatch_group_size_per_vp_stage: no plan of a multiple of {multiple} "
-                                  f"micro-batches found ({'; '.join(dict.fromkeys(search.reasons + why))})")
+            why = [f"time_limit_s ran out and the {search.fallback} fallback found none; not proven infeasible"
+                   if search.fallback else "time_limit_s ran out" if search.out_of_time else ""]
+            raise (TimeLimitError if search.cut else InfeasibleError)(
+                f"microbatch_group_size_per_vp_stage: no plan of a multiple of {multiple} micro-batches found "
+                f"({'; '.join(dict.fromkeys(search.reasons + [w for w in why if w]))})")
         objective, _, best = search.best()
         result = _over_every_multiple(best, objective, evaluator, multiple, least, most)
         info = {**result.info, "wall_clock_cut": search.cut,
                 "micro_batch_multiple": {**result.info["micro_batch_multiple"], "tried": search.tried}}
-        return dataclasses.replace(result, hit_time_limit=result.hit_time_limit or search.cut, info=info)
+        return dataclasses.replace(result, hit_time_limit=result.hit_time_limit or search.cut, info=info,
+                                   message=_fallen_back(search, result))
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> list[list[list[Any]]]:
         """Megatron's slot: ``groups[i][j]`` = the sample ids DP×CP rank ``j`` runs in micro-batch ``i``
@@ -783,6 +820,15 @@ def _given_back(result: SolveResult, deadline: Run, fits: Callable[[SolveResult]
         return other
     best = min((result, other), key=lambda option: option.objective)
     return dataclasses.replace(best, hit_time_limit=True, info={**best.info, "wall_clock_cut": True})
+
+
+def _fallen_back(search: _Search, result: SolveResult) -> str:
+    """``result``'s message, or, where its plan came from :meth:`PackplaceDynamicCPScheduler._fallback`, one
+    that says the time limit ran out before any plan was found and which fallback gave this one."""
+    if not search.fallback:
+        return result.message
+    return (f"time_limit_s ran out before any plan was found; returning the {search.fallback} fallback's plan "
+            f"(run to completion, no time limit)")
 
 
 def _over_every_multiple(result: SolveResult, objective: float, evaluator: ContextParallelEvaluator, multiple: int,
