@@ -41,15 +41,21 @@ OBJECTIVE_DIGITS = 9
 def format_objective(value: Any) -> str:
     """An objective or bound as a message prints it, readable at every size: an integer (a Python or numpy int)
     in full with thousands separators at any size (``2**53 + 2`` as ``9,007,199,254,740,994``), an integral float
-    up to :data:`EXACT_INTEGER` likewise (``3,000,003``, not ``3e+06``), another finite one with
-    :data:`OBJECTIVE_DIGITS` significant digits (``1,234,567.89``; exponent notation only past 1e9 or below 1e-4),
-    ``inf`` / ``-inf`` / ``nan`` as such. The one formatter of the balance solvers' messages.
+    up to :data:`EXACT_INTEGER` likewise (``3,000,003``, not ``3e+06``), another of magnitude 1e-4 or more with
+    :data:`OBJECTIVE_DIGITS` significant digits (``1,234,567.89``), or as many more as it takes to show a
+    fraction (``123,456,789.5``, ``4,000,000,000.5``, ``99,999.99999999``: never as an integer nor in exponent
+    notation), an integral float past :data:`EXACT_INTEGER` or one below 1e-4 with :data:`OBJECTIVE_DIGITS` in
+    exponent notation (``1.1529215e+18``, ``1e-07``), ``inf`` / ``-inf`` / ``nan`` as such. The one formatter
+    of the balance solvers' messages.
 
     Raises:
-        ValueError: ``value`` a bool (``True`` is no objective; it would print as ``1``).
+        ValueError: ``value`` not a real number (``None``, a string) or a bool (``True`` is no objective; it
+            would print as ``1``).
     """
     if isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", None) == "b":
         raise ValueError(f"format_objective: value must be a number, got the bool {value!r}")
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"format_objective: value must be a number, got {value!r}")
     if isinstance(value, numbers.Integral):
         return f"{int(value):,}"
     number = float(value)
@@ -57,7 +63,14 @@ def format_objective(value: Any) -> str:
         return "nan" if number != number else ("inf" if number > 0 else "-inf")
     if number.is_integer() and abs(number) <= EXACT_INTEGER:
         return f"{int(number):,}"
-    return f"{number:,.{OBJECTIVE_DIGITS}g}"
+    if number.is_integer() or abs(number) < 1e-4:
+        return f"{number:.{OBJECTIVE_DIGITS}g}"
+    # a fraction is below 2**53 < 1e16, where 17 significant digits round-trip, positional and with a fraction
+    for digits in range(OBJECTIVE_DIGITS, 17):
+        text = f"{number:,.{digits}g}"
+        if "." in text and "e" not in text:
+            return text
+    return f"{number:,.17g}"
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

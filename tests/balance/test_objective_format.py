@@ -42,6 +42,24 @@ def test_format_objective_refuses_bools(value):
         format_objective(value)
 
 
+@pytest.mark.parametrize("value, text", [
+    # 9 significant digits would print 4e+09, 1e+09, 123,456,790, 100,000 and 2: exponent form or an integer
+    (4_000_000_000.5, "4,000,000,000.5"), (999_999_999.6, "999,999,999.6"), (123_456_789.5, "123,456,789.5"),
+    (-123_456_789.5, "-123,456,789.5"), (99_999.99999999, "99,999.99999999"), (1.99999999999, "1.99999999999"),
+    # 1e15 + 0.5 is a float (its spacing there is 0.125); 0.1 + 0.2 keeps the 9 digits' 0.3
+    (1e15 + 0.5, "1,000,000,000,000,000.5"), (0.1 + 0.2, "0.3"), (np.float64(4_000_000_000.5), "4,000,000,000.5"),
+])
+def test_format_objective_never_hides_a_fraction(value, text):
+    assert format_objective(value) == text
+    assert "e" not in text and "." in text
+
+
+@pytest.mark.parametrize("value, shown", [(None, "None"), ("3", "'3'"), (b"3", "b'3'"), ([1.0], r"\[1\.0\]")])
+def test_format_objective_refuses_non_numbers(value, shown):
+    with pytest.raises(ValueError, match=rf"format_objective: value must be a number, got {shown}$"):
+        format_objective(value)
+
+
 def test_lns_prints_its_start_objective_in_full():
     instance = make_instance([3, 1, 1, 1], INTEGER, seq_len=10, data_parallel_size=2, local_batch_size=1)
     result = packplace.balance(instance, solver="lns", seed=0)

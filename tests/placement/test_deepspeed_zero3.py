@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from packplace.placement.checking.validate import load_setup
@@ -88,6 +89,31 @@ def test_latency_of_opt_6_7b_on_64_a100_by_hand():
     # a framework without DeepSpeed's per-module fetch (FSDP's units): nothing
     cost.framework = dataclasses.replace(cost.framework, zero3_fetch=None)
     assert cost.zero3_gather_latency_seconds(actor, 64, 1, (1, 8, 8), trained=True) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("dp, tp, shard, name, shown", [
+    (64, 0, None, "tp", "0"), (64, -1, None, "tp", "-1"), (2.5, 1, None, "dp", "2.5"), (64, 1, 2.5, "shard", "2.5"),
+    (float("nan"), 1, None, "dp", "nan"), (float("inf"), 1, None, "dp", "inf"), (0, 1, None, "dp", "0"),
+    (64, True, None, "tp", "True"), (64, 1, 0, "shard", "0"), (64, "1", None, "tp", "'1'"),
+])
+def test_gather_latency_refuses_counts_that_are_not_positive_integers(dp, tp, shard, name, shown):
+    instance, _, _ = load_setup(OPT67_64)
+    cost, actor = get_evaluator(instance).cost, instance.models["actor"]
+    with pytest.raises(ValueError, match=rf"zero3_gather_latency_seconds: {name} must be a positive integer, "
+                                         rf"got {shown}$"):
+        cost.zero3_gather_latency_seconds(actor, dp, tp, (1, 8, 8), trained=True, shard=shard)
+
+
+def test_gather_latency_takes_whole_counts_of_any_type():
+    instance, _, _ = load_setup(OPT67_64)
+    cost, actor = get_evaluator(instance).cost, instance.models["actor"]
+    # the hand count above (193 more gathers, 63 ring steps of 5 µs) from a numpy int and an integral float; dp 1
+    # and a shard group of 1 still add nothing
+    expected = pytest.approx(193 * 63 * 5e-6, rel=1e-12)
+    assert cost.zero3_gather_latency_seconds(actor, np.int64(64), 1, (1, 8, 8), trained=True)[0] == expected
+    assert cost.zero3_gather_latency_seconds(actor, 64.0, 1, (1, 8, 8), trained=True)[0] == expected
+    assert cost.zero3_gather_latency_seconds(actor, 1, 1, (1, 8, 8), trained=True) == (0.0, 0.0)
+    assert cost.zero3_gather_latency_seconds(actor, 64, 1, (1, 8, 8), trained=True, shard=1) == (0.0, 0.0)
 
 
 def test_a_trained_roles_experience_forward_takes_the_training_config():

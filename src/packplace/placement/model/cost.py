@@ -165,6 +165,15 @@ def vllm_decode_table(table: ComponentTable, hardware: Hardware) -> ComponentTab
     return table if fraction == 1.0 else replace(table, kv_bandwidth=table.kv_bandwidth * fraction)
 
 
+def _positive_integer(value: object) -> bool:
+    """Whether ``value`` is a whole number of 1 or more (an int, a numpy int or an integral float; not a bool)."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, np.integer)):
+        return bool(value >= 1)
+    return isinstance(value, (float, np.floating)) and math.isfinite(value) and value >= 1 and float(value).is_integer()
+
+
 class CostModel:
     """Analytic time model of the vertices of one instance.
 
@@ -1186,7 +1195,15 @@ class CostModel:
         NCCL's tuning model (``src/graph/tuning.cc`` ``ncclTopoTuneModel``, v2.18.3-1 to v2.21.5-1: a ring all-gather
         of the Simple protocol costs ``baseLat`` 8.4 µs plus ``nNodes − 1`` network steps of 14 µs and
         ``p − nNodes`` steps of ``max(3.4, 3·netOverhead)`` µs, ``netOverhead`` 1 on an Intel host and 2 on an
-        AMD one); docs/calibration-and-validation.md, "DeepSpeed-Chat 8 → 64 A100", compares the two."""
+        AMD one); docs/calibration-and-validation.md, "DeepSpeed-Chat 8 → 64 A100", compares the two.
+
+        Raises:
+            ValueError: ``dp``, ``tp`` or a given ``shard`` not a positive integer (a fraction, nan, inf, a bool
+                or below 1: a ring of fractional or no steps).
+        """
+        for name, value in (("dp", dp), ("tp", tp), ("shard", shard)):
+            if value is not None and not _positive_integer(value):
+                raise ValueError(f"zero3_gather_latency_seconds: {name} must be a positive integer, got {value!r}")
         fetch = self.framework.zero3_fetch
         if fetch is None:
             return 0.0, 0.0
