@@ -9,9 +9,11 @@
 
 :func:`show` bounds the values those one-line messages quote.
 
-The two are siblings: ``except ConfigError`` catches bad input only, ``except InfeasibleError`` a proven
-infeasibility only, and ``except PackplaceError`` both. Both are also :class:`ValueError`. The command
-line exits with code 2 on a :class:`ConfigError` and 1 on an :class:`InfeasibleError` (no feasible plan).
+``ConfigError`` and ``InfeasibleError`` are siblings: ``except ConfigError`` catches bad input only,
+``except InfeasibleError`` no feasible answer (proven, or, as its :class:`TimeLimitError`, not found in time:
+``except TimeLimitError`` first tells them apart), and ``except PackplaceError`` all. Both are also
+:class:`ValueError`. The command line exits with code 2 on a :class:`ConfigError` and 1 on an
+:class:`InfeasibleError` (no feasible plan).
 """
 
 from __future__ import annotations
