@@ -135,7 +135,10 @@ def test_the_search_keeps_the_asserts(solver):
     cfg["training"]["optimizer_steps"] = 1
     instance = build_instance(cfg)
     result = api.solve_placement(instance, solver, seed=0, time_limit_s=10)
-    assert result.status == "feasible" and result.objective < float("inf")
+    # cpsat encodes OpenRLHF's layout rules, so within the limit it may prove its plan (on a loaded machine it
+    # may not): either way a finite plan that keeps the asserts
+    assert result.status in ("optimal", "feasible") and result.objective < float("inf")
+    assert result.status == "feasible" or (solver == "cpsat" and result.bound <= result.objective + 1e-6)
     assert plan_refusals(instance, result.solution) == []
     placed = placed_of(instance, result.solution)
     actor = placed[TRAIN].strategy.dp * placed[TRAIN].strategy.tp
