@@ -474,7 +474,6 @@ def _find_move(state: _Levelling, sources: list[int], room: np.ndarray) -> tuple
     no room of its rank's bins has grown since (``room_grew``, against each call's room): a move needs
     room ≥ the sample's cost, and the rest of the test reads only the rank's bins, so it still has none
     (the answer a new check gives, at a fraction of the cost: the ceilings, index maxima, only fall)."""
-    costs, tokens, cap_samples = state.costs, state.tokens, state.cap_samples
     per_rank = state.per_rank
     if state.room is not None:
         grew = room > state.room
@@ -491,25 +490,37 @@ def _find_move(state: _Levelling, sources: list[int], room: np.ndarray) -> tuple
         if state.no_move.get(source) == counts:
             continue
         state.no_move[source] = counts  # dropped below if it has a move
-        near = room[lo:hi]
-        least = min(float(costs[k]) for k in state.contents[source])
-        if least > float(near.max()):  # not even its cheapest sample fits under any bin's ceiling
-            continue
-        load, used, sizes = state.load[lo:hi], state.used[lo:hi], state.sizes[lo:hi]
-        items = sorted(state.contents[source], key=lambda k: (-costs[k], k))
-        c = costs[items][:, None]
-        fits = ((near >= c) & (load + c < state.load[source]) & (used + tokens[items][:, None] <= state.seq_len)
-                & (state.indices[lo:hi] != source))
-        if cap_samples is not None:
-            fits &= sizes < cap_samples
-        for name, limit in state.limits.items():
-            fits &= state.spent[name][lo:hi] + state.usage[name][items][:, None] <= limit
-        rows = np.flatnonzero(fits.any(axis=1))
-        if rows.size:
+        move = source_move(state, source, room, lo, hi)
+        if move is not None:
             del state.no_move[source]
-            k = int(rows[0])  # the costliest sample that fits somewhere, into its best fit
-            return items[k], source, lo + int(np.argmin(np.where(fits[k], near - c[k], np.inf)))
+            return move
     return None
+
+
+def source_move(state: _Levelling, source: int, room: np.ndarray, lo: int, hi: int
+                ) -> tuple[int, int, int] | None:
+    """The move out of bin ``source`` into one of bins ``lo:hi`` (its rank's, or all): the costliest sample that
+    fits somewhere under ``room`` (each bin's ceiling less its load), into its best fit, as (sample, source,
+    target); None where none fits."""
+    costs, tokens, cap_samples = state.costs, state.tokens, state.cap_samples
+    near = room[lo:hi]
+    least = min(float(costs[k]) for k in state.contents[source])
+    if least > float(near.max()):  # not even its cheapest sample fits under any bin's ceiling
+        return None
+    load, used, sizes = state.load[lo:hi], state.used[lo:hi], state.sizes[lo:hi]
+    items = sorted(state.contents[source], key=lambda k: (-costs[k], k))
+    c = costs[items][:, None]
+    fits = ((near >= c) & (load + c < state.load[source]) & (used + tokens[items][:, None] <= state.seq_len)
+            & (state.indices[lo:hi] != source))
+    if cap_samples is not None:
+        fits &= sizes < cap_samples
+    for name, limit in state.limits.items():
+        fits &= state.spent[name][lo:hi] + state.usage[name][items][:, None] <= limit
+    rows = np.flatnonzero(fits.any(axis=1))
+    if not rows.size:
+        return None
+    k = int(rows[0])
+    return items[k], source, lo + int(np.argmin(np.where(fits[k], near - c[k], np.inf)))
 
 
 def _exchange_once(state: _Levelling, sources: list[int], ceiling: np.ndarray,

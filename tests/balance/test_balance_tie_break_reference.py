@@ -25,37 +25,28 @@ from packplace.balance.api import solve_balance
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.integrations.megatron import PackplacePackingScheduler, sequence_flops
 from packplace.solvers.balance._common import bin_sums
-from packplace.solvers.balance.lockstep import _find_move, _group_offers, _levelling_state, level_layers
+from packplace.solvers.balance.lockstep import (
+    _find_move,
+    _group_offers,
+    _levelling_state,
+    level_layers,
+    source_move,
+)
 from packplace.solvers.balance.repair.fine_tune import PAIR_SAMPLES, _add_pairs, _triangle, _tune_state, fine_tune
 
 
 # ------------------------------------------------------------------------------------- references
 def _reference_find_move(state, sources, room):
     """:func:`_find_move` without its memo: every source checked."""
-    costs, tokens, cap_samples = state.costs, state.tokens, state.cap_samples
     per_rank = state.per_rank
     for source in sources:
         if state.sizes[source] < 2:
             continue
         lo = 0 if per_rank is None else source - source % per_rank
         hi = len(room) if per_rank is None else lo + per_rank
-        near = room[lo:hi]
-        least = min(float(costs[k]) for k in state.contents[source])
-        if least > float(near.max()):
-            continue
-        load, used, sizes = state.load[lo:hi], state.used[lo:hi], state.sizes[lo:hi]
-        items = sorted(state.contents[source], key=lambda k: (-costs[k], k))
-        c = costs[items][:, None]
-        fits = ((near >= c) & (load + c < state.load[source]) & (used + tokens[items][:, None] <= state.seq_len)
-                & (state.indices[lo:hi] != source))
-        if cap_samples is not None:
-            fits &= sizes < cap_samples
-        for name, limit in state.limits.items():
-            fits &= state.spent[name][lo:hi] + state.usage[name][items][:, None] <= limit
-        rows = np.flatnonzero(fits.any(axis=1))
-        if rows.size:
-            k = int(rows[0])
-            return items[k], source, lo + int(np.argmin(np.where(fits[k], near - c[k], np.inf)))
+        move = source_move(state, source, room, lo, hi)
+        if move is not None:
+            return move
     return None
 
 
