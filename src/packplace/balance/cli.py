@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
                               else "")
     summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
                 gap_text(result), status, f"{result.wall_s:.4g}"]]
-    print(render_table(["solver", "objective", "bound", "gap", "status", "time_s"], summary))
+    print(render_table(["solver", "objective", "bound", "gap", "status", "time_s"], summary, objectives=(1, 2)))
     if result.message:
         print(f"note: {result.message}")
     document = result_json(result, instance, name)
@@ -368,7 +368,7 @@ def _run_context_parallel(args: argparse.Namespace, config: Any, started: float)
     summary = [[result.solver, result.objective if result.solution is not None else None, result.bound,
                 gap_text(result), status, f"{result.wall_s:.4g}"]]
     print(render_table(["solver", f"{instance.objective} ({context_parallel_unit(instance)})", "bound", "gap",
-                        "status", "time_s"], summary))
+                        "status", "time_s"], summary, objectives=(1, 2)))
     if result.message:
         print(f"note: {result.message}")
     args.json_document = document

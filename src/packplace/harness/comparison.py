@@ -49,6 +49,7 @@ from packplace.progress import emit, shown
 from packplace.result import ERROR, FEASIBLE, OPTIMAL, relative_gap
 from packplace.run import check_limits
 from packplace.solvers import aliases, available, get
+from packplace.table import format_objective
 from packplace.version import __version__
 
 SKIPPED = "skipped"
@@ -316,12 +317,12 @@ def _row(index: int, name: str, size: int | None, cells: list[Cell], note: str, 
     best_objective = min(objectives) if objectives else _INF
     notes = [note] if note else []
     if optima and max(optima) > min(optima) * (1 + rtol) + 1e-12:
-        claims = ", ".join(f"{c.solver} {c.objective:.6g}" for c in cells if c.status == OPTIMAL)
+        claims = ", ".join(f"{c.solver} {format_objective(c.objective)}" for c in cells if c.status == OPTIMAL)
         notes.append(f"solvers claim different optima: {claims}")
     if objectives and bounds and best_bound > best_objective * (1 + rtol) + 1e-12:
         owners = [c.solver for c in cells if c.ran and c.bound == best_bound]
-        notes.append(f"bound {best_bound:.6g} of {', '.join(owners)} exceeds the best objective "
-                     f"{best_objective:.6g}: a false bound")
+        notes.append(f"bound {format_objective(best_bound)} of {', '.join(owners)} exceeds the best objective "
+                     f"{format_objective(best_objective)}: a false bound")
     for c in cells:
         if c.solved:
             if c.objective > 0 and (not bounds or best_bound <= 0):

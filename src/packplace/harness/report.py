@@ -26,7 +26,7 @@ from typing import Any
 
 from packplace.jsontext import json_text
 from packplace.outputs import check_output_dir, write_atomic
-from packplace.table import format_number
+from packplace.table import format_objective
 
 STATUS_MARK = {"optimal": "*", "feasible": "", "infeasible": "INFEASIBLE", "unknown": "?", "error": "ERROR",
                "skipped": "-"}
@@ -78,11 +78,11 @@ def report_dict(report, timings: bool = True) -> dict[str, Any]:
 
 
 def fmt_number(value: float) -> str:
-    """A number in 6 significant digits, in full from 1e6 (:func:`~packplace.table.format_number`: ``3,000,003``,
-    not ``3e+06``); ``-`` for an infinity or None."""
+    """An objective or bound as :func:`~packplace.table.format_objective` prints it (``3,000,003``, not ``3e+06``;
+    ``123,456.7``, not ``123457``); ``-`` for an infinity or None."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
-    return format_number(float(value))
+    return format_objective(value)
 
 
 def fmt_bound(value: float) -> str:
