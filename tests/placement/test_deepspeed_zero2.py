@@ -47,7 +47,7 @@ def test_bucket_flush_starts_a_new_run(monkeypatch):
 
 
 def test_bad_input_names_the_value():
-    with pytest.raises(ValueError, match="dp must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="zero2_collective_calls: dp must be a positive integer, got 0"):
         zero2_collective_calls(TINY, 0)
     moe = TransformerShape(layers=1, hidden_dim=4, ffn_dim=8, vocab_size=10, head_dim=2, num_experts=4,
                            experts_per_token=1, expert_ffn_dim=8)

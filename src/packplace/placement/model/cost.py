@@ -36,6 +36,7 @@ from packplace.placement.model.components import (
     pass_times,
     weight_update_kernels,
 )
+from packplace.placement.model.counts import check_counts
 from packplace.placement.model.deepspeed_zero2 import zero2_collective_calls
 from packplace.placement.model.deepspeed_zero3 import zero3_gathers_per_pass
 from packplace.placement.model.dp_balance import VertexBalance
@@ -163,15 +164,6 @@ def vllm_decode_table(table: ComponentTable, hardware: Hardware) -> ComponentTab
     reach (:meth:`CostModel.kv_read_fraction`)."""
     fraction = hardware.vllm_kv_bandwidth_fraction
     return table if fraction == 1.0 else replace(table, kv_bandwidth=table.kv_bandwidth * fraction)
-
-
-def _positive_integer(value: object) -> bool:
-    """Whether ``value`` is a whole number of 1 or more (an int, a numpy int or an integral float; not a bool)."""
-    if isinstance(value, (bool, np.bool_)):
-        return False
-    if isinstance(value, (int, np.integer)):
-        return bool(value >= 1)
-    return isinstance(value, (float, np.floating)) and math.isfinite(value) and value >= 1 and float(value).is_integer()
 
 
 class CostModel:
@@ -1201,9 +1193,7 @@ class CostModel:
             ValueError: ``dp``, ``tp`` or a given ``shard`` not a positive integer (a fraction, nan, inf, a bool
                 or below 1: a ring of fractional or no steps).
         """
-        for name, value in (("dp", dp), ("tp", tp), ("shard", shard)):
-            if value is not None and not _positive_integer(value):
-                raise ValueError(f"zero3_gather_latency_seconds: {name} must be a positive integer, got {value!r}")
+        check_counts("zero3_gather_latency_seconds", dp=dp, tp=tp, shard=shard)
         fetch = self.framework.zero3_fetch
         if fetch is None:
             return 0.0, 0.0

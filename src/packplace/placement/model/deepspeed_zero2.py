@@ -38,6 +38,7 @@ out that way OPT-1.3B counts 479 reduces on 64 ranks instead of 485, 125 on 8 in
 
 from __future__ import annotations
 
+from packplace.placement.model.counts import check_counts
 from packplace.placement.problem.models import ModelSpec
 
 #: DeepSpeed's ZeRO ``reduce_bucket_size`` and ``allgather_bucket_size`` defaults, elements (v0.9.0
@@ -112,10 +113,10 @@ def zero2_collective_calls(model: ModelSpec, dp: int) -> tuple[int, int]:
     gradient bucket, and the step's parameter all-gathers. ``(0, 0)`` for ``dp ≤ 1``.
 
     Raises:
-        ValueError: ``dp`` below 1, or a mixture-of-experts model.
+        ValueError: ``dp`` not a positive integer, or a mixture-of-experts model.
     """
-    if dp < 1:
-        raise ValueError(f"zero2_collective_calls: dp must be >= 1, got {dp!r}")
+    check_counts("zero2_collective_calls", dp=dp)
+    dp = int(dp)
     if dp == 1:
         return 0, 0
     tensors = parameter_tensors(model)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from packplace.errors import ConfigError, show
+from packplace.placement.model.counts import check_counts
 from packplace.placement.model.deepspeed_zero3 import DEEPSPEED_DEFAULTS, DSCHAT_EVAL, DSCHAT_TRAIN, Zero3Prefetch
 from packplace.placement.model.engine import DEFAULT_GPU_MEMORY_UTILIZATION
 from packplace.placement.model.memory import lora_params, stage_params
@@ -950,13 +951,14 @@ def micro_rollout_batch_size(sequences: int, ranks: int, forward_micro_batches: 
     0, which ``fit`` then divides by (openrlhf/trainer/ppo_trainer.py).
 
     Raises:
-        ValueError: no forward micro-batch, or ``ranks`` below 1.
+        ValueError: no forward micro-batch, or ``ranks`` not a positive integer.
     """
+    check_counts("micro_rollout_batch_size", ranks=ranks)
     batches = list(forward_micro_batches)
     if not batches or ranks < 1:
         raise ValueError(f"micro_rollout_batch_size: needs a forward micro-batch and ranks >= 1, got {batches} "
                          f"and ranks {ranks}")
-    return min(min(batches), max(1, sequences // ranks))
+    return min(min(batches), max(1, sequences // int(ranks)))
 
 
 def micro_rollout_refusal(framework: str, version: str | None, sequences: int, ranks: int, micro: int) -> str | None:
@@ -1127,10 +1129,14 @@ def micro_rollout_seconds(ranks: int, steps: int, engines: int, generate: float,
     (:func:`~packplace.placement.model.layout_rules.refusals`); this ``inf`` is their defence in depth.
 
     Raises:
-        ValueError: a count below 1, a negative time, a waited role called later, or GPU-sharing roles
-            with different server counts.
+        ValueError: a count not a positive integer, a negative time, a waited role called later, or GPU-sharing
+            roles with different server counts.
     """
     roles = [s if isinstance(s, LoopRole) else LoopRole(*s) for s in servers]
+    check_counts("micro_rollout_seconds", ranks=ranks, steps=steps, engines=engines,
+                 **{f"servers[{i}].count": r.count for i, r in enumerate(roles)})
+    ranks, steps, engines = int(ranks), int(steps), int(engines)
+    roles = [dataclasses.replace(r, count=int(r.count)) for r in roles]
     if ranks < 1 or steps < 1 or engines < 1 or any(r.count < 1 for r in roles):
         raise ValueError(f"micro_rollout_seconds: ranks, steps, engines and server counts must be >= 1, got "
                          f"{ranks}, {steps}, {engines}, {[r.count for r in roles]}")
@@ -1337,7 +1343,13 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     per module, which adds the latency of its further all-gathers to each pass
     (:meth:`~packplace.placement.model.cost.CostModel.zero3_gather_latency_seconds`, the forward's; ``trained``:
     the forward runs on a training engine, the actor's or critic's, with the training config's fetch settings).
-    0 for ``dp = 1``."""
+    0 for ``dp = 1``.
+
+    Raises:
+        ValueError: ``dp``, ``pp``, ``tp`` or a given ``shard`` not a positive integer (``passes`` may be a mean
+            over draws, :meth:`~packplace.placement.model.cost.CostModel.pass_shape`).
+    """
+    check_counts("gather_seconds", dp=dp, pp=pp, tp=tp, shard=shard)
     if dp <= 1:
         return 0.0
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
@@ -1356,10 +1368,9 @@ def exposed_gather_seconds(gather: float, compute: float, layers: int) -> float:
     all-gather cannot overlap with anything).
 
     Raises:
-        ValueError: ``layers`` below 1.
+        ValueError: ``layers`` not a positive integer.
     """
-    if layers < 1:
-        raise ValueError(f"layers must be at least 1, got {layers}")
+    check_counts("exposed_gather_seconds", layers=layers)
     return gather / layers + (layers - 1) / layers * max(0.0, gather - compute)
 
 
@@ -1369,7 +1380,12 @@ def onload_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     DeepSpeed ``offload_param``) brings each rank's partition ``2·P_stage/(tp·dp)`` to the GPU for every
     one of the ``passes`` micro-batches (then :func:`gather_seconds` gathers it); a full replica kept on
     the host (OpenRLHF's ``--ref_reward_offload`` without ZeRO-3 moves the module to the GPU and back)
-    crosses once per step, ``2·P_stage/tp``."""
+    crosses once per step, ``2·P_stage/tp``.
+
+    Raises:
+        ValueError: ``dp``, ``pp`` or ``tp`` not a positive integer (``passes`` may be a mean over draws).
+    """
+    check_counts("onload_seconds", dp=dp, pp=pp, tp=tp)
     nbytes = 2.0 * max(stage_params(model, pp)) / tp
     if sharded:
         return passes * nbytes / dp / cost.hw.host_bandwidth
@@ -1382,11 +1398,10 @@ def generate_calls(cost, dp: int, micro_batch: int) -> int:
     with inference TP ``t`` one call decodes the ``t`` ranks' prompts together, ``mb`` of the plan).
 
     Raises:
-        ValueError: ``dp`` or ``micro_batch`` below 1.
+        ValueError: ``dp`` or ``micro_batch`` not a positive integer.
     """
-    if dp < 1 or micro_batch < 1:
-        raise ValueError(f"generate_calls: dp and micro_batch must be >= 1, got {dp}, {micro_batch}")
-    return -(-(cost.workload.sequences // dp) // micro_batch)
+    check_counts("generate_calls", dp=dp, micro_batch=micro_batch)
+    return -(-(cost.workload.sequences // int(dp)) // int(micro_batch))
 
 
 def hybrid_gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, calls: int,
@@ -1415,7 +1430,11 @@ def hybrid_gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, cal
 
     Not charged: the gather that ``--unpin_actor_parameters`` makes per layer per decoded token
     (``_zero3_forward``), a setting no profile represents. 0 for one GPU without offload.
+
+    Raises:
+        ValueError: ``dp``, ``pp``, ``tp`` or ``calls`` not a positive integer.
     """
+    check_counts("hybrid_gather_seconds", dp=dp, pp=pp, tp=tp, calls=calls)
     n = dp * pp * tp
     nbytes = 2.0 * model.params
     seconds = 0.0
@@ -1470,11 +1489,11 @@ def hybrid_merge_seconds(cost, model: ModelSpec, tp: int, calls: int, copy_bandw
     adds to the step rather than overlapping the weight read.
 
     Raises:
-        ValueError: ``tp`` or ``calls`` below 1, or ``copy_bandwidth`` not positive.
+        ValueError: ``tp`` or ``calls`` not a positive integer, or ``copy_bandwidth`` not positive.
     """
-    if tp < 1 or calls < 1 or not copy_bandwidth > 0:
-        raise ValueError(f"hybrid_merge_seconds: tp and calls must be >= 1 and copy_bandwidth > 0, "
-                         f"got {tp}, {calls}, {copy_bandwidth}")
+    check_counts("hybrid_merge_seconds", tp=tp, calls=calls)
+    if not copy_bandwidth > 0:
+        raise ValueError(f"hybrid_merge_seconds: copy_bandwidth must be > 0, got {copy_bandwidth!r}")
     per_forward = 2.0 * 2.0 * hybrid_merged_params(model) / tp
     return calls * cost.workload.max_response * per_forward / copy_bandwidth
 
@@ -1510,11 +1529,10 @@ def hybrid_lora_fuse_seconds(cost, model: ModelSpec, lora_rank: int, tp: int, ca
     ``calls`` generate calls (:func:`generate_calls`). 0 without LoRA.
 
     Raises:
-        ValueError: ``tp`` or ``calls`` below 1, or a negative ``lora_rank``.
+        ValueError: ``tp`` or ``calls`` not a positive integer, or ``lora_rank`` not a non-negative one.
     """
-    if tp < 1 or calls < 1 or lora_rank < 0:
-        raise ValueError(f"hybrid_lora_fuse_seconds: tp and calls must be >= 1 and lora_rank >= 0, "
-                         f"got {tp}, {calls}, {lora_rank}")
+    check_counts("hybrid_lora_fuse_seconds", tp=tp, calls=calls)
+    check_counts("hybrid_lora_fuse_seconds", 0, lora_rank=lora_rank)
     if lora_rank == 0:
         return 0.0
     frozen, _ = lora_params(model, lora_rank)
@@ -1531,7 +1549,12 @@ def dispatch_seconds(cost, framework: FrameworkProfile, dp: int) -> float:
     and from each of the ``dp`` replicas through host memory, ``2·B·K·(S + T_max)·28/dp`` bytes (``T_max``:
     :attr:`~packplace.placement.problem.workload.Workload.max_response`, the batch padded to its expected longest
     response) at ``host_bandwidth`` (:data:`RAY_BATCH_BYTES_PER_TOKEN`; the replicas copy in parallel, each over its
-    own PCIe link); 0 for a process-per-GPU framework (DeepSpeed-Chat) and ``none``."""
+    own PCIe link); 0 for a process-per-GPU framework (DeepSpeed-Chat) and ``none``.
+
+    Raises:
+        ValueError: ``dp`` not a positive integer.
+    """
+    check_counts("dispatch_seconds", dp=dp)
     if not framework.ray:
         return 0.0
     w = cost.workload

@@ -1,0 +1,93 @@
+"""The model's cost functions refuse a count (``dp``, ``pp``, ``tp``, a shard group, calls, layers, ranks) that is
+not a whole number with one ``ValueError`` naming the function, the field and the value
+(:func:`packplace.placement.model.counts.check_counts`); a numpy int or an integral float prices as the int."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from packplace.placement.checking.validate import load_setup
+from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model import framework
+from packplace.placement.model.counts import check_counts, is_count
+from packplace.placement.model.deepspeed_zero2 import zero2_collective_calls
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+OPT67_8 = os.path.join(ROOT, "benchmarks", "validation", "deepspeed_chat_ppo_opt-6.7b_8xa100.yaml")
+EXTENT = (1, 1, 8)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    instance, _, _ = load_setup(OPT67_8)
+    return get_evaluator(instance).cost, instance.models["actor"]
+
+
+def _calls(cost, model):
+    """Each checked function with good arguments, as ``name -> (call taking the counts, the counts)``."""
+    return {
+        "hybrid_merge_seconds": (lambda tp, calls: framework.hybrid_merge_seconds(cost, model, tp, calls, 1e12),
+                                 {"tp": 2, "calls": 3}),
+        "hybrid_gather_seconds": (lambda dp, pp, tp, calls: framework.hybrid_gather_seconds(
+            cost, model, dp, pp, tp, calls, EXTENT, offloaded=True), {"dp": 4, "pp": 1, "tp": 2, "calls": 3}),
+        "hybrid_lora_fuse_seconds": (lambda tp, calls: framework.hybrid_lora_fuse_seconds(
+            cost, model, 8, tp, calls, zero3=True), {"tp": 2, "calls": 3}),
+        "generate_calls": (lambda dp, micro_batch: framework.generate_calls(cost, dp, micro_batch),
+                           {"dp": 8, "micro_batch": 4}),
+        "gather_seconds": (lambda dp, pp, tp, shard: framework.gather_seconds(
+            cost, model, dp, pp, tp, 2, EXTENT, shard), {"dp": 8, "pp": 1, "tp": 1, "shard": 4}),
+        "onload_seconds": (lambda dp, pp, tp: framework.onload_seconds(cost, model, dp, pp, tp, 2, True),
+                           {"dp": 8, "pp": 1, "tp": 1}),
+        "dispatch_seconds": (lambda dp: framework.dispatch_seconds(cost, framework.profile("openrlhf"), dp),
+                             {"dp": 8}),
+        "exposed_gather_seconds": (lambda layers: framework.exposed_gather_seconds(1.0, 0.5, layers),
+                                   {"layers": 32}),
+        "micro_rollout_batch_size": (lambda ranks: framework.micro_rollout_batch_size(64, ranks, [4, 8]),
+                                     {"ranks": 8}),
+        "micro_rollout_seconds": (lambda ranks, steps, engines: framework.micro_rollout_seconds(
+            ranks, steps, engines, 1.0, 0.5, ((2, 0.25),)), {"ranks": 4, "steps": 2, "engines": 2}),
+        "zero2_collective_calls": (lambda dp: zero2_collective_calls(model, dp), {"dp": 8}),
+        "zero3_gather_latency_seconds": (lambda dp, tp, shard: cost.zero3_gather_latency_seconds(
+            model, dp, tp, EXTENT, True, shard), {"dp": 8, "tp": 1, "shard": 4}),
+    }
+
+
+BAD = [(2.5, "2.5"), (0, "0"), (-1, "-1"), (float("nan"), "nan"), (float("inf"), "inf"), (True, "True"),
+       (np.float64(1.5), r"np.float64\(1.5\)"), ("2", "'2'")]
+
+
+@pytest.mark.parametrize("value, shown", BAD)
+def test_every_count_of_every_cost_function_is_checked(setup, value, shown):
+    for function, (call, counts) in _calls(*setup).items():
+        for name in counts:
+            bad = {**counts, name: value}
+            with pytest.raises(ValueError, match=rf"^{function}: {name} must be a positive integer, got {shown}$"):
+                call(**bad)
+
+
+def test_the_fractional_tp_the_hybrid_merge_took(setup):
+    # tp 1.5 had priced 2/3 of the tp-1 copy (a plausible number); it names the field and the value now
+    with pytest.raises(ValueError, match=r"^hybrid_merge_seconds: tp must be a positive integer, got 1.5$"):
+        framework.hybrid_merge_seconds(setup[0], setup[1], 1.5, 3, 1e12)
+
+
+def test_whole_counts_of_any_type_price_as_the_int(setup):
+    for function, (call, counts) in _calls(*setup).items():
+        expected = call(**counts)
+        assert call(**{k: np.int64(v) for k, v in counts.items()}) == expected, function
+        assert call(**{k: float(v) for k, v in counts.items()}) == expected, function
+
+
+def test_check_counts_minimum_and_skipped_none():
+    check_counts("f", 0, lora_rank=0, shard=None)
+    with pytest.raises(ValueError, match=r"^f: lora_rank must be a non-negative integer, got -1$"):
+        check_counts("f", 0, lora_rank=-1)
+    with pytest.raises(ValueError, match=r"^f: n must be an integer >= 2, got 1$"):
+        check_counts("f", 2, n=1)
+    assert is_count(np.int32(3)) and is_count(3.0) and not is_count(np.True_) and not is_count(None)
+    with pytest.raises(ValueError, match=r"^hybrid_lora_fuse_seconds: lora_rank must be a non-negative integer, "
+                                         r"got 0.5$"):
+        framework.hybrid_lora_fuse_seconds(None, None, 0.5, 1, 1, zero3=False)
