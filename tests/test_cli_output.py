@@ -43,7 +43,28 @@ def test_balance_json_on_stdout_matches_the_out_file(tmp_path, capsys):
     document = json.loads(captured.out)  # stdout holds exactly one JSON document
     assert document == json.loads(out.read_text())
     assert document["objective"] == 15 and document["status"] == "optimal"
-    assert "rank" in captured.err  # the human-readable table moved to stderr
+    assert "rank" not in captured.out.replace('"rank', "")   # stdout is the JSON only; the tables are not printed
+
+
+ESTIMATE = ["estimate", "--model", str(ROOT / "configs/placement/published/ppo_openrlhf_llama2-7b_1x8xa800.yaml")
+            + ":actor", "--task", "generate"]
+VALIDATE = ["validate", str(ROOT / "benchmarks/validation/deepspeed_chat_ppo_opt-1.3b_8xa100.yaml")]
+
+
+@pytest.mark.parametrize("command, key", [(ESTIMATE, "time_s"), (VALIDATE, "rows"), (["balance", "--config", TWO_WAY],
+                                                                                      "objective")])
+def test_json_puts_the_document_on_stdout_and_nothing_on_stderr(command, key, capsys):
+    # estimate and validate had copied their text report to stderr: with --json stdout holds the one document and
+    # stderr only warnings, errors and progress lines (none here, under --quiet)
+    code = main([*command, "--json", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == (1 if command[0] == "validate" and not json.loads(captured.out)["ok"] else 0)
+    assert key in json.loads(captured.out)
+    assert captured.err == ""
+    # without --json the report is on stdout, and stderr is still empty
+    main([*command, "--quiet"])
+    captured = capsys.readouterr()
+    assert captured.out.strip() and captured.err == ""
 
 
 @pytest.mark.parametrize("command", [

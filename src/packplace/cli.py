@@ -6,9 +6,10 @@ infeasible (:class:`~packplace.errors.InfeasibleError`, one line saying why) (``
 one-line error on stderr naming the field; 130/143 stopped by SIGINT/SIGTERM (the best answer so far is printed and
 marked ``interrupted``; no output file is written).
 
-Every command takes ``--json`` (the result as one JSON document on stdout; the human-readable
-output goes to stderr instead; on an error the document is ``{"error": {...}, "exit_code": N}``) and
-``--quiet`` (no progress lines; progress goes through :mod:`logging`, see :mod:`packplace.progress`).
+Every command takes ``--json`` (the result as one JSON document on stdout, and nothing else there; the
+human-readable report is not printed, so stderr carries only warnings, errors and progress lines; on an error the
+document is ``{"error": {...}, "exit_code": N}``) and ``--quiet`` (no progress lines; progress goes through
+:mod:`logging`, see :mod:`packplace.progress`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     if "--json" not in defined:
         parser.add_argument(
             "--json", action="store_true",
-            help="print the result as one JSON document on stdout (the tables go to stderr instead)",
+            help="print the result as one JSON document on stdout, instead of the tables (stderr: warnings, "
+                 "errors and progress only)",
         )
     if "--quiet" not in defined:
         parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -96,7 +98,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 class _Tee(io.TextIOBase):
-    """Writes to a stream and keeps a copy (the human-readable output of a ``--json`` run)."""
+    """Writes to a stream and keeps a copy (an argument error's usage lines under ``--json``)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
@@ -228,13 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     interrupt.install()
     json_wanted = bool(getattr(args, "json", False))
     stdout = sys.stdout
-    tee = _Tee(sys.stderr)
+    # a --json run's human-readable report: kept for the document of a command that sets none, printed nowhere
+    # (stdout holds the JSON only; warnings and errors go to stderr directly, progress lines through logging)
+    report = io.StringIO()
     try:
         # both restored afterwards (main may run in-process); the scope records the files the command reads
         with outputs.reading_scope(), progress.shown(not getattr(args, "quiet", False)):
             if not json_wanted:
                 return _run(args)
-            with contextlib.redirect_stdout(tee):  # type: ignore[type-var]
+            with contextlib.redirect_stdout(report):
                 code = _run(args)
     except interrupt.Interrupted as stop:  # around the command (the scopes opening or closing): nothing ran
         print(f"packplace {args.command}: {stop}", file=sys.stderr)
@@ -247,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if error is not None:
         document = {"command": args.command, "error": error, "exit_code": code}
     elif document is None:
-        document = {"command": args.command, "exit_code": code, "output": tee.copy.getvalue()}
+        document = {"command": args.command, "exit_code": code, "output": report.getvalue()}
     _write_document(stdout, document, code)
     return code
 
