@@ -3,10 +3,14 @@ entry counted from vLLM's sampler, hand calculations on a round table, and its s
 model on the H200 table."""
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
+from packplace.cli import build_parser
 from packplace.placement.candidates import cost_model
+from packplace.placement.estimate_engine import sampler_line
 from packplace.placement.model import components as C
 from packplace.placement.model.framework import FRAMEWORKS, engine_logprobs, release_profile
 from packplace.placement.model.memory import stage_gemm_share
@@ -235,3 +239,19 @@ def test_the_estimate_and_place_price_the_pipelined_sampler_alike():
     hand_off = steps[1] - steps[0] - (table_terms[1] - table_terms[0])
     alpha, beta = cost.hw.p2p(cost.group_level(2, (1, 1, 8)))
     assert hand_off == pytest.approx(alpha + 256 * qwen.hidden_dim * 2 * beta, rel=1e-9)
+
+
+def test_framework_none_names_the_sampler_it_prices():
+    # --framework none prices bare kernels, yet on a component table its decode iteration ends with vLLM V1's
+    # sampler (RolloutEngine's default): the note says whose, and --help says so where it describes none
+    result = estimate("qwen2.5-0.5b", "h200", "decode", batch=256, context=1024, framework="none")
+    assert result.inputs["sampler"] == {"engine_generation": "v1", "logprobs": None, "bytes_per_entry": 50.0,
+                                        "kernels": 8}
+    line = sampler_line(result.inputs)
+    assert line is not None and line.endswith(
+        "in 8 kernels: bare kernels (--framework none): no engine, but the sampler of vLLM's current engine (V1))")
+    parser = build_parser(["estimate"])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["estimate"]
+    text = " ".join(next(a for a in sub._actions if "--framework" in a.option_strings).help.split())
+    assert ("each iteration ends with the sampler of vLLM's current engine, V1's, without log-probabilities "
+            "(the sampler note says so") in text

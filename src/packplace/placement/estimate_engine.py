@@ -207,7 +207,7 @@ def sampler_line(inputs: dict[str, Any]) -> str | None:
     if version:
         whose = f"{framework} {version}'s engine"
     elif framework == "none":
-        whose = "bare kernels (--framework none), priced with the current engine's sampler"
+        whose = "bare kernels (--framework none): no engine, but the sampler of vLLM's current engine (V1)"
     elif framework == "vllm":
         whose = "vLLM's current engine"
     else:

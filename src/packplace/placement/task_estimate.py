@@ -1662,6 +1662,20 @@ def _add_parallel_flags(p) -> None:
                         "any M holds; 1 at --pp 1). The time stays one micro-batch's on the slowest stage")
 
 
+#: ``estimate --framework``'s help: what each choice prices (``none``: bare kernels, and which sampler).
+FRAMEWORK_HELP = ("default none, or with --model CONFIG.yaml:ROLE the config's policy.framework (and its "
+    "framework_version, gpu_memory_utilization, enforce_eager and trainer_backend where the task "
+    "uses them; a flag given wins). none: bare kernels (a train pass with adam: place's vertex of framework none, the"
+    " bare PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else"
+    " a PyTorch trainer at PYTORCH_TRAIN_FRACTION; decode and generate: the kernels alone, no "
+    "engine, so no host time per sequence and no vllm_kv_bandwidth_fraction, but where a component "
+    "table prices the kernels (not the knob model) each iteration ends with the sampler of vLLM's "
+    "current engine, V1's, without log-probabilities (the sampler note says so; an RL framework's "
+    "--framework-version prices its release's sampler), whereas place's framework none rolls out on "
+    "a bare vLLM engine: --framework vllm prices that); otherwise the framework's dispatch and engine "
+    "overheads")
+
+
 def register_estimate(subparsers) -> None:
     """Add ``estimate`` to the CLI (``func`` set to :func:`run_estimate`)."""
     p = subparsers.add_parser(
@@ -1715,16 +1729,7 @@ def register_estimate(subparsers) -> None:
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
     _add_parallel_flags(p)
-    p.add_argument("--framework", default=None, choices=ESTIMATE_FRAMEWORKS,
-                   help="default none, or with --model CONFIG.yaml:ROLE the config's policy.framework (and its "
-                   "framework_version, gpu_memory_utilization, enforce_eager and trainer_backend where the task "
-                   "uses them; a flag "
-                   "given wins). none: bare kernels (a train pass with adam: place's vertex of framework none, the"
-                   " bare PyTorch loop at the table's rates with --sharding none and every degree but --dp 1, else"
-                   " a PyTorch trainer at PYTORCH_TRAIN_FRACTION; decode and generate: the kernels alone, no "
-                   "engine, so no host time per sequence and no vllm_kv_bandwidth_fraction, whereas place's "
-                   "framework none rolls out on a bare vLLM engine: --framework vllm prices that); otherwise the "
-                   "framework's dispatch and engine overheads")
+    p.add_argument("--framework", default=None, choices=ESTIMATE_FRAMEWORKS, help=FRAMEWORK_HELP)
     p.add_argument("--trainer-backend", default=None, dest="trainer_backend", choices=TRAINER_BACKENDS,
                    help="train and infer: the trainer's workers, as policy.trainer_backend (default: the config's "
                         "policy.trainer_backend with --model CONFIG.yaml:ROLE, else auto: for verl "
