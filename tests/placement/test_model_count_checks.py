@@ -11,7 +11,7 @@ import pytest
 
 from packplace.placement.checking.validate import load_setup
 from packplace.placement.evaluator import get_evaluator
-from packplace.placement.model import framework
+from packplace.placement.model import framework, training_time
 from packplace.placement.model.counts import check_counts, is_count
 from packplace.placement.model.deepspeed_zero2 import zero2_collective_calls
 
@@ -28,6 +28,7 @@ def setup():
 
 def _calls(cost, model):
     """Each checked function with good arguments, as ``name -> (call taking the counts, the counts)``."""
+    options, strategy = cost.options(model), {"dp": 8, "pp": 1, "tp": 1, "ep": 1}
     return {
         "hybrid_merge_seconds": (lambda tp, calls: framework.hybrid_merge_seconds(cost, model, tp, calls, 1e12),
                                  {"tp": 2, "calls": 3}),
@@ -52,6 +53,14 @@ def _calls(cost, model):
         "zero2_collective_calls": (lambda dp: zero2_collective_calls(model, dp), {"dp": 8}),
         "zero3_gather_latency_seconds": (lambda dp, tp, shard: cost.zero3_gather_latency_seconds(
             model, dp, tp, EXTENT, True, shard), {"dp": 8, "tp": 1, "shard": 4}),
+        # the training-step terms (the actor: ZeRO-3, LoRA, recomputation on)
+        **{name: (lambda dp, pp, tp, ep, name=name: getattr(training_time, name)(
+            cost, model, options, dp, pp, tp, 4, EXTENT, ep), strategy)
+           for name in ("training_overhead_seconds", "optimizer_steps_seconds", "zero3_collective_seconds")},
+        "zero3_exposed_seconds": (lambda dp, pp, tp, ep: training_time.zero3_exposed_seconds(
+            cost, model, options, dp, pp, tp, 4, EXTENT, ep, 1.0), strategy),
+        "recompute_stage_seconds": (lambda dp, pp, tp, ep: training_time.recompute_stage_seconds(
+            cost, model, "full", dp, pp, tp, 512.0, 512.0, EXTENT, ep), strategy),
     }
 
 

@@ -103,6 +103,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from packplace.placement.model.components import pass_times
+from packplace.placement.model.counts import check_counts
 from packplace.placement.model.framework import exposed_gather_seconds
 from packplace.placement.model.memory import (
     TrainingOptions,
@@ -126,7 +127,11 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
 
     Returns:
         Seconds (0 for ``recompute: none``, ``offload: none`` and a sharding other than ``zero3``).
+
+    Raises:
+        ValueError: ``dp``, ``pp``, ``tp`` or ``ep`` not a positive integer.
     """
+    check_counts("training_overhead_seconds", dp=dp, pp=pp, tp=tp, ep=ep)
     hw = cost.hw
     micro_batches, tokens = cost.pass_shape(model, "train", dp, pp, tp, micro_batch, ep)
     rank = options.lora_rank
@@ -197,8 +202,10 @@ def recompute_stage_seconds(cost, model: ModelSpec, recompute: str, dp: int, pp:
         Seconds ≥ 0 (0 for ``none``).
 
     Raises:
-        ValueError: ``recompute`` other than ``none``, ``selective``, ``full``.
+        ValueError: ``recompute`` other than ``none``, ``selective``, ``full``; ``dp``, ``pp``, ``tp`` or ``ep``
+            not a positive integer.
     """
+    check_counts("recompute_stage_seconds", dp=dp, pp=pp, tp=tp, ep=ep)
     if recompute == "none":
         return 0.0
     if recompute not in ("selective", "full"):
@@ -229,7 +236,11 @@ def optimizer_steps_seconds(cost, model: ModelSpec, options: TrainingOptions, dp
 
     Returns:
         Seconds (0 for ``k = 1``).
+
+    Raises:
+        ValueError: ``dp``, ``pp``, ``tp`` or ``ep`` not a positive integer.
     """
+    check_counts("optimizer_steps_seconds", dp=dp, pp=pp, tp=tp, ep=ep)
     steps = options.optimizer_steps
     if steps <= 1:
         return 0.0
@@ -269,7 +280,12 @@ def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, d
     gradient shard is then all-reduced across the ``dp/fsdp_size`` replicas
     (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). A DeepSpeed framework's per-module
     gathers add their latency to ``gather``, the mean of the forward's and the backward's
-    (:meth:`~packplace.placement.model.cost.CostModel.zero3_gather_latency_seconds`). 0 for ``dp = 1``."""
+    (:meth:`~packplace.placement.model.cost.CostModel.zero3_gather_latency_seconds`). 0 for ``dp = 1``.
+
+    Raises:
+        ValueError: ``dp``, ``pp``, ``tp`` or ``ep`` not a positive integer.
+    """
+    check_counts("zero3_collective_seconds", dp=dp, pp=pp, tp=tp, ep=ep)
     gather, reduce_scatter = _zero3_micro_batch_collectives(cost, model, options, dp, pp, tp, extent, ep)
     return micro_batches * (2.0 * gather + reduce_scatter)
 
@@ -314,7 +330,12 @@ def zero3_exposed_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: 
     (``a`` one micro-batch's all-gather of the stage, ``m`` micro-batches). What stays of the edges is,
     per micro-batch, the first unit's forward all-gather and the last unit's reduce-scatter,
     ``(a + r)/L``; the other ``L − 1`` units' collectives run beside the compute of the other layers
-    (prefetch, Zhao et al. 2023, arXiv 2304.11277, §3.3.2). 0 for ``dp = 1``."""
+    (prefetch, Zhao et al. 2023, arXiv 2304.11277, §3.3.2). 0 for ``dp = 1``.
+
+    Raises:
+        ValueError: ``dp``, ``pp``, ``tp`` or ``ep`` not a positive integer.
+    """
+    check_counts("zero3_exposed_seconds", dp=dp, pp=pp, tp=tp, ep=ep)
     if dp <= 1:
         return 0.0
     gather, reduce_scatter = _zero3_micro_batch_collectives(cost, model, options, dp, pp, tp, extent, ep)
