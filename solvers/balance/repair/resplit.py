@@ -131,20 +131,42 @@ def _complete(order: list[int], where: list[int], per_rank: int) -> list[list[in
 
 
 _POPCOUNTS: dict[int, np.ndarray] = {}
+_BITS: dict[int, np.ndarray] = {}
+
+
+def _bits(q: int) -> np.ndarray:
+    """The bits of every mask of q bits, shape (2^q, q), ``uint8`` (cached): entry [mask, j] is bit j."""
+    found = _BITS.get(q)
+    if found is None:
+        found = _BITS[q] = ((np.arange(1 << q)[:, None] >> np.arange(q)[None, :]) & 1).astype(np.uint8)
+    return found
+
+
+def _half_sums(values: np.ndarray) -> np.ndarray:
+    """Σ over the set bits of every mask of ``len(values)`` bits, added in increasing bit order from the lowest
+    set bit (shape (2^q,), the dtype of ``values``): each row of the bits times the values accumulated left
+    to right (``cumsum`` adds in sequence; an unset bit adds an exact 0), so a float entry is the very sum that
+    doubling the table one value at a time gives."""
+    if values.size == 0:
+        return np.zeros(1, dtype=values.dtype)
+    return np.cumsum(_bits(values.size) * values[None, :], axis=1)[:, -1]
 
 
 def _subset_sums(values: np.ndarray) -> np.ndarray:
     """Σ over the set bits: entry ``mask`` of the result is Σ_{i in mask} values[i] (shape (2^q,)).
 
-    Built as the outer sum of the two halves' subset sums (one pass over 2^q entries)."""
+    Built as the outer sum of the two halves' subset sums (:func:`_half_sums`; one pass over 2^q entries)."""
     half = len(values) // 2
-    low = np.zeros(1, dtype=values.dtype)
-    for value in values[:half]:
-        low = np.concatenate((low, low + value))
-    high = np.zeros(1, dtype=values.dtype)
-    for value in values[half:]:
-        high = np.concatenate((high, high + value))
+    low, high = _half_sums(values[:half]), _half_sums(values[half:])
     return (high[:, None] + low[None, :]).ravel()
+
+
+def _sums_at(values: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """Entries ``masks`` of :func:`_subset_sums` of integer ``values`` (exact in any order), from the halves'
+    tables alone."""
+    half = len(values) // 2
+    low, high = _half_sums(values[:half]), _half_sums(values[half:])
+    return high[masks >> half] + low[masks & ((1 << half) - 1)]
 
 
 def _popcounts(q: int) -> np.ndarray:
@@ -223,20 +245,23 @@ class _Resplit:
         fixed_light = [pool[k] for k in range(len(members[heavy]), len(pool)) if k not in free_set]
         chosen = np.array([pool[k] for k in free], dtype=np.int64)
         cost_sums = _subset_sums(costs[chosen])
-        token_sums = _subset_sums(tokens[chosen].astype(np.int64))
         total_cost = float(loads[heavy] + loads[light])
         ceiling = loads[heavy] - IMPROVEMENT_RTOL * abs(loads[heavy])  # the larger side must end below it
         base_cost = math.fsum(costs[fixed_heavy].tolist())
+        # the cost window first (few masks pass it), then the token and count tests on those masks alone
+        masks = np.flatnonzero((cost_sums < ceiling - base_cost) & (cost_sums > total_cost - ceiling - base_cost))
+        if masks.size == 0:
+            return None
         base_tokens = int(tokens[fixed_heavy].sum())
         room = per_rank * capacity
         total_tokens = int(tokens[pool].sum())
         low_count, high_count = per_rank - len(fixed_heavy), len(pool) - per_rank - len(fixed_heavy)
-        ok = (cost_sums < ceiling - base_cost) & (cost_sums > total_cost - ceiling - base_cost)
-        ok &= (token_sums <= room - base_tokens) & (token_sums >= total_tokens - room - base_tokens)
+        token_sums = _sums_at(tokens[chosen].astype(np.int64), masks)
+        ok = (token_sums <= room - base_tokens) & (token_sums >= total_tokens - room - base_tokens)
         if low_count > 0 or high_count < len(free):
-            counts = _popcounts(len(free))
+            counts = _popcounts(len(free))[masks]
             ok &= (counts >= low_count) & (counts <= high_count)
-        masks = np.flatnonzero(ok)
+        masks = masks[ok]
         if masks.size == 0:
             return None
         heavy_cost = base_cost + cost_sums[masks]
