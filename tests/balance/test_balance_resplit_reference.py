@@ -27,6 +27,7 @@ from packplace.solvers.balance.repair.acceptance import IMPROVEMENT_RTOL
 resplit_module = importlib.import_module("packplace.solvers.balance.repair.resplit")
 _Resplit = resplit_module._Resplit
 _half_sums, _subset_sums, _sums_at = resplit_module._half_sums, resplit_module._subset_sums, resplit_module._sums_at
+_window_empty = resplit_module._window_empty
 
 
 # ------------------------------------------------------------------------------------- references
@@ -128,7 +129,35 @@ def test_split_matches_the_reference_on_a_hand_case():
         assert sorted(sorted(int(tokens[i]) for i in b) for b in (*heavy, *light)) == [[21, 40], [30, 33]]
 
 
+def test_window_empty_sees_an_entry_at_either_edge():
+    values = np.array([0.1, 0.2, 0.3, 0.7])  # entry 0b0111 = 0.6000000000000001 (bit order 0.1, 0.2, 0.3)
+    entry = float(_subset_sums(values)[7])
+    assert entry == 0.6000000000000001
+    assert not _window_empty(values, np.nextafter(entry, 0.0), 0.65)  # just above the lower edge
+    assert not _window_empty(values, 0.55, np.nextafter(entry, 1.0))  # just below the upper edge
+    # (0.6, 0.6000000000000001) is an open window of no float: nothing lies in it, but the margin sees 0.6's
+    # neighbours, so the answer is "maybe" (False), never a wrong "empty"
+    assert not _window_empty(values, 0.6, entry)
+    assert _window_empty(values, 0.75, 0.79)  # 0.7 and 0.8 (0.1 + 0.7) are the nearest entries
+
+
 # ------------------------------------------------------------------------------------- properties
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0, 1e15, allow_nan=False, allow_infinity=False), min_size=1, max_size=14), st.data())
+def test_window_empty_only_where_the_table_has_no_entry_inside(values, data):
+    array = np.array(values, dtype=np.float64)
+    table = _subset_sums(array)
+    # edges at entries, at their float neighbours, or anywhere in the table's range
+    edge = st.one_of(st.sampled_from(table.tolist()),
+                     st.sampled_from(table.tolist()).map(lambda x: float(np.nextafter(x, np.inf))),
+                     st.sampled_from(table.tolist()).map(lambda x: float(np.nextafter(x, -np.inf))),
+                     st.floats(-1.0, float(table.max()) + 1.0))
+    above, below = sorted((data.draw(edge), data.draw(edge)))
+    inside = int(((table < below) & (table > above)).sum())
+    if _window_empty(array, above, below):
+        assert inside == 0
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(0, 1e15, allow_nan=False, allow_infinity=False), max_size=14))
 def test_subset_sums_float_bits_equal_the_reference(values):
