@@ -20,15 +20,24 @@ the median and the worst (largest) CPU ms over the instances, the median of the 
 to verl's CPU time, the median and worst gap, the count of instances whose gap exceeds kk's
 ("> kk"), and the statuses.
 
+With ``--plan-hash`` (and ``--seeds N``) it times nothing: per size, one SHA-256 digest of the default
+solver's plans on seeds 0 … N−1, plain and with ``tie_break="lockstep"`` (bins, objective, status, message,
+iterations), and of the verl drop-in's ``get_seqlen_balanced_partitions`` (both ``equal_size``) and
+``partition`` over the D ranks on the same batches, so that two versions can be checked to give the very
+same plans.
+
 Usage:
     python benchmarks/balance_latency.py
     python benchmarks/balance_latency.py --repeats 51 --sizes 256x16x4
     python benchmarks/balance_latency.py --seeds 20 --repeats 3
+    python benchmarks/balance_latency.py --seeds 20 --plan-hash --sizes 256x16x4 200x16x8
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 import statistics
 import sys
@@ -41,6 +50,8 @@ import packplace
 from packplace.balance import make_instance
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.harness.generators import cost_function
+from packplace.integrations import partition
+from packplace.integrations.verl import get_seqlen_balanced_partitions, workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integrations"))
 
@@ -113,6 +124,24 @@ def side_by_side(size: str, seeds: int, repeats: int, fill: float, solvers: list
               f"{above_kk:>5} {' '.join(f'{k}:{v}' for k, v in sorted(statuses[who].items()))}", flush=True)
 
 
+def plan_hash(size: str, seeds: int, fill: float) -> str:
+    """SHA-256 of the default solver's plans on seeds 0 … seeds−1 of one size, plain and lockstep tie-break,
+    and of the verl drop-in's and ``partition``'s answers over the ranks."""
+    n, ranks, per_rank = (int(x) for x in size.split("x"))
+    digest = hashlib.sha256()
+    for seed in range(seeds):
+        tokens, costs, seq_len = batch(n, ranks, per_rank, seed, fill)
+        inst = make_instance(tokens, costs, seq_len=seq_len, data_parallel_size=ranks, local_batch_size=per_rank)
+        for params in ({}, {"tie_break": "lockstep"}):
+            result = packplace.balance(inst, **params)
+            digest.update(json.dumps([result.solution.to_lists(), repr(result.objective), result.status,
+                                      result.message, result.iterations]).encode())
+        # the verl drop-in (both equal_size paths) and partition() over the ranks, on the same batch
+        parts = [get_seqlen_balanced_partitions(workload(tokens), ranks, equal) for equal in (False, True)]
+        digest.update(json.dumps([*parts, partition(costs, ranks)]).encode())
+    return digest.hexdigest()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES), help="n x D x m, e.g. 256x16x4")
@@ -121,8 +150,13 @@ def main() -> None:
     parser.add_argument("--fill", type=float, default=0.8)
     parser.add_argument("--solvers", nargs="+", default=["default", "lpt", "kk", "verl"])
     parser.add_argument("--seeds", type=int, default=0, help="side by side over this many instances per size")
+    parser.add_argument("--plan-hash", action="store_true", help="with --seeds: a digest of the plans, no timing")
     args = parser.parse_args()
     packplace.balance(make_instance([1, 2], seq_len=4, data_parallel_size=1))  # imports outside the timing
+    if args.plan_hash:
+        for size in args.sizes:
+            print(f"{size:>12} {plan_hash(size, args.seeds or 20, args.fill)}", flush=True)
+        return
     if args.seeds:
         print(f"{'n x D x m':>12} {'who':<8} {'cpu ms':>9} {'worst ms':>9} {'seed':>5} {'/verl':>7} "
               f"{'gap %':>9} {'worst %':>9} {'> kk':>5} statuses")

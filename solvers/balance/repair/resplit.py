@@ -50,6 +50,10 @@ PACK_NODES = 4000
 #: ``every_partner`` with m = 1 tests the admissibility of a leader's splits with every partner at once
 #: (one numpy array of this many entries at most; above it, pair by pair).
 BATCH_ENTRIES = 1 << 20
+#: Relative margin of :func:`_window_empty`'s binary search, of the values' scale: far above float rounding
+#: (about 1e-16 an addition, 14 additions) and far below ``IMPROVEMENT_RTOL`` (1e-9), the distance of the pair's
+#: current split from the window, so a window this much wider holds every entry in it and seldom any other.
+WINDOW_MARGIN = 1e-12
 
 
 def pack_bins(members: list[int], tokens: np.ndarray, per_rank: int, capacity: int,
@@ -131,20 +135,70 @@ def _complete(order: list[int], where: list[int], per_rank: int) -> list[list[in
 
 
 _POPCOUNTS: dict[int, np.ndarray] = {}
+_BITS: dict[int, np.ndarray] = {}
+_BIT_ROWS: dict[int, np.ndarray] = {}
+
+
+def _bits(q: int) -> np.ndarray:
+    """The bits of every mask of q bits, shape (q, 2^q), ``uint8`` (cached): entry [j, mask] is bit j."""
+    found = _BITS.get(q)
+    if found is None:
+        found = _BITS[q] = ((np.arange(1 << q)[None, :] >> np.arange(q)[:, None]) & 1).astype(np.uint8)
+    return found
+
+
+def _bit_rows(q: int) -> np.ndarray:
+    """The bits of every mask of q bits as floats, shape (2^q, q) (cached): row ``mask`` holds its bits."""
+    found = _BIT_ROWS.get(q)
+    if found is None:
+        found = _BIT_ROWS[q] = np.ascontiguousarray(_bits(q).T, dtype=np.float64)
+    return found
+
+
+def _half_sums(values: np.ndarray) -> np.ndarray:
+    """Σ over the set bits of every mask of ``len(values)`` bits, added in increasing bit order from the lowest
+    set bit (shape (2^q,), the dtype of ``values``): row j of the bits times value j, the rows added in turn
+    (an unset bit adds an exact 0), so a float entry is the very sum that doubling the table one value at a
+    time gives."""
+    if values.size == 0:
+        return np.zeros(1, dtype=values.dtype)
+    terms = _bits(values.size) * values[:, None]
+    total = terms[0].copy()
+    for row in terms[1:]:
+        total += row
+    return total
 
 
 def _subset_sums(values: np.ndarray) -> np.ndarray:
     """Σ over the set bits: entry ``mask`` of the result is Σ_{i in mask} values[i] (shape (2^q,)).
 
-    Built as the outer sum of the two halves' subset sums (one pass over 2^q entries)."""
+    Built as the outer sum of the two halves' subset sums (:func:`_half_sums`; one pass over 2^q entries)."""
     half = len(values) // 2
-    low = np.zeros(1, dtype=values.dtype)
-    for value in values[:half]:
-        low = np.concatenate((low, low + value))
-    high = np.zeros(1, dtype=values.dtype)
-    for value in values[half:]:
-        high = np.concatenate((high, high + value))
+    low, high = _half_sums(values[:half]), _half_sums(values[half:])
     return (high[:, None] + low[None, :]).ravel()
+
+
+def _sums_at(values: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """Entries ``masks`` of :func:`_subset_sums` of integer ``values`` (exact in any order), from the halves'
+    tables alone."""
+    half = len(values) // 2
+    low, high = _half_sums(values[:half]), _half_sums(values[half:])
+    return high[masks >> half] + low[masks & ((1 << half) - 1)]
+
+
+def _window_empty(values: np.ndarray, above: float, below: float) -> bool:
+    """Whether no entry of :func:`_subset_sums` of float ``values`` lies strictly between ``above`` and
+    ``below``, told without the table: an entry is ``high[h] + low[l]`` of the halves' sums, so a binary
+    search of the sorted ``low`` per ``h``, over a window wider by :data:`WINDOW_MARGIN` of the values' scale,
+    holds every entry inside. The halves here are products of the bits and the values (one call each; their
+    rounding, like the search's, is about 1e-15 of the scale, far inside the margin). True only when that
+    wider window holds none; False may still mean none (the caller's exact test decides)."""
+    half = len(values) // 2
+    low, high = np.sort(_bit_rows(half) @ values[:half]), _bit_rows(len(values) - half) @ values[half:]
+    margin = WINDOW_MARGIN * (abs(above) + abs(below) + float(np.abs(values).sum()))
+    first = np.searchsorted(low, (above - margin) - high, side="left")
+    last = np.searchsorted(low, (below + margin) - high, side="right")
+    return not bool((last > first).any())
 
 
 def _popcounts(q: int) -> np.ndarray:
@@ -222,21 +276,28 @@ class _Resplit:
         fixed_heavy = [pool[k] for k in range(len(members[heavy])) if k not in free_set]
         fixed_light = [pool[k] for k in range(len(members[heavy]), len(pool)) if k not in free_set]
         chosen = np.array([pool[k] for k in free], dtype=np.int64)
-        cost_sums = _subset_sums(costs[chosen])
-        token_sums = _subset_sums(tokens[chosen].astype(np.int64))
         total_cost = float(loads[heavy] + loads[light])
         ceiling = loads[heavy] - IMPROVEMENT_RTOL * abs(loads[heavy])  # the larger side must end below it
         base_cost = math.fsum(costs[fixed_heavy].tolist())
+        # the cost window first (few masks pass it; most pairs have none, told without the table), then the
+        # token and count tests on those masks alone
+        below, above = ceiling - base_cost, total_cost - ceiling - base_cost
+        if _window_empty(costs[chosen], float(above), float(below)):
+            return None
+        cost_sums = _subset_sums(costs[chosen])
+        masks = np.flatnonzero((cost_sums < below) & (cost_sums > above))
+        if masks.size == 0:
+            return None
         base_tokens = int(tokens[fixed_heavy].sum())
         room = per_rank * capacity
         total_tokens = int(tokens[pool].sum())
         low_count, high_count = per_rank - len(fixed_heavy), len(pool) - per_rank - len(fixed_heavy)
-        ok = (cost_sums < ceiling - base_cost) & (cost_sums > total_cost - ceiling - base_cost)
-        ok &= (token_sums <= room - base_tokens) & (token_sums >= total_tokens - room - base_tokens)
+        token_sums = _sums_at(tokens[chosen].astype(np.int64), masks)
+        ok = (token_sums <= room - base_tokens) & (token_sums >= total_tokens - room - base_tokens)
         if low_count > 0 or high_count < len(free):
-            counts = _popcounts(len(free))
+            counts = _popcounts(len(free))[masks]
             ok &= (counts >= low_count) & (counts <= high_count)
-        masks = np.flatnonzero(ok)
+        masks = masks[ok]
         if masks.size == 0:
             return None
         heavy_cost = base_cost + cost_sums[masks]

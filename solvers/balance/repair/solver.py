@@ -262,6 +262,9 @@ class _Repair:
         self.starts: list[tuple] = []
         self.kk_run = self.kk_cut = False
         self.stepped: tuple | None = None  # the per-step path's fine-tuned answer: (key, bins, messages)
+        # the per-step path's fine-tuning of its best start, uncut: (that start's bins, _fine_tune's answer), so
+        # that _improve does not run the same deterministic fine-tuning of the same start again
+        self.step_tuned: tuple | None = None
 
     def kk_bins(self) -> list[list[int]] | None:
         """``karmarkar_karp``'s answer (sample indices) on the time left; records that it ran and any cut."""
@@ -291,6 +294,8 @@ class _Repair:
             return Proposal(answer, FEASIBLE, iterations=0, hit_time_limit=timed_out or self.kk_cut or tie_cut,
                             message="; ".join([*self.messages, *notes, *cut, *tie]))
         self.stepped = (tuned_key, tuned, (self.messages if name == "lpt" else []) + notes)
+        if not timed_out:
+            self.step_tuned = (self.starts[0][3], (tuned, tuned_key, steps, timed_out))
         return None
 
     def first_starts(self, bins: list[list[int]]) -> Proposal | None:
@@ -336,9 +341,10 @@ class _Repair:
         stop = self.levels.stop
         while True:
             for _, _, name, start_bins in starts:
+                known = self.step_tuned[1] if self.step_tuned is not None and self.step_tuned[0] is start_bins else None
                 bins, key, checks, hit_time_limit, notes = _improve(
                     self.instance, self.prepared, start_bins, self.levels, self.max_repair_pairs, self.run.deadline,
-                    None if best is None else best[0])
+                    None if best is None else best[0], known)
                 iterations += checks
                 if best is None or key < best[0]:
                     head = [] if name == "lpt" else [f"started from {name}'s answer"]
@@ -486,15 +492,19 @@ class _Levels(NamedTuple):
 
 
 def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], levels: _Levels,
-             max_repair_pairs: int, deadline: float | None, best: tuple[float, float] | None = None):
+             max_repair_pairs: int, deadline: float | None, best: tuple[float, float] | None = None,
+             tuned: tuple | None = None):
     """Fine-tune ``bins``; if that does not reach ``levels.stop``, repair ``bins`` and fine-tune the repaired answer,
     then, where it applies (:func:`_resplittable`) and the answer is better than ``best`` (the best key of
     an earlier start, already re-split), re-split it: (bins, key, pair checks of the repair and the
-    re-split, hit the deadline, messages). A message says "reached the bound" only at ``levels.claim``."""
+    re-split, hit the deadline, messages). A message says "reached the bound" only at ``levels.claim``.
+    ``tuned``: :func:`_fine_tune`'s answer for these very ``bins``, uncut (the per-step path's), used instead of
+    running the same deterministic fine-tuning again."""
     bound, stop, claim, ties = levels
     key = rank_key(instance, prepared, bins)
     if key[0] <= stop * (1 + FINE_TUNE_FIRST_GAP):
-        tuned, tuned_key, steps, timed_out = _fine_tune(instance, prepared, bins, key, deadline, bound, ties)
+        tuned, tuned_key, steps, timed_out = (
+            tuned if tuned is not None else _fine_tune(instance, prepared, bins, key, deadline, bound, ties))
         if tuned_key[0] <= stop or timed_out:
             notes = [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= claim else "")]
             return tuned, tuned_key, 0, timed_out, notes if steps else []
