@@ -48,6 +48,8 @@ import numpy as np
 
 from packplace.context_parallel.api import DEFAULT_SOLVER, solve_context_parallel
 from packplace.context_parallel.bounds import lower_bound, minimum_slots
+from packplace.context_parallel.cost import WORKLOAD_UNIT as WORKLOAD_UNIT  # re-exported: time_unit names it
+from packplace.context_parallel.cost import cost_from_mapping
 from packplace.context_parallel.evaluator import ContextParallelEvaluator
 from packplace.context_parallel.instance import ContextParallelInstance, make_instance
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
@@ -944,15 +946,13 @@ def _over_every_multiple(result: SolveResult, objective: float, evaluator: Conte
                                                                              "counts": (first, last)}})
 
 
-#: :func:`time_unit` of the default cost (``cost=None``): Megatron's workload function ``seq_len² / cp_size``.
-WORKLOAD_UNIT = "token^2"
-
-
 def time_unit(cost: Any) -> str:
     """The unit of the step times and bounds planned under the ``cost`` option: :data:`WORKLOAD_UNIT` for the
     default (None: Megatron's workload ``seq_len² / cp_size``, one unit per token², no seconds in it),
-    ``"s"`` for a cost model (``{"model": ..., "hardware": ...}`` or its coefficients, in seconds)."""
-    return WORKLOAD_UNIT if cost is None else "s"
+    ``"s"`` for a cost model (``{"model": ..., "hardware": ...}`` or its coefficients, in seconds):
+    :attr:`CPCost.time_unit <packplace.context_parallel.cost.CPCost.time_unit>` of the cost, as the
+    evaluator's scores name it."""
+    return cost_from_mapping(cost).time_unit
 
 
 #: The evaluator's ``info`` keys of times (:meth:`~packplace.context_parallel.evaluator.ContextParallelScore.detail`)
@@ -1158,11 +1158,11 @@ class PackplaceDynamicCPPlanner:
         if per_pack:
             # the packs were solved as whole items, each costed as if its attention spanned the pack (above its
             # time): that problem's bound is no bound on the sequences' step time, nor its status about it
-            status = OPTIMAL if score.step_time_s <= optimality_level(bound) else FEASIBLE
+            status = OPTIMAL if score.step_time <= optimality_level(bound) else FEASIBLE
         else:
             bound = max(bound, result.bound)
         lengths = [int(x) for p in packs for x in p.sequence_lengths]
-        times = {"step_time": score.step_time_s, "slot_times": list(score.slot_times_s), "bound": bound}
+        times = {"step_time": score.step_time, "slot_times": list(score.slot_times), "bound": bound}
         return t.ExecutionPlan(
             groups=groups, num_microbatches=len(groups), total_tokens=sum(lengths),
             sequence_square_sum=sum(x * x for x in lengths),
