@@ -85,6 +85,10 @@ MIN_SOLVE_S = 1e-3
 #: Megatron's pass, where it found no plan (``time_limit_s`` ran out, or the work budgets ended its solves
 #: undecided) and none is proven impossible (the cheapest deterministic heuristic: counted moves).
 FALLBACK_SOLVER = "greedy"
+#: :data:`FALLBACK_SOLVER`'s options in a fallback: its CP-SAT polish off (batches of at most 64 sequences get
+#: one, ``DEFAULT_POLISH`` units of CP-SAT deterministic time per solve, seconds each on a loaded machine and
+#: once per micro-batch count tried), so that a fallback costs greedy's construction and counted moves alone.
+FALLBACK_PARAMS: dict[str, Any] = {"polish": 0.0}
 #: CP-SAT deterministic time (its work counter, about seconds of one unloaded core) of every ``cpsat`` solve of
 #: the drop-ins (``deterministic_time``, one worker): half ``cpsat``'s own default wall-clock limit (10 s,
 #: ``solvers/context_parallel/cpsat/solver.py``), so that the work, not the clock, ends the search unless the
@@ -348,7 +352,8 @@ def _first_fallback(instance: ContextParallelInstance, result: SolveResult, ran:
     reasons = [f"{result.solver}: {result.status} ({result.message})"]
     for name in solvers:
         try:
-            option = solve_context_parallel(instance, name, seed=seed)   # no time limit: to completion
+            option = solve_context_parallel(instance, name, seed=seed,   # no time limit: to completion
+                                            **(FALLBACK_PARAMS if name == FALLBACK_SOLVER else {}))
         except InfeasibleError as error:
             reasons.append(f"{name}: {error}")
             continue
@@ -679,7 +684,7 @@ class PackplaceDynamicCPScheduler:
     def _plans_at_counts(self, lengths: list[int], ids: list[Any], counts: list[int],
                          evaluator: ContextParallelEvaluator, multiple: int, budget: Run,
                          mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None,
-                         solvers: list[str] | None = None) -> _Search:
+                         solvers: list[str] | None = None, fallback: bool = False) -> _Search:
         """The re-plans' one search: the batch solved at each fixed micro-batch count of ``counts`` in turn
         (:func:`cap_counts`' order), by each backend of :meth:`_solvers`, every plan scored by ``evaluator``
         (one it finds infeasible goes through ``mend`` where given, and is kept where the mended plan is
@@ -688,7 +693,8 @@ class PackplaceDynamicCPScheduler:
         the ``budget`` the solves share (a :class:`~packplace.run.Run`) has run out; a solve gets the time left
         over the counts still to try (at most :data:`CAP_SHARES` of them) and the backends. The time the
         counts leave goes back to the solves the wall clock cut (:meth:`_given_back_to_cuts`). ``solvers``:
-        the backends (default :meth:`_solvers`)."""
+        the backends (default :meth:`_solvers`); ``fallback``: :data:`FALLBACK_SOLVER` with
+        :data:`FALLBACK_PARAMS`."""
         solvers = solvers or self._solvers()
         search = _Search()
         solves: list[_Solve] = []
@@ -702,7 +708,8 @@ class PackplaceDynamicCPScheduler:
             search.tried.append(count)
             share = None if left is None else left / min(len(counts) - i, CAP_SHARES) / len(solvers)
             for solver in solvers:
-                solves.append(self._solve_at(lengths, ids, count, i, solver, share, evaluator, search, mend))
+                solves.append(self._solve_at(lengths, ids, count, i, solver, share, evaluator, search, mend,
+                                             fallback=fallback))
         left_cut = self._given_back_to_cuts(lengths, ids, budget, evaluator, search, solves, mend)
         if budget.deadline is not None:   # a cut solve left, or counts the clock changed
             search.wall = left_cut or not _window_tried(search, counts, multiple)
@@ -725,7 +732,7 @@ class PackplaceDynamicCPScheduler:
         if not solvers:
             return
         again = self._plans_at_counts(lengths, ids, counts, evaluator, multiple,
-                                      Run("context_parallel", None, time_limit_s=None), mend, solvers)
+                                      Run("context_parallel", None, time_limit_s=None), mend, solvers, True)
         search.kept, search.reasons = again.kept, search.reasons + again.reasons
         search.proven = sorted(set(search.proven) | set(again.proven))
         search.fallback = " and ".join(solvers)
@@ -733,13 +740,14 @@ class PackplaceDynamicCPScheduler:
     def _solve_at(self, lengths: list[int], ids: list[Any], count: int, place: int, solver: str,
                   limit: float | None, evaluator: ContextParallelEvaluator, search: _Search,
                   mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None,
-                  capped: int | None = None) -> _Solve:
+                  capped: int | None = None, *, fallback: bool = False) -> _Solve:
         """One solve of :meth:`_plans_at_counts` (and :meth:`_capped`): ``solver`` at ``count`` micro-batches
         within ``limit`` seconds, its plan kept in ``search`` (or its reason); what it was and whether the wall
         clock cut it. ``capped``: ``cpsat`` with every group within that many sequences in its model, no start;
         its proof that the count has no such plan goes to ``search.proven``. The instance's refusal of the
-        count (counting) is a proof too."""
-        params = dict(_work(solver), **({"start": False, "max_num_seqs": capped} if capped is not None else {}))
+        count (counting) is a proof too. ``fallback``: :data:`FALLBACK_SOLVER` gets :data:`FALLBACK_PARAMS`."""
+        params = dict(_work(solver), **({"start": False, "max_num_seqs": capped} if capped is not None else {}),
+                      **(FALLBACK_PARAMS if fallback and solver == FALLBACK_SOLVER else {}))
         try:
             option = solve_context_parallel(self._instance(lengths, ids, count), solver, time_limit_s=limit,
                                             seed=self.seed, **params)
