@@ -694,7 +694,7 @@ class PackplaceDynamicCPScheduler:
         over the counts still to try (at most :data:`CAP_SHARES` of them) and the backends. The time the
         counts leave goes back to the solves the wall clock cut (:meth:`_given_back_to_cuts`). ``solvers``:
         the backends (default :meth:`_solvers`); ``fallback``: :data:`FALLBACK_SOLVER` with
-        :data:`FALLBACK_PARAMS`."""
+        :data:`FALLBACK_PARAMS`, and the search stops at the first count with a plan (no alternatives)."""
         solvers = solvers or self._solvers()
         search = _Search()
         solves: list[_Solve] = []
@@ -703,7 +703,7 @@ class PackplaceDynamicCPScheduler:
             if left is not None and left <= 0:
                 search.out_of_time = True
                 break
-            if search.kept and abs(count - search.kept[0][2]) > CAP_ALTERNATIVES * multiple:
+            if search.kept and abs(count - search.kept[0][2]) > (0 if fallback else CAP_ALTERNATIVES) * multiple:
                 break
             search.tried.append(count)
             share = None if left is None else left / min(len(counts) - i, CAP_SHARES) / len(solvers)
@@ -718,10 +718,10 @@ class PackplaceDynamicCPScheduler:
     def _fallback(self, lengths: list[int], ids: list[Any], counts: list[int], evaluator: ContextParallelEvaluator,
                   multiple: int, search: _Search,
                   mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None) -> None:
-        """Where ``search`` kept no plan: the cheapest deterministic backends, :data:`FALLBACK_SOLVER` and (where
-        registered) Megatron's one pass, at ``counts`` again (in the order given, stopping as
-        :meth:`_plans_at_counts` does) with no time limit, each to its own work budget, so that a batch not
-        proven infeasible still gets a plan; what they keep goes to ``search`` and ``search.fallback`` names
+        """Where ``search`` kept no plan: the cheapest deterministic backends, :data:`FALLBACK_SOLVER` (with
+        :data:`FALLBACK_PARAMS`) and (where registered) Megatron's one pass, at ``counts`` again (in the order
+        given, stopping at the first count with a plan) with no time limit, each to its own work budget, so that
+        a batch not proven infeasible still gets a plan; what they keep goes to ``search`` and ``search.fallback`` names
         them. Where the clock cut nothing (``search.cut`` false) only those of them the search did not run
         already run (their uncut answers would be the same). The clock flags stay as they were."""
         if search.kept:
