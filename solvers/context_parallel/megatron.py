@@ -178,13 +178,14 @@ def megatron_slots(instance: ContextParallelInstance) -> list[list[tuple[int, li
     answers are kept and a fresh copy of one is returned."""
     key = (instance.tokens.tobytes(), str(instance.tokens.dtype), instance.max_tokens_per_rank,
            tuple(instance.sizes), instance.ranks)
-    if key not in _SLOTS:
+    kept = _SLOTS.get(key, ())   # () marks "not kept": a kept answer has a micro-batch, or is None
+    if kept == ():
         slots = _megatron_slots(instance)
-        _SLOTS[key] = None if slots is None else tuple(
-            tuple((size, tuple(members)) for size, members in slot) for slot in slots)
+        kept = None if slots is None else tuple(tuple((size, tuple(members)) for size, members in slot)
+                                                for slot in slots)
+        _SLOTS[key] = kept
         while len(_SLOTS) > SLOTS_KEPT:
             _SLOTS.pop(next(iter(_SLOTS)), None)
-    kept = _SLOTS.get(key)
     return None if kept is None else [[(size, list(members)) for size, members in slot] for slot in kept]
 
 
