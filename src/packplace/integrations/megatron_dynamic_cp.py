@@ -524,8 +524,10 @@ class PackplaceDynamicCPScheduler:
         ``time_limit_s`` plus one backend's overrun of its own limit (what its limit does not count, e.g.
         CP-SAT's model build and start-up; the first solve runs even past the deadline, with at least
         :data:`MIN_SOLVE_S`), plus what needs no search: at most two one-pass Megatron plans (the comparison and
-        the aligned plan), the evaluator's scores and the bound. ``last_result.hit_time_limit`` is true where
-        any stage's budget stopped its search or passed before such a one-pass plan was made.
+        the aligned plan), the evaluator's scores and the bound, and, where a stage found no plan in time, its
+        fallback (below: greedy without its polish and Megatron's pass at each count it tries until one has a
+        plan; about what the call takes with no limit). ``last_result.hit_time_limit`` is true where any
+        stage's budget stopped its search or passed before such a one-pass plan was made.
 
         Where a stage (the first solve or a re-plan) finds no plan and none is proven impossible, it falls back on
         :data:`FALLBACK_SOLVER` and Megatron's pass run to completion with no time limit (:func:`_first_fallback`,
