@@ -76,7 +76,7 @@ def step_time(groups: list, lengths: list[int], dp: int, cp: int, cap: int, cost
         slots.append(slot)
     score = ContextParallelEvaluator(instance).score(plan_from_slots(slots))
     assert score.feasible, score.violations
-    return score.step_time_s
+    return score.step_time
 
 
 def main() -> None:

@@ -81,14 +81,39 @@ def test_the_evaluator_scores_a_hand_computed_plan():
     ))
     score = ContextParallelEvaluator(inst).score(plan)
     assert score.feasible, score.violations
-    assert score.slot_times_s == pytest.approx([10.0, d_alone])
-    assert score.step_time_s == pytest.approx(10.0 + d_alone)
+    assert score.slot_times == pytest.approx([10.0, d_alone])
+    assert score.step_time == pytest.approx(10.0 + d_alone)
     busy = [10.0 + d_alone, 10.0 + d_alone, 6.0 + d_alone, 2.0 + d_alone]
-    assert score.rank_busy_s == pytest.approx(busy)
-    assert score.makespan_s == pytest.approx(10.0 + d_alone)
+    assert score.rank_busy == pytest.approx(busy)
+    assert score.makespan == pytest.approx(10.0 + d_alone)
     mean = sum(busy) / 4
     assert score.balance == pytest.approx(sum((x - mean) ** 2 for x in busy) / 4 / mean**2)
-    assert ContextParallelEvaluator(inst).lower_bound() <= score.step_time_s
+    assert ContextParallelEvaluator(inst).lower_bound() <= score.step_time
+    # a cost model in seconds: the unit says so, and the former names are the same values
+    assert score.time_unit == "s" and score.detail()["time_unit"] == "s"
+    assert (score.step_time_s, score.makespan_s, score.slot_times_s, score.rank_busy_s) == (
+        score.step_time, score.makespan, score.slot_times, score.rank_busy)
+
+
+def test_the_default_cost_names_its_times_token_squared_not_seconds():
+    # Megatron's workload function (the default cost): two sequences of 4 and 2 tokens on 2 ranks, one each:
+    # 4^2 = 16 and 2^2 = 4 token^2, the slot takes 16; the same on a cost model with a = 1 s/token: 4 s
+    inst = make_instance([4, 2], dp=2, context_parallel={"max": 1})
+    plan = ContextParallelPlan(((CPGroup(0, 1, (0,)), CPGroup(1, 1, (1,))),))
+    score = ContextParallelEvaluator(inst).score(plan)
+    assert inst.cost.workload and score.time_unit == "token^2" and score.step_time == 16.0
+    detail = score.detail()
+    assert detail["time_unit"] == "token^2" and detail["step_time"] == detail["step_time_s"] == 16.0
+    assert detail["slot_times"] == [16.0] and detail["makespan"] == 16.0
+    timed = make_instance([4, 2], dp=2, context_parallel={"max": 1},
+                          cost={"linear_s_per_token": 1.0, "attention_s_per_token2": 0.0})
+    timed_score = ContextParallelEvaluator(timed).score(plan)
+    assert not timed.cost.workload and timed_score.time_unit == "s" and timed_score.step_time == 4.0
+    # an infeasible plan names the unit too; overlap does not change the workload function
+    assert ContextParallelEvaluator(inst).score(ContextParallelPlan(())).time_unit == "token^2"
+    assert make_instance([4], dp=1, context_parallel={"max": 1}, cost={"overlap": False}).cost.time_unit == "token^2"
+    result = solve_context_parallel(inst, "greedy")
+    assert result.info["time_unit"] == "token^2" and result.info["step_time"] == result.objective
 
 
 @pytest.mark.parametrize(("groups", "message"), [
@@ -205,4 +230,4 @@ def test_static_packs_in_order_like_megatron():
     assert result.ok
     groups = [[g.keys for g in slot] for slot in result.solution.micro_batches]
     assert groups == [[("a", "b"), ("c",)], [("d",), ("e",)]]
-    assert result.objective == pytest.approx(ContextParallelEvaluator(inst).score(result.solution).step_time_s)
+    assert result.objective == pytest.approx(ContextParallelEvaluator(inst).score(result.solution).step_time)

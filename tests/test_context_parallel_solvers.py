@@ -371,3 +371,35 @@ def test_greedy_reaches_every_count_from_its_own_to_one_sequence_per_micro_batch
         assert result.ok, (count, result.message)
         assert len(result.solution.micro_batches) == count
         assert ContextParallelEvaluator(inst).score(result.solution).feasible
+
+
+def test_megatrons_pass_is_kept_per_batch_and_each_caller_gets_its_own_copy(monkeypatch):
+    # the pass reads the lengths, the token cap, the sizes and the ranks, not a fixed count: the batch at two
+    # counts computes it once; a caller that changes its copy changes no later answer; a different cap is a new pass
+    from packplace.solvers.context_parallel import megatron
+
+    monkeypatch.setattr(megatron, "_SLOTS", {})
+    computed = []
+    original = megatron._megatron_slots
+
+    def counting(instance):
+        computed.append(instance.micro_batches)
+        return original(instance)
+
+    monkeypatch.setattr(megatron, "_megatron_slots", counting)
+
+    def at(count, cap=4):
+        return make_instance([6, 3, 2, 2, 1], dp=2, context_parallel={
+            "max": 2, "sizes": [1, 2, 4], "max_tokens_per_rank": cap, "micro_batches": count})
+
+    first = megatron.megatron_slots(at(2))
+    expected = [[(size, list(members)) for size, members in slot] for slot in first]
+    first[0][0][1].append(99)
+    first.append([])
+    assert megatron.megatron_slots(at(3)) == expected and computed == [2]
+    assert solve_context_parallel(at(2), "megatron").solution == solve_context_parallel(at(2), "megatron").solution
+    megatron.megatron_slots(at(2, cap=8))
+    assert computed == [2, 2]
+    for i in range(megatron.SLOTS_KEPT + 2):   # at most SLOTS_KEPT batches are kept
+        megatron.megatron_slots(make_instance([6, 3, 2, 2, 1 + i], dp=2, context_parallel={"max": 2}))
+    assert len(megatron._SLOTS) == megatron.SLOTS_KEPT

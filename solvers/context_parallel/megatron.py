@@ -164,9 +164,33 @@ def _whole(order: list[int], tokens: list[int], sizes: tuple[int, ...], ranks: i
     return groups, left
 
 
+#: Batches whose Megatron micro-batches :func:`megatron_slots` keeps (the latest first out): one batch is passed
+#: again and again at several fixed micro-batch counts (the drop-in's re-plans; greedy's start and the
+#: ``megatron`` backend at each), and the pass does not depend on the count.
+SLOTS_KEPT = 8
+_SLOTS: dict[tuple[Any, ...], tuple[tuple[tuple[int, tuple[int, ...]], ...], ...] | None] = {}
+
+
 def megatron_slots(instance: ContextParallelInstance) -> list[list[tuple[int, list[int]]]] | None:
     """Megatron's micro-batches as ``[[(size, positions), ...], ...]``; None when it gets stuck (a micro-batch
-    whose fallback leaves a group empty: fewer sequences than groups)."""
+    whose fallback leaves a group empty: fewer sequences than groups). A function of the lengths, the token cap,
+    the sizes and the ranks alone (not of a fixed micro-batch count), so the last :data:`SLOTS_KEPT` batches'
+    answers are kept and a fresh copy of one is returned."""
+    key = (instance.tokens.tobytes(), str(instance.tokens.dtype), instance.max_tokens_per_rank,
+           tuple(instance.sizes), instance.ranks)
+    kept = _SLOTS.get(key, ())   # () marks "not kept": a kept answer has a micro-batch, or is None
+    if kept == ():
+        slots = _megatron_slots(instance)
+        kept = None if slots is None else tuple(tuple((size, tuple(members)) for size, members in slot)
+                                                for slot in slots)
+        _SLOTS[key] = kept
+        while len(_SLOTS) > SLOTS_KEPT:
+            _SLOTS.pop(next(iter(_SLOTS)), None)
+    return None if kept is None else [[(size, list(members)) for size, members in slot] for slot in kept]
+
+
+def _megatron_slots(instance: ContextParallelInstance) -> list[list[tuple[int, list[int]]]] | None:
+    """:func:`megatron_slots`, computed."""
     tokens = instance.tokens.tolist()
     per_rank = instance.max_tokens_per_rank if instance.max_tokens_per_rank is not None else max(tokens)
     smallest = {}

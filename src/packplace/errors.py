@@ -5,7 +5,7 @@
   answer (more tokens than the bins hold, fewer samples than non-empty bins, a model that fits on no
   legal block of the cluster).
 * :class:`TimeLimitError` — a subclass of :class:`InfeasibleError` (so ``except InfeasibleError`` still
-  catches it) for no answer found before the time limit ran out, not proven infeasible.
+  catches it) for no answer found before the time limit (or a work budget) ran out, not proven infeasible.
 
 :func:`show` bounds the values those one-line messages quote.
 
@@ -45,9 +45,10 @@ class InfeasibleError(PackplaceError, ValueError):
 
 
 class TimeLimitError(InfeasibleError):
-    """No answer was found before the time limit ran out, and none of the fallbacks run to completion found
-    one either; the instance is *not* proven infeasible (a longer limit may find one). A subclass of
-    :class:`InfeasibleError` so that callers that catch that still catch this; the message says "not proven".
+    """No answer was found before the time limit (or a search's work budget, e.g. CP-SAT's deterministic time)
+    ran out, and none of the fallbacks run to completion found one either; the instance is *not* proven
+    infeasible (a longer limit or budget may find one). A subclass of :class:`InfeasibleError` so that callers
+    that catch that still catch this; the message says "not proven".
     """
 
 

@@ -18,7 +18,6 @@ from packplace.balance.planner import BalancePlan, plan_balance
 from packplace.balance.schema import Assignment, BalanceInstance
 from packplace.context_parallel.api import DEFAULT_SOLVER as CONTEXT_PARALLEL_SOLVER
 from packplace.context_parallel.api import solve_context_parallel
-from packplace.context_parallel.cost import CPCost
 from packplace.context_parallel.evaluator import ContextParallelEvaluator
 from packplace.context_parallel.instance import ContextParallelInstance
 from packplace.errors import ConfigError
@@ -267,8 +266,9 @@ SHOWN_KEYS = 6
 
 
 def context_parallel_unit(instance: ContextParallelInstance) -> str:
-    """``s`` for a cost model in seconds, ``token^2`` for Megatron's workload function (the default cost)."""
-    return "token^2" if instance.cost == CPCost() else "s"
+    """``s`` for a cost model in seconds, ``token^2`` for Megatron's workload function (the default cost):
+    :attr:`CPCost.time_unit <packplace.context_parallel.cost.CPCost.time_unit>`, as the evaluator names it."""
+    return instance.cost.time_unit
 
 
 def context_parallel_json(result: SolveResult, instance: ContextParallelInstance, name: str) -> dict[str, Any]:
@@ -286,7 +286,7 @@ def context_parallel_json(result: SolveResult, instance: ContextParallelInstance
                            "ranks": [group.first_rank, group.first_rank + group.size - 1],
                            "keys": list(group.keys), "tokens": int(instance.tokens[positions].sum()),
                            "time": evaluator.group_time(group.size, group.keys)})
-        micro_batches.append({"micro_batch": j, "time": score.slot_times_s[j] if score else None, "groups": groups})
+        micro_batches.append({"micro_batch": j, "time": score.slot_times[j] if score else None, "groups": groups})
     return {
         "problem": "context_parallel",
         "instance": name,
@@ -300,9 +300,9 @@ def context_parallel_json(result: SolveResult, instance: ContextParallelInstance
         "objective": result.objective if plan is not None else None, "bound": result.bound,
         "gap": result.shown_gap if plan is not None else None, "wall_s": result.wall_s,
         "hit_time_limit": result.hit_time_limit, "interrupted": result.interrupted, "message": result.message,
-        "objectives": {"step_time": score.step_time_s, "makespan": score.makespan_s, "balance": score.balance}
+        "objectives": {"step_time": score.step_time, "makespan": score.makespan, "balance": score.balance}
         if score is not None and score.feasible else None,
-        "rank_busy": score.rank_busy_s if score is not None and score.feasible else None,
+        "rank_busy": score.rank_busy if score is not None and score.feasible else None,
         "plan": micro_batches if plan is not None else None,
     }
 

@@ -56,6 +56,8 @@ TRAIN_FLOPS_FACTOR = 3.0
 #: Ring passes per training step: the forward sends the KV shards once; the backward sends the KV shards
 #: and their gradients (Megatron-Core / Transformer Engine ``AttnFuncWithCPAndKVP2P``): 1 + 2.
 TRAIN_RING_PASSES = 3
+#: The unit of the times under Megatron-Core's workload function (the default cost): one per token², no seconds.
+WORKLOAD_UNIT = "token^2"
 #: Fraction of the datasheet bf16 FLOP/s a training-shaped GEMM sustains: 750.8 of 989 TFLOP/s for an
 #: 8192³ bf16 GEMM on an H200 SXM (row ``peak.gemm_8192`` of ``benchmarks/hardware/h200/measurements.json``,
 #: torch 2.11 / CUDA 13), used for every GPU type that has no measurement of its own.
@@ -104,6 +106,20 @@ class CPCost:
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                     math.isfinite(value) and value >= 0):
                 raise ConfigError(f"cost.{f.name}: must be a finite number >= 0, got {show(value)}")
+
+    @property
+    def workload(self) -> bool:
+        """This cost is Megatron-Core's workload function alone (``s² / c``: ``attention_s_per_token2`` 1 and
+        every other term 0, the default, :func:`cost_from_mapping` of None), whose times count token², not
+        seconds."""
+        return self.attention_s_per_token2 == 1.0 and not any(
+            getattr(self, f.name) for f in fields(self) if f.name not in ("attention_s_per_token2", "overlap"))
+
+    @property
+    def time_unit(self) -> str:
+        """The unit of the times this cost gives: :data:`WORKLOAD_UNIT` (``"token^2"``) for the workload
+        function (:attr:`workload`), ``"s"`` for a cost model."""
+        return WORKLOAD_UNIT if self.workload else "s"
 
     def link(self, inside_node: bool) -> tuple[float, float]:
         """``(α s, β s/byte)`` of the group's link."""

@@ -20,10 +20,10 @@ MAX_VIOLATIONS = 20
 
 def group_time(instance: ContextParallelInstance, size: int, keys: Iterable[Any],
                index: dict[Any, int] | None = None) -> float:
-    """Seconds a CP group of ``size`` ranks takes for the sequences ``keys`` (the one group-time function:
-    :meth:`packplace.context_parallel.cost.CPCost.time` on the group's token sum and sum of squares, the
-    link inside a node when ``size`` divides ``gpus_per_node``). ``index``: ``key -> position``, when the
-    caller has it.
+    """The time (in the cost's ``time_unit``: seconds under a cost model) a CP group of ``size`` ranks takes for
+    the sequences ``keys`` (the one group-time function: :meth:`packplace.context_parallel.cost.CPCost.time` on
+    the group's token sum and sum of squares, the link inside a node when ``size`` divides ``gpus_per_node``).
+    ``index``: ``key -> position``, when the caller has it.
 
     Raises:
         ConfigError: an unknown key.
@@ -40,33 +40,64 @@ def group_time(instance: ContextParallelInstance, size: int, keys: Iterable[Any]
 
 @dataclass
 class ContextParallelScore:
-    """The evaluation of one plan.
+    """The evaluation of one plan. Its times are in ``time_unit`` (:attr:`CPCost.time_unit
+    <packplace.context_parallel.cost.CPCost.time_unit>`): ``"token^2"`` under the default cost (Megatron's
+    workload function ``s² / c``, no seconds in it), ``"s"`` under a cost model.
 
     Attributes:
         feasible: No violation.
         violations: What is wrong, one line each (at most :data:`MAX_VIOLATIONS`; ``violation_count`` all).
-        step_time_s: Σ over slots of the slowest group's seconds (``inf`` when infeasible).
-        makespan_s: The busiest rank's seconds over the step.
-        balance: Squared coefficient of variation of the ranks' busy seconds (0: all equal).
-        slot_times_s: Each slot's slowest group, seconds.
-        rank_busy_s: Busy seconds per rank, shape (R,).
+        step_time: Σ over slots of the slowest group's time (``inf`` when infeasible).
+        makespan: The busiest rank's time over the step.
+        balance: Squared coefficient of variation of the ranks' busy times (0: all equal; no unit).
+        slot_times: Each slot's slowest group.
+        rank_busy: Busy time per rank, shape (R,).
         objective: The instance's objective's value.
+        time_unit: The unit of the times above (and of ``objective`` unless it is ``balance``).
+
+    ``step_time_s``, ``makespan_s``, ``slot_times_s`` and ``rank_busy_s`` are the former names of the same
+    values, deprecated: they are seconds only where ``time_unit`` is ``"s"``.
     """
 
     feasible: bool
     violations: list[str] = field(default_factory=list)
     violation_count: int = 0
-    step_time_s: float = float("inf")
-    makespan_s: float = float("inf")
+    step_time: float = float("inf")
+    makespan: float = float("inf")
     balance: float = float("inf")
-    slot_times_s: list[float] = field(default_factory=list)
-    rank_busy_s: list[float] = field(default_factory=list)
+    slot_times: list[float] = field(default_factory=list)
+    rank_busy: list[float] = field(default_factory=list)
     objective: float = float("inf")
+    time_unit: str = "s"
+
+    @property
+    def step_time_s(self) -> float:
+        """:attr:`step_time` (deprecated name: seconds only where ``time_unit`` is ``"s"``)."""
+        return self.step_time
+
+    @property
+    def makespan_s(self) -> float:
+        """:attr:`makespan` (deprecated name: seconds only where ``time_unit`` is ``"s"``)."""
+        return self.makespan
+
+    @property
+    def slot_times_s(self) -> list[float]:
+        """:attr:`slot_times` (deprecated name: seconds only where ``time_unit`` is ``"s"``)."""
+        return self.slot_times
+
+    @property
+    def rank_busy_s(self) -> list[float]:
+        """:attr:`rank_busy` (deprecated name: seconds only where ``time_unit`` is ``"s"``)."""
+        return self.rank_busy
 
     def detail(self) -> dict[str, Any]:
-        """The figures a result's ``info`` carries."""
-        return {"step_time_s": self.step_time_s, "makespan_s": self.makespan_s, "balance": self.balance,
-                "slot_times_s": list(self.slot_times_s), "micro_batches": len(self.slot_times_s)}
+        """The figures a result's ``info`` carries: ``step_time``, ``makespan``, ``slot_times`` in
+        ``time_unit`` (named too), ``balance``, ``micro_batches``; ``step_time_s``, ``makespan_s`` and
+        ``slot_times_s`` are the former names of the same values, deprecated (not seconds under the default
+        cost)."""
+        times = {"step_time": self.step_time, "makespan": self.makespan, "slot_times": list(self.slot_times)}
+        return {**times, "time_unit": self.time_unit, "balance": self.balance,
+                "micro_batches": len(self.slot_times), **{f"{key}_s": value for key, value in times.items()}}
 
 
 class ContextParallelEvaluator:
@@ -93,7 +124,7 @@ class ContextParallelEvaluator:
         self._bound: float | None = None
 
     def group_time(self, size: int, keys: Iterable[Any]) -> float:
-        """:func:`group_time` of this instance (seconds)."""
+        """:func:`group_time` of this instance (in the cost's ``time_unit``)."""
         return group_time(self.instance, size, keys, self.index)
 
     def score(self, plan: ContextParallelPlan) -> ContextParallelScore:
@@ -166,13 +197,15 @@ class ContextParallelEvaluator:
             missing = [key for key in inst.keys if key not in seen]
             bad(f"keys: {len(missing)} sequences not placed, e.g. {show(missing[:3])}")
         if problems:
-            return ContextParallelScore(False, problems[:MAX_VIOLATIONS], len(problems))
+            return ContextParallelScore(False, problems[:MAX_VIOLATIONS], len(problems),
+                                        time_unit=inst.cost.time_unit)
         step = float(sum(slot_times))
         makespan = float(busy.max()) if ranks else 0.0
         mean = float(busy.mean())
         balance = float(busy.var() / (mean * mean)) if mean > 0 else 0.0
         objective = {"step_time": step, "makespan": makespan, "balance": balance}[inst.objective]
-        return ContextParallelScore(True, [], 0, step, makespan, balance, slot_times, busy.tolist(), objective)
+        return ContextParallelScore(True, [], 0, step, makespan, balance, slot_times, busy.tolist(), objective,
+                                    inst.cost.time_unit)
 
     def objective(self, plan: ContextParallelPlan) -> float:
         """The instance objective's value of ``plan`` (``inf`` when infeasible)."""

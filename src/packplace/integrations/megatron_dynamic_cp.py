@@ -48,6 +48,8 @@ import numpy as np
 
 from packplace.context_parallel.api import DEFAULT_SOLVER, solve_context_parallel
 from packplace.context_parallel.bounds import lower_bound, minimum_slots
+from packplace.context_parallel.cost import WORKLOAD_UNIT as WORKLOAD_UNIT  # re-exported: time_unit names it
+from packplace.context_parallel.cost import cost_from_mapping
 from packplace.context_parallel.evaluator import ContextParallelEvaluator
 from packplace.context_parallel.instance import ContextParallelInstance, make_instance
 from packplace.context_parallel.plan import ContextParallelPlan, plan_from_slots
@@ -79,9 +81,14 @@ CAP_SHARES = 4
 #: backends refuse 0): it runs even where the deadline has passed, for there is no plan without it.
 MIN_SOLVE_S = 1e-3
 
-#: The backend a re-plan falls back on, run to completion with no time limit, where ``time_limit_s`` ran out
-#: before any plan was found and none is proven impossible (the cheapest deterministic heuristic: counted moves).
+#: The backend a stage (the first solve or a re-plan) falls back on, run to completion with no time limit, with
+#: Megatron's pass, where it found no plan (``time_limit_s`` ran out, or the work budgets ended its solves
+#: undecided) and none is proven impossible (the cheapest deterministic heuristic: counted moves).
 FALLBACK_SOLVER = "greedy"
+#: :data:`FALLBACK_SOLVER`'s options in a fallback: its CP-SAT polish off (batches of at most 64 sequences get
+#: one, ``DEFAULT_POLISH`` units of CP-SAT deterministic time per solve, seconds each on a loaded machine and
+#: once per micro-batch count tried), so that a fallback costs greedy's construction and counted moves alone.
+FALLBACK_PARAMS: dict[str, Any] = {"polish": 0.0}
 #: CP-SAT deterministic time (its work counter, about seconds of one unloaded core) of every ``cpsat`` solve of
 #: the drop-ins (``deterministic_time``, one worker): half ``cpsat``'s own default wall-clock limit (10 s,
 #: ``solvers/context_parallel/cpsat/solver.py``), so that the work, not the clock, ends the search unless the
@@ -235,8 +242,9 @@ class _Search:
 @dataclasses.dataclass
 class _Solve:
     """One solve of :meth:`PackplaceDynamicCPScheduler._plans_at_counts`: its place in the schedule, count and
-    backend, the entry of ``_Search.kept`` it gave (None: no plan kept), whether the wall clock cut it, and
-    its backend's bound at the count (every plan of that many micro-batches takes at least that long)."""
+    backend, the entry of ``_Search.kept`` it gave (None: no plan kept), whether the wall clock cut it, its
+    backend's bound at the count (every plan of that many micro-batches takes at least that long), and the
+    ``max_num_seqs`` its model held (``cpsat`` of :meth:`PackplaceDynamicCPScheduler._capped`; None: none)."""
 
     place: int
     count: int
@@ -244,6 +252,7 @@ class _Solve:
     kept: tuple[float, int, int, SolveResult] | None
     cut: bool
     bound: float = -math.inf
+    capped: int | None = None
 
     def could_improve(self, search: _Search) -> bool:
         """More time could change the pick: no plan is kept, this solve's plan is the one picked, or its bound
@@ -282,16 +291,25 @@ def solve_dynamic_cp(instance: ContextParallelInstance, solver: str = DEFAULT_SO
     ``hit_time_limit``. ``info["wall_clock_cut"]`` (:func:`wall_clock_cut`) says the wall clock cut a solve
     or passed before Megatron's plan: only then may the same instance and seed give another plan.
 
+    Where neither gave a plan and none is proven impossible, :data:`FALLBACK_SOLVER` and Megatron's pass (those
+    not run already) run to completion with no time limit (:func:`_first_fallback`): their plan comes back with
+    ``info["fallback"]`` naming them (None where no fallback ran) and a message that says so; the clock flags
+    stay as the cut solve set them.
+
     Raises:
-        RuntimeError: neither found a feasible plan (the message has both statuses).
+        InfeasibleError: a backend (``cpsat``) proved that no plan exists (the message names the instance's
+            ``micro_batches`` or ``max_tokens_per_rank`` and its value).
+        TimeLimitError: no plan found, not even by the fallbacks, and none proven impossible ("not proven").
         ConfigError: :func:`~packplace.context_parallel.solve_context_parallel`'s.
     """
     if deadline is None:
         deadline = Run("context_parallel", instance, time_limit_s=time_limit_s)
     result = solve_context_parallel(instance, solver, time_limit_s=time_limit_s, seed=seed, **_work(solver))
     cut = wall_clock_cut(result)   # the pick below depends on the clock where a solve was cut
+    ran = [solver]
     if compare_megatron and solver != MEGATRON_BACKEND and MEGATRON_BACKEND in available("context_parallel"):
         late = deadline.expired()
+        ran.append(MEGATRON_BACKEND)
         try:
             other = solve_context_parallel(instance, MEGATRON_BACKEND, seed=seed)   # one pass, no search
         except InfeasibleError:
@@ -304,11 +322,58 @@ def solve_dynamic_cp(instance: ContextParallelInstance, solver: str = DEFAULT_SO
                 result = dataclasses.replace(other, hit_time_limit=other.hit_time_limit or result.hit_time_limit)
             else:
                 result.info["compared_with"] = {"solver": other.solver, "objective": other.objective}
-    result = dataclasses.replace(result, hit_time_limit=result.hit_time_limit or cut,
-                                 info={**result.info, "wall_clock_cut": cut})
     if result.solution is None:
-        raise RuntimeError(f"dynamic CP: {result.solver} found no plan ({result.status}: {result.message})")
-    return result
+        result = _first_fallback(instance, result, ran, seed)
+    return dataclasses.replace(result, hit_time_limit=result.hit_time_limit or cut,
+                               info={"fallback": None, **result.info, "wall_clock_cut": cut})
+
+
+def _first_fallback(instance: ContextParallelInstance, result: SolveResult, ran: list[str], seed: int
+                    ) -> SolveResult:
+    """:func:`solve_dynamic_cp`'s plan where ``result`` (the last of the backends ``ran``) has none:
+    :data:`FALLBACK_SOLVER` and Megatron's pass, those of them not in ``ran`` (where ``result`` was cut by a
+    time limit or a work budget, :data:`FALLBACK_SOLVER` runs again even if it ran), each to completion with no
+    time limit; the faster feasible plan (the evaluator's), ``info["fallback"]`` naming the backends run.
+
+    Raises:
+        InfeasibleError: ``result`` is a proof (status ``infeasible``) that the instance has no plan.
+        TimeLimitError: the fallbacks found none either (not proven infeasible).
+    """
+    where = (f"context_parallel.micro_batches {instance.micro_batches}" if instance.micro_batches is not None
+             else f"context_parallel.max_tokens_per_rank {instance.max_tokens_per_rank}")
+    if result.status == INFEASIBLE:
+        raise InfeasibleError(f"{where}: no plan of the {instance.n} sequences on {instance.ranks} ranks exists "
+                              f"(proven by {result.solver}: {result.message or result.status})")
+    registered = available("context_parallel")
+    again = result.hit_time_limit or wall_clock_cut(result)
+    solvers = [name for name in (FALLBACK_SOLVER, MEGATRON_BACKEND)
+               if name in registered and (name not in ran or (again and name != MEGATRON_BACKEND))]
+    options = []
+    reasons = [f"{result.solver}: {result.status} ({result.message})"]
+    for name in solvers:
+        try:
+            option = solve_context_parallel(instance, name, seed=seed,   # no time limit: to completion
+                                            **(FALLBACK_PARAMS if name == FALLBACK_SOLVER else {}))
+        except InfeasibleError as error:
+            reasons.append(f"{name}: {error}")
+            continue
+        if option.solution is not None:
+            options.append(option)
+        else:
+            reasons.append(f"{name}: {option.status} ({option.message})")
+    if not options:
+        raise TimeLimitError(f"{where}: no plan found for the {instance.n} sequences on {instance.ranks} ranks, "
+                             f"not even by the {' and '.join(solvers) or 'no'} fallback run to completion "
+                             f"(not proven infeasible: {'; '.join(reasons)})")
+    best = min(options, key=lambda option: option.objective)
+    why = ("time_limit_s ran out" if wall_clock_cut(result) else f"{result.solver}'s work budget ran out"
+           if result.hit_time_limit else "the solves found none")
+    fallback = " and ".join(solvers)
+    return dataclasses.replace(
+        best, hit_time_limit=best.hit_time_limit or result.hit_time_limit,
+        message=f"{why} before any plan was found ({result.solver}: {result.status}); returning the {fallback} "
+                f"fallback's plan (run to completion, no time limit)",
+        info={**best.info, "fallback": fallback, "compared_with": {"solver": result.solver, "objective": None}})
 
 
 def _sizes(dp_size: int, cp_size: int, min_cp_size: int, largest: int | None = None) -> list[int]:
@@ -459,22 +524,26 @@ class PackplaceDynamicCPScheduler:
         ``time_limit_s`` plus one backend's overrun of its own limit (what its limit does not count, e.g.
         CP-SAT's model build and start-up; the first solve runs even past the deadline, with at least
         :data:`MIN_SOLVE_S`), plus what needs no search: at most two one-pass Megatron plans (the comparison and
-        the aligned plan), the evaluator's scores and the bound. ``last_result.hit_time_limit`` is true where
-        any stage's budget stopped its search or passed before such a one-pass plan was made.
+        the aligned plan), the evaluator's scores and the bound, and, where a stage found no plan in time, its
+        fallback (below: greedy without its polish and Megatron's pass at each count it tries until one has a
+        plan; about what the call takes with no limit). ``last_result.hit_time_limit`` is true where any
+        stage's budget stopped its search or passed before such a one-pass plan was made.
+
+        Where a stage (the first solve or a re-plan) finds no plan and none is proven impossible, it falls back on
+        :data:`FALLBACK_SOLVER` and Megatron's pass run to completion with no time limit (:func:`_first_fallback`,
+        :meth:`_fallback`): the plan's ``info["fallback"]`` names them (None where the plan is no fallback's) and
+        its message says so, with ``hit_time_limit`` and ``wall_clock_cut`` where the clock cut the stage.
 
         Raises:
             ConfigError: an entry that is not a ``(sample id, length)`` pair, a repeated id, a bad length.
-            InfeasibleError: a sequence longer than the full DP×CP group holds; no plan of a multiple of the
-                virtual-pipeline group (too few sequences, and Megatron's own alignment would stop too); no
-                plan found keeping every CP group within ``max_num_seqs`` sequences (where the first plan breaks
-                it the batch is planned again at fixed micro-batch counts, :meth:`_within_max_num_seqs`; the
-                message names ``max_num_seqs`` and the counts tried, "proven" only where counting or CP-SAT
-                shows that no allowed count can hold it). Where ``time_limit_s`` runs out in a re-plan before
-                any plan is found and none is proven impossible, the re-plan falls back on :data:`FALLBACK_SOLVER`
-                and Megatron's pass run to completion (:meth:`_fallback`; the plan's message says so, with
-                ``hit_time_limit`` and ``wall_clock_cut``), and raises :class:`~packplace.errors.TimeLimitError`
-                (a subclass, "not proven") only where those find none either.
-            RuntimeError: no backend found a plan.
+            InfeasibleError: proven only: a sequence longer than the full DP×CP group holds; no multiple of the
+                virtual-pipeline group between the token cap's least count and the count the sequences fill;
+                more sequences than the allowed counts hold within ``max_num_seqs``, or CP-SAT proves every
+                allowed count has no plan within it (the message names the field, its value and "proven").
+            TimeLimitError: (a subclass of InfeasibleError) no plan found, not even by the fallbacks, and none
+                proven impossible: the time limit or a work budget ended the searches first (the message names
+                the field that binds, ``max_num_seqs`` or ``microbatch_group_size_per_vp_stage``, its value,
+                the counts tried and "not proven").
         """
         ids, lengths, instance = self._batch(sample_id_seqlens)
         deadline = Run("context_parallel", None, time_limit_s=self.time_limit_s)   # the call's one deadline
@@ -557,10 +626,16 @@ class PackplaceDynamicCPScheduler:
         allowed count in turn (:meth:`_capped`): so a plan the solvers miss is found, and where CP-SAT proves
         every allowed count has none, that is said.
 
+        Where none is kept then either, :data:`FALLBACK_SOLVER` and Megatron's pass run to completion at the
+        counts (:meth:`_fallback`, upward as the search; ``info["fallback"]`` names them).
+
         Raises:
-            InfeasibleError: none found, naming ``max_num_seqs`` and the counts tried; "proven" only where
-                more sequences exist than the largest count's micro-batches x CP groups x ``max_num_seqs``, or
-                CP-SAT proved each allowed count has no plan within the cap.
+            InfeasibleError: proven only: more sequences exist than the largest count's micro-batches x CP
+                groups x ``max_num_seqs``, or CP-SAT (or the counting) proved each allowed count has no plan
+                within the cap; the message names ``max_num_seqs``, its value and "proven".
+            TimeLimitError: none found, not even by the fallback, and not proven (the time limit or the work
+                budgets ended the searches first): the message names ``max_num_seqs``, its value, the counts
+                tried and "not proven infeasible".
         """
         groups = instance.ranks // instance.sizes[0]   # the most CP groups one micro-batch has
         most = instance.n // (instance.ranks // instance.sizes[-1]) // multiple * multiple
@@ -577,8 +652,7 @@ class PackplaceDynamicCPScheduler:
                                        budget, mend=lambda plan: split_crowded(plan, instance, cap))
         if not search.kept:   # the solvers do not model the cap: CP-SAT with it, at every allowed count
             self._capped(lengths, ids, list(range(least, most + 1, multiple)), cap, budget, evaluator, search)
-        # the fallback from the most micro-batches down: the fewest sequences per group, so the cap is easiest kept
-        self._fallback(lengths, ids, cap_counts(least, most, multiple)[::-1], evaluator, multiple, search,
+        self._fallback(lengths, ids, cap_counts(least, most, multiple), evaluator, multiple, search,
                        mend=lambda plan: split_crowded(plan, instance, cap))
         if not search.kept and set(search.proven) >= set(range(least, most + 1, multiple)):
             raise InfeasibleError(
@@ -586,10 +660,11 @@ class PackplaceDynamicCPScheduler:
                 f"none exists at any of the {least} to {most} micro-batches{every} the sequences and the token cap "
                 f"allow")
         if not search.kept:
-            why = (f"time_limit_s ran out and the {search.fallback} fallback found none" if search.fallback
-                   else "time_limit_s ran out" if search.out_of_time else "the solves found none")
+            why = "time_limit_s ran out" if search.cut else "the solves' work budgets ended them undecided"
+            if search.fallback:
+                why += f", and the {search.fallback} fallback run to completion found none"
             reasons = search.reasons
-            raise (TimeLimitError if search.cut else InfeasibleError)(
+            raise TimeLimitError(
                 f"max_num_seqs: no plan found keeping every CP group within max_num_seqs {cap} at "
                 f"{', '.join(map(str, search.tried)) or 'no'} micro-batches of the counts {least} to {most}{every} "
                 f"({why}; not proven infeasible: e.g. {reasons[0] if reasons else 'no solve ran'})")
@@ -600,7 +675,7 @@ class PackplaceDynamicCPScheduler:
         return dataclasses.replace(
             best, objective=objective, bound=bound, hit_time_limit=best.hit_time_limit or search.cut,
             status=OPTIMAL if objective <= optimality_level(bound) else FEASIBLE, message=_fallen_back(search, best),
-            info={**best.info, "wall_clock_cut": search.cut,
+            info={**best.info, "wall_clock_cut": search.cut, "fallback": search.fallback or None,
                   "max_num_seqs": {"cap": cap, "counts": (least, most), "tried": search.tried, "micro_batches": count}})
 
     def _solvers(self) -> list[str]:
@@ -611,7 +686,7 @@ class PackplaceDynamicCPScheduler:
     def _plans_at_counts(self, lengths: list[int], ids: list[Any], counts: list[int],
                          evaluator: ContextParallelEvaluator, multiple: int, budget: Run,
                          mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None,
-                         solvers: list[str] | None = None) -> _Search:
+                         solvers: list[str] | None = None, fallback: bool = False) -> _Search:
         """The re-plans' one search: the batch solved at each fixed micro-batch count of ``counts`` in turn
         (:func:`cap_counts`' order), by each backend of :meth:`_solvers`, every plan scored by ``evaluator``
         (one it finds infeasible goes through ``mend`` where given, and is kept where the mended plan is
@@ -620,7 +695,8 @@ class PackplaceDynamicCPScheduler:
         the ``budget`` the solves share (a :class:`~packplace.run.Run`) has run out; a solve gets the time left
         over the counts still to try (at most :data:`CAP_SHARES` of them) and the backends. The time the
         counts leave goes back to the solves the wall clock cut (:meth:`_given_back_to_cuts`). ``solvers``:
-        the backends (default :meth:`_solvers`)."""
+        the backends (default :meth:`_solvers`); ``fallback``: :data:`FALLBACK_SOLVER` with
+        :data:`FALLBACK_PARAMS`, and the search stops at the first count with a plan (no alternatives)."""
         solvers = solvers or self._solvers()
         search = _Search()
         solves: list[_Solve] = []
@@ -629,68 +705,86 @@ class PackplaceDynamicCPScheduler:
             if left is not None and left <= 0:
                 search.out_of_time = True
                 break
-            if search.kept and abs(count - search.kept[0][2]) > CAP_ALTERNATIVES * multiple:
+            if search.kept and abs(count - search.kept[0][2]) > (0 if fallback else CAP_ALTERNATIVES) * multiple:
                 break
             search.tried.append(count)
             share = None if left is None else left / min(len(counts) - i, CAP_SHARES) / len(solvers)
             for solver in solvers:
-                solves.append(self._solve_at(lengths, ids, count, i, solver, share, evaluator, search, mend))
-        self._given_back_to_cuts(lengths, ids, counts, multiple, budget, evaluator, search, solves, mend)
+                solves.append(self._solve_at(lengths, ids, count, i, solver, share, evaluator, search, mend,
+                                             fallback=fallback))
+        left_cut = self._given_back_to_cuts(lengths, ids, budget, evaluator, search, solves, mend)
+        if budget.deadline is not None:   # a cut solve left, or counts the clock changed
+            search.wall = left_cut or not _window_tried(search, counts, multiple)
         return search
 
     def _fallback(self, lengths: list[int], ids: list[Any], counts: list[int], evaluator: ContextParallelEvaluator,
                   multiple: int, search: _Search,
                   mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None = None) -> None:
-        """Where the time limit stopped ``search`` (``search.cut``) before it kept any plan: the cheapest
-        deterministic backends, :data:`FALLBACK_SOLVER` and (where registered) Megatron's one pass, at
-        ``counts`` again with no time limit, each to its own work budget (:meth:`_plans_at_counts`), so that a
-        batch not proven infeasible still gets a plan; what they keep goes to ``search`` and
-        ``search.fallback`` names them. The clock flags stay set (``search.cut``)."""
-        if search.kept or not search.cut:
+        """Where ``search`` kept no plan: the cheapest deterministic backends, :data:`FALLBACK_SOLVER` (with
+        :data:`FALLBACK_PARAMS`) and (where registered) Megatron's one pass, at ``counts`` again (in the order
+        given, stopping at the first count with a plan) with no time limit, each to its own work budget, so that
+        a batch not proven infeasible still gets a plan; what they keep goes to ``search`` and ``search.fallback`` names
+        them. Where the clock cut nothing (``search.cut`` false) only those of them the search did not run
+        already run (their uncut answers would be the same). The clock flags stay as they were."""
+        if search.kept:
             return
-        solvers = [FALLBACK_SOLVER] + ([MEGATRON_BACKEND] if MEGATRON_BACKEND in available("context_parallel")
-                                       else [])
+        registered = available("context_parallel")
+        solvers = [name for name in (FALLBACK_SOLVER, MEGATRON_BACKEND)
+                   if name in registered and (search.cut or name not in self._solvers())]
+        if not solvers:
+            return
         again = self._plans_at_counts(lengths, ids, counts, evaluator, multiple,
-                                      Run("context_parallel", None, time_limit_s=None), mend, solvers)
+                                      Run("context_parallel", None, time_limit_s=None), mend, solvers, True)
         search.kept, search.reasons = again.kept, search.reasons + again.reasons
+        search.proven = sorted(set(search.proven) | set(again.proven))
         search.fallback = " and ".join(solvers)
 
     def _solve_at(self, lengths: list[int], ids: list[Any], count: int, place: int, solver: str,
                   limit: float | None, evaluator: ContextParallelEvaluator, search: _Search,
-                  mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None) -> _Solve:
-        """One solve of :meth:`_plans_at_counts`: ``solver`` at ``count`` micro-batches within ``limit``
-        seconds, its plan kept in ``search`` (or its reason); what it was and whether the wall clock cut it."""
+                  mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None,
+                  capped: int | None = None, *, fallback: bool = False) -> _Solve:
+        """One solve of :meth:`_plans_at_counts` (and :meth:`_capped`): ``solver`` at ``count`` micro-batches
+        within ``limit`` seconds, its plan kept in ``search`` (or its reason); what it was and whether the wall
+        clock cut it. ``capped``: ``cpsat`` with every group within that many sequences in its model, no start;
+        its proof that the count has no such plan goes to ``search.proven``. The instance's refusal of the
+        count (counting) is a proof too. ``fallback``: :data:`FALLBACK_SOLVER` gets :data:`FALLBACK_PARAMS`."""
+        params = dict(_work(solver), **({"start": False, "max_num_seqs": capped} if capped is not None else {}),
+                      **(FALLBACK_PARAMS if fallback and solver == FALLBACK_SOLVER else {}))
         try:
             option = solve_context_parallel(self._instance(lengths, ids, count), solver, time_limit_s=limit,
-                                            seed=self.seed, **_work(solver))
+                                            seed=self.seed, **params)
         except InfeasibleError as error:   # the instance refuses the count: no clock in it
             search.reasons.append(str(error))
-            return _Solve(place, count, solver, None, False)
+            search.proven.append(count)
+            return _Solve(place, count, solver, None, False, capped=capped)
+        if capped is not None and option.status == INFEASIBLE:
+            search.proven.append(count)
+            return _Solve(place, count, solver, None, False, capped=capped)
         kept = len(search.kept)
-        search.keep(option, evaluator, place, count, solver, mend)
+        label = solver if capped is None else f"{solver} (max_num_seqs in its model)"
+        search.keep(option, evaluator, place, count, label, mend)
         return _Solve(place, count, solver, search.kept[-1] if len(search.kept) > kept else None,
-                      wall_clock_cut(option), option.bound)
+                      wall_clock_cut(option), option.bound, capped)
 
-    def _given_back_to_cuts(self, lengths: list[int], ids: list[Any], counts: list[int], multiple: int,
-                            budget: Run, evaluator: ContextParallelEvaluator, search: _Search,
-                            solves: list[_Solve],
-                            mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None) -> None:
+    def _given_back_to_cuts(self, lengths: list[int], ids: list[Any], budget: Run,
+                            evaluator: ContextParallelEvaluator, search: _Search, solves: list[_Solve],
+                            mend: Callable[[ContextParallelPlan], ContextParallelPlan] | None) -> bool:
         """The time ``budget`` has left after the counts, given back: each solve of ``solves`` the wall clock
         cut that could still change the pick (:meth:`_Solve.could_improve`: no plan kept of it, its plan the one
-        picked, or its bound below the best kept objective) runs again, in the order solved, with the time left
-        over the cut solves still to run. An uncut answer replaces the cut one (the plan of a solve the work
-        ended, whatever the load); a cut one is kept beside it. ``search.wall`` then says whether a cut solve
-        that could still change the pick is left, or the counts the search would have tried without the clock
-        differ from those it tried."""
+        picked, or its bound below the best kept objective) runs again (with its ``capped`` model), in the order
+        solved, with the time left over the cut solves still to run. An uncut answer replaces the cut one (the
+        plan of a solve the work ended, whatever the load); a cut one is kept beside it. Returns whether a cut
+        solve that could still change the pick is left (False without a deadline: nothing cuts)."""
         if budget.deadline is None:
-            return
+            return False
         cuts = [solve for solve in solves if solve.cut]
         for j, solve in enumerate(cuts):
             if not solve.could_improve(search) or budget.expired():
                 continue
             kept = solve.kept
             again = self._solve_at(lengths, ids, solve.count, solve.place, solve.solver,
-                                   max(MIN_SOLVE_S, budget.left() / (len(cuts) - j)), evaluator, search, mend)
+                                   max(MIN_SOLVE_S, budget.left() / (len(cuts) - j)), evaluator, search, mend,
+                                   solve.capped)
             if not again.cut:
                 if kept is not None:
                     search.kept.remove(kept)
@@ -699,8 +793,7 @@ class PackplaceDynamicCPScheduler:
                 solve.kept, solve.bound = again.kept, max(solve.bound, again.bound)
         order = {id(solve.kept): k for k, solve in enumerate(solves) if solve.kept is not None}
         search.kept.sort(key=lambda kept: order.get(id(kept), len(solves)))   # ties: the order solved, as uncut
-        search.wall = any(solve.cut and solve.could_improve(search) for solve in cuts) or not _window_tried(
-            search, counts, multiple)
+        return any(solve.cut and solve.could_improve(search) for solve in cuts)
 
     def _capped(self, lengths: list[int], ids: list[Any], counts: list[int], cap: int, budget: Run,
                 evaluator: ContextParallelEvaluator, search: _Search) -> None:
@@ -708,26 +801,26 @@ class PackplaceDynamicCPScheduler:
         ``counts`` in turn with every group within ``cap`` sequences in its model, no start, :data:`CPSAT_WORK`
         of deterministic time and the time ``budget`` has left over the counts still to try (at most
         :data:`CAP_SHARES`), until one has a plan (kept in ``search``); its proofs that a count has none go to
-        ``search.proven``."""
+        ``search.proven``. As in :meth:`_plans_at_counts`, the time the counts leave goes back to the solves the
+        wall clock cut (:meth:`_given_back_to_cuts`), and ``search.wall`` says where one that could still change
+        the pick is left."""
         if "cpsat" not in available("context_parallel"):
             return
+        solves: list[_Solve] = []
+        wall = search.wall   # what the search left; each cut solve below sets it, the give-back decides
         for i, count in enumerate(counts):
-            if search.kept or (budget.deadline is not None and budget.expired()):
-                search.out_of_time = search.out_of_time or not search.kept
-                return
+            if search.kept:
+                break
+            if budget.deadline is not None and budget.expired():
+                search.out_of_time = True
+                break
             limit = None if budget.deadline is None else max(MIN_SOLVE_S, budget.left() / min(len(counts) - i,
                                                                                                 CAP_SHARES))
-            try:
-                option = solve_context_parallel(self._instance(lengths, ids, count), "cpsat", time_limit_s=limit,
-                                                seed=self.seed, start=False, max_num_seqs=cap, **_work("cpsat"))
-            except InfeasibleError as error:   # the instance's counting refuses the count: a proof too
-                search.reasons.append(str(error))
-                search.proven.append(count)
-                continue
-            if option.status == INFEASIBLE:
-                search.proven.append(count)
-            else:
-                search.keep(option, evaluator, len(search.tried) + i, count, "cpsat (max_num_seqs in its model)")
+            solves.append(self._solve_at(lengths, ids, count, len(search.tried) + i, "cpsat", limit, evaluator,
+                                         search, None, cap))
+        left_cut = self._given_back_to_cuts(lengths, ids, budget, evaluator, search, solves, None)
+        if budget.deadline is not None:   # without one, a backend's own default limit's cut stays said
+            search.wall = wall or left_cut
 
     def _aligned(self, instance: ContextParallelInstance, lengths: list[int], ids: list[Any], slots: int,
                  multiple: int, budget: Run) -> SolveResult:
@@ -743,9 +836,12 @@ class PackplaceDynamicCPScheduler:
         status hold over every multiple the drop-in may choose (:func:`_over_every_multiple`), not only over
         the count it was solved at; ``info["micro_batch_multiple"]`` adds the counts ``tried``.
 
+        Where the solves kept none, :meth:`_fallback` runs (``info["fallback"]``).
+
         Raises:
-            InfeasibleError: none found: no multiple lies between the token cap's least count and the count
-                the sequences fill (proven; the message names both), or else the solves' reasons.
+            InfeasibleError: no multiple lies between the token cap's least count and the count the sequences
+                fill (proven; the message names both).
+            TimeLimitError: none found, not even by the fallback (not proven; the solves' reasons).
         """
         fewest = instance.ranks // instance.sizes[-1]   # groups a micro-batch needs, each with a sequence
         most = instance.n // fewest
@@ -773,14 +869,15 @@ class PackplaceDynamicCPScheduler:
                     f"{instance.n} sequences fill at most {most} (one per CP group), and their "
                     f"{int(instance.tokens.sum())} tokens need at least {least} (dp_size x cp_size = "
                     f"{instance.ranks} ranks x max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank} each)")
-            why = [f"time_limit_s ran out and the {search.fallback} fallback found none; not proven infeasible"
-                   if search.fallback else "time_limit_s ran out" if search.out_of_time else ""]
-            raise (TimeLimitError if search.cut else InfeasibleError)(
+            why = "time_limit_s ran out" if search.cut else "the solves' work budgets ended them undecided"
+            if search.fallback:
+                why += f", and the {search.fallback} fallback run to completion found none"
+            raise TimeLimitError(
                 f"microbatch_group_size_per_vp_stage: no plan of a multiple of {multiple} micro-batches found "
-                f"({'; '.join(dict.fromkeys(search.reasons + [w for w in why if w]))})")
+                f"({'; '.join(dict.fromkeys(search.reasons + [why]))}; not proven infeasible)")
         objective, _, best = search.best()
         result = _over_every_multiple(best, objective, evaluator, multiple, least, most)
-        info = {**result.info, "wall_clock_cut": search.cut,
+        info = {**result.info, "wall_clock_cut": search.cut, "fallback": search.fallback or None,
                 "micro_batch_multiple": {**result.info["micro_batch_multiple"], "tried": search.tried}}
         return dataclasses.replace(result, hit_time_limit=result.hit_time_limit or search.cut, info=info,
                                    message=_fallen_back(search, result))
@@ -812,7 +909,7 @@ def _given_back(result: SolveResult, deadline: Run, fits: Callable[[SolveResult]
         return result
     try:
         other = again()
-    except (InfeasibleError, RuntimeError):
+    except InfeasibleError:   # TimeLimitError too: the first answer stands
         return result
     if not fits(other):
         return result
@@ -824,11 +921,13 @@ def _given_back(result: SolveResult, deadline: Run, fits: Callable[[SolveResult]
 
 def _fallen_back(search: _Search, result: SolveResult) -> str:
     """``result``'s message, or, where its plan came from :meth:`PackplaceDynamicCPScheduler._fallback`, one
-    that says the time limit ran out before any plan was found and which fallback gave this one."""
+    that says why no plan had been found (the time limit ran out, or the work budgets ended the solves undecided)
+    and which fallback gave this one."""
     if not search.fallback:
         return result.message
-    return (f"time_limit_s ran out before any plan was found; returning the {search.fallback} fallback's plan "
-            f"(run to completion, no time limit)")
+    why = "time_limit_s ran out" if search.cut else "the solves' work budgets ended them undecided"
+    return f"{why} before any plan was found; returning the {search.fallback} fallback's plan (run to completion, " \
+           f"no time limit)"
 
 
 def _over_every_multiple(result: SolveResult, objective: float, evaluator: ContextParallelEvaluator, multiple: int,
@@ -857,15 +956,13 @@ def _over_every_multiple(result: SolveResult, objective: float, evaluator: Conte
                                                                              "counts": (first, last)}})
 
 
-#: :func:`time_unit` of the default cost (``cost=None``): Megatron's workload function ``seq_len² / cp_size``.
-WORKLOAD_UNIT = "token^2"
-
-
 def time_unit(cost: Any) -> str:
     """The unit of the step times and bounds planned under the ``cost`` option: :data:`WORKLOAD_UNIT` for the
     default (None: Megatron's workload ``seq_len² / cp_size``, one unit per token², no seconds in it),
-    ``"s"`` for a cost model (``{"model": ..., "hardware": ...}`` or its coefficients, in seconds)."""
-    return WORKLOAD_UNIT if cost is None else "s"
+    ``"s"`` for a cost model (``{"model": ..., "hardware": ...}`` or its coefficients, in seconds):
+    :attr:`CPCost.time_unit <packplace.context_parallel.cost.CPCost.time_unit>` of the cost, as the
+    evaluator's scores name it."""
+    return cost_from_mapping(cost).time_unit
 
 
 #: The evaluator's ``info`` keys of times (:meth:`~packplace.context_parallel.evaluator.ContextParallelScore.detail`)
@@ -964,8 +1061,8 @@ class PackplaceDynamicCPPlanner:
 
         Raises:
             ConfigError: a field missing or bad (named), a repeated sample id.
-            InfeasibleError: a sequence no allowed group holds.
-            RuntimeError: no backend found a plan.
+            InfeasibleError: a sequence no allowed group holds; a backend proved that no plan exists.
+            TimeLimitError: no plan found, not even by the fallbacks (:func:`solve_dynamic_cp`; not proven).
         """
         multiple = int(_field(constraints, "pad_to_multiple", "constraints"))
         largest = int(_field(constraints, "max_tokens_per_pack", "constraints")) // self.max_seqlen_per_dp_cp_rank
@@ -1004,15 +1101,17 @@ class PackplaceDynamicCPPlanner:
         ``placement_kind`` ``DYNAMIC_CP``, ``executor_ranks`` an aligned range, ``local_cp_size`` its size and
         ``rank_group_id`` ``"dynamic_cp{size}:{index}"``; the plan's ``num_microbatches``, ``total_tokens``,
         ``sequence_square_sum`` and ``metadata`` (solver, status, ``step_time``, ``slot_times``, ``bound``,
-        ``time_unit``) are filled. The times are in ``time_unit`` (:func:`time_unit`): workload units
-        (``"token^2"``) under the default cost, seconds only under a cost model. ``step_time_s``,
+        ``time_unit``, ``compared_with``, ``fallback``: the fallback backends whose plan this is, or None,
+        ``hit_time_limit`` and ``wall_clock_cut``: :func:`solve_dynamic_cp`'s flags) are filled. The times are in
+        ``time_unit`` (:func:`time_unit`): workload units (``"token^2"``) under the default cost, seconds only
+        under a cost model. ``step_time_s``,
         ``slot_times_s`` and ``bound_s`` are the same values under their former names, deprecated (they hold
         workload units, not seconds, under the default cost).
 
         Raises:
             ConfigError: a field missing or bad (named), a pack id or sample id used twice.
-            InfeasibleError: a pack no allowed group holds.
-            RuntimeError: no backend found a plan.
+            InfeasibleError: a pack no allowed group holds; a backend proved that no plan exists.
+            TimeLimitError: no plan found, not even by the fallbacks (:func:`solve_dynamic_cp`; not proven).
         """
         dp = int(_field(resources, "dp_size", "resources"))
         cp = int(_field(resources, "cp_size", "resources"))
@@ -1069,18 +1168,20 @@ class PackplaceDynamicCPPlanner:
         if per_pack:
             # the packs were solved as whole items, each costed as if its attention spanned the pack (above its
             # time): that problem's bound is no bound on the sequences' step time, nor its status about it
-            status = OPTIMAL if score.step_time_s <= optimality_level(bound) else FEASIBLE
+            status = OPTIMAL if score.step_time <= optimality_level(bound) else FEASIBLE
         else:
             bound = max(bound, result.bound)
         lengths = [int(x) for p in packs for x in p.sequence_lengths]
-        times = {"step_time": score.step_time_s, "slot_times": list(score.slot_times_s), "bound": bound}
+        times = {"step_time": score.step_time, "slot_times": list(score.slot_times), "bound": bound}
         return t.ExecutionPlan(
             groups=groups, num_microbatches=len(groups), total_tokens=sum(lengths),
             sequence_square_sum=sum(x * x for x in lengths),
             metadata={"planner": "packplace", "solver": result.solver, "status": status, **times,
                       "time_unit": time_unit(self._scheduler.cost),
                       **{f"{key}_s": value for key, value in times.items()},   # the former names, deprecated
-                      "compared_with": result.info.get("compared_with")})
+                      "compared_with": result.info.get("compared_with"), "fallback": result.info.get("fallback"),
+                      "hit_time_limit": result.hit_time_limit,
+                      "wall_clock_cut": bool(result.info.get("wall_clock_cut", result.hit_time_limit))})
 
     def _sequence_score(self, instance: ContextParallelInstance, packs: list[Any],
                         slots: list[list[tuple[int, int, list[Any]]]]) -> tuple[Any, float]:
