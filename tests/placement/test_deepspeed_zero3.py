@@ -17,7 +17,9 @@ from packplace.placement.model.deepspeed_zero3 import (
     DSCHAT_TRAIN,
     Zero3Prefetch,
     leaf_modules,
+    on_demand_fetches,
     pass_gathers,
+    zero3_forward_prefetches,
     zero3_gathers_per_pass,
 )
 from packplace.shape import TransformerShape
@@ -49,6 +51,20 @@ def test_pass_gathers_replays_the_prefetch_by_hand():
     assert pass_gathers(modules, Zero3Prefetch(10, 50, 100)) == 0
 
 
+def test_on_demand_fetches_replay_the_prefetch_by_hand():
+    modules = [(10,), (10,), (10,)]
+    # no prefetch bucket: modules 1 and 2 are gathered when they run (the first always is)
+    assert on_demand_fetches(modules, Zero3Prefetch(0, 0, 100)) == 2
+    # bucket 15 or max live 15: module 0's prefetch pops module 1, module 1's pops module 2 (test above): none
+    assert on_demand_fetches(modules, Zero3Prefetch(0, 15, 100)) == 0
+    assert on_demand_fetches(modules, Zero3Prefetch(0, 50, 15)) == 0
+    # max live 10: module 0's own 10 fill it, nothing is popped (min(10 − 10, 50) = 0), and module 1's 10 again
+    # when it runs: modules 1 and 2 on demand
+    assert on_demand_fetches(modules, Zero3Prefetch(0, 50, 10)) == 2
+    # nothing gathered at all: nothing on demand
+    assert on_demand_fetches(modules, Zero3Prefetch(10, 50, 100)) == 0
+
+
 def test_opt_6_7b_counts_by_hand():
     instance, _, _ = load_setup(OPT67_64)
     actor = instance.models["actor"]
@@ -69,6 +85,13 @@ def test_opt_6_7b_counts_by_hand():
     # layers in, so fewer calls than one per module, more than one per layer
     defaults = zero3_gathers_per_pass(actor, DEEPSPEED_DEFAULTS)[0]
     assert 32 < defaults < 194 and zero3_gathers_per_pass(actor, DSCHAT_EVAL)[0] == defaults
+    # on demand in the training config's forward: per layer fc1's bias and fc2 (the two gathers each module issues
+    # for itself above), and the position embedding's own: 1 + 32 x 2; the training config does not prefetch
+    # every module, DeepSpeed's defaults and the eval config do
+    assert on_demand_fetches(leaf_modules(actor), DSCHAT_TRAIN) == 1 + 32 * 2
+    assert not zero3_forward_prefetches(actor, DSCHAT_TRAIN)
+    assert on_demand_fetches(leaf_modules(actor), DSCHAT_EVAL) == 0
+    assert zero3_forward_prefetches(actor, DSCHAT_EVAL) and zero3_forward_prefetches(actor, DEEPSPEED_DEFAULTS)
 
 
 def test_latency_of_opt_6_7b_on_64_a100_by_hand():
@@ -134,6 +157,9 @@ def test_a_trained_roles_experience_forward_takes_the_training_config():
         cand = evaluator.table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
         phases[name] = evaluator.vertex_phases(name, cand)["gather"]
     # same shape, strategy and micro-batch (1,024 sequences over 64 ranks of 16: one pass): the gathers differ by
-    # 68 − 7 = 61 rings of 63 steps of 5 µs
+    # 68 − 7 = 61 rings of 63 steps of 5 µs. Both configs prefetch every OPT-350M module (its largest, the
+    # 25.7e6-element embedding, is below the training config's 3e7 cap) and each forward's compute exceeds its
+    # gathers, so each pays the first of its 24 layers' share: the difference over 24
+    assert zero3_forward_prefetches(critic, DSCHAT_TRAIN) and zero3_forward_prefetches(critic, DSCHAT_EVAL)
     assert vertices["critic.infer"].strategy.dp == 64 and vertices["critic.infer"].micro_batch == 16
-    assert phases["critic.infer"] - phases["reward.infer"] == pytest.approx(61 * 63 * 5e-6, rel=1e-9)
+    assert phases["critic.infer"] - phases["reward.infer"] == pytest.approx(61 * 63 * 5e-6 / 24, rel=1e-9)

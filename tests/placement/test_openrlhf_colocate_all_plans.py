@@ -77,11 +77,24 @@ def test_a_colocate_all_plan_prices_the_engine_at_0_4():
     # 1,024/8/64 = 2 passes each, 2·7 µs·(197 + 196 + 196 + 197), and the actor's and critic's 8 training
     # micro-batches of 16 expose 1/32 layers of the mean (forward, backward) latency each, 8·7 µs·(197 + 196)/32
     zero3 = 7e-6 * (2 * (197 + 196 + 196 + 197) + 8 * (197 + 196) / 32)
+    # Then DeepSpeed's per-module prefetch (CostModel.zero3_prefetches): at DeepSpeed's defaults (5e7 bucket, 1e9
+    # live elements) every module's gather is issued while the module before it computes, so each of the four
+    # forwards keeps the first of its 32 layers' share of its gathers (its 19 s of compute hide the rest). Each
+    # forward's gathers: 2 passes over the 8 ranks, 2·7·(1 µs + 2P/8 / 160e9 B/s) plus its latency above, P =
+    # 6,738,415,616 (actor, reference) or 6,607,347,712 (critic, reward: no LM head, a 4,096-element value head)
+    lm = 2 * 7 * (1e-6 + 2 * 6_738_415_616 / 8 / 160e9) + 2 * 7e-6 * 197
+    value = 2 * 7 * (1e-6 + 2 * 6_607_347_712 / 8 / 160e9) + 2 * 7e-6 * 196
+    assert (lm, value) == (pytest.approx(0.1501748, rel=1e-6), pytest.approx(0.1472937, rel=1e-6))
+    gathers = 2 * lm + 2 * value
     assert ev.step_time(plan) == pytest.approx(408.2527 - (19.4442 + 0.5897) + (19.3031 + 0.1474)
-                                               + 2 * (19.0813 - 18.9860) + zero3, abs=1e-3)
-    with overridden_profile("openrlhf", zero3_fetch=None):   # the gathers' latency is all that term moves
+                                               + 2 * (19.0813 - 18.9860) + zero3 - 31 / 32 * gathers, abs=1e-3)
+    # against a profile without the per-module fetch (FSDP's units: the forwards' gathers in full and without
+    # their latency, no latency in training), this one pays 1/32 of the gathers with their latency and the
+    # training latency instead
+    with overridden_profile("openrlhf", zero3_fetch=None):
+        latency = 7e-6 * 2 * (197 + 196 + 196 + 197)
         assert ev.step_time(plan) - PlacementEvaluator(_instance("0.6.0")).step_time(plan) == \
-            pytest.approx(zero3, abs=1e-9)
+            pytest.approx(gathers / 32 + 7e-6 * 8 * (197 + 196) / 32 - (gathers - latency), abs=1e-9)
     later = PlacementEvaluator(_instance("0.6.0.post1"))
     assert later.step_time(plan) == float("inf")
     # there the engine's 76.58 GB pool sets the GPUs' peak while it generates: 88.24 GB of 85.09

@@ -38,7 +38,7 @@ from packplace.placement.model.components import (
 )
 from packplace.placement.model.counts import check_counts
 from packplace.placement.model.deepspeed_zero2 import zero2_collective_calls
-from packplace.placement.model.deepspeed_zero3 import zero3_gathers_per_pass
+from packplace.placement.model.deepspeed_zero3 import zero3_forward_prefetches, zero3_gathers_per_pass
 from packplace.placement.model.dp_balance import VertexBalance
 from packplace.placement.model.engine import (
     MAX_SHARE_SEQUENCES,
@@ -879,7 +879,8 @@ class CostModel:
         :func:`~packplace.placement.candidates.inference_sharded`) the forward passes add ``gather``:
         :func:`~packplace.placement.model.framework.gather_seconds` once per micro-batch (over ``shard`` ranks:
         the shard group of the workers it runs in, by role; ``None``: its shape's training options'), less what FSDP's
-        prefetching hides behind the passes' compute for a ``gather_prefetch`` framework
+        prefetching hides behind the passes' compute for a ``gather_prefetch`` framework, and DeepSpeed's where the
+        forward's engine prefetches every module (:meth:`zero3_prefetches`)
         (:func:`~packplace.placement.model.framework.exposed_gather_seconds`); with ``offloaded``
         (an inference model kept in host memory, ``policy.inference_offload``) an ``infer`` vertex adds
         ``onload``, :func:`~packplace.placement.model.framework.onload_seconds`. Every vertex adds
@@ -916,7 +917,7 @@ class CostModel:
             # a trained role's forwards (the old log-probs, the critic's values) run on its training engine
             engine = kind != "infer" or self.role in self.training
             phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent, shard, engine)
-            if self.framework.gather_prefetch:
+            if self.framework.gather_prefetch or self.zero3_prefetches(model, engine):
                 compute = phases["forward"] if kind == "infer" else phases["old_log_prob"]
                 phases["gather"] = exposed_gather_seconds(phases["gather"], compute,
                                                           max(stage_layers(model.layers, pp)))
@@ -1168,6 +1169,18 @@ class CostModel:
         reduces, gathers = zero2_collective_calls(model, dp)
         alpha, beta = self.link(level, per_node)
         return max(0, reduces + gathers - 2) * (dp - 1) * alpha + 2.0 * model.params / dp * beta
+
+    def zero3_prefetches(self, model: ModelSpec, trained: bool) -> bool:
+        """Whether a DeepSpeed ZeRO-3 forward of ``model`` (a framework with
+        :attr:`~packplace.placement.model.framework.FrameworkProfile.zero3_fetch`) runs each module's all-gather while
+        the module before it computes: its engine's fetch settings (the training engines' for ``trained``, else the
+        reference's and reward's) prefetch every module's parameters but the first's
+        (:func:`~packplace.placement.model.deepspeed_zero3.zero3_forward_prefetches`). Its sharded forwards then pay
+        the gathers the compute does not hide, as PyTorch FSDP's
+        (:func:`~packplace.placement.model.framework.exposed_gather_seconds`); otherwise every gather in full. False
+        without ``zero3_fetch``."""
+        fetch = self.framework.zero3_fetch
+        return fetch is not None and zero3_forward_prefetches(model, fetch[0] if trained else fetch[1])
 
     def zero3_gather_latency_seconds(self, model: ModelSpec, dp: int, tp: int, extent: tuple[int, int, int],
                                      trained: bool, shard: int | None = None) -> tuple[float, float]:

@@ -115,14 +115,32 @@ def pass_gathers(modules: list[Module], prefetch: Zero3Prefetch) -> int:
     prefetch it pops (up to ``min(max_live − available, prefetch_bucket)`` elements, the last pop may overshoot);
     then its parameters are released. Parameters of at most ``persistence_threshold`` elements are never
     gathered."""
+    return _replay(modules, prefetch)[0]
+
+
+def on_demand_fetches(modules: list[Module], prefetch: Zero3Prefetch) -> int:
+    """Modules after the first gathered one that find parameters of theirs not yet gathered when they run in one
+    pass over ``modules`` (:func:`pass_gathers`' replay): no earlier module's prefetch popped them, because the
+    bucket was spent or ``stage3_max_live_parameters`` left no room (v0.9.0 ``partitioned_param_coordinator.py``
+    lines 303-308: ``max_params_to_prefetch = min(max_live − available, bucket)``), so ``fetch_sub_module`` issues
+    their all-gather only when the module runs and waits for it. DeepSpeed-Chat's training config (3e7 / 3e7)
+    leaves every module of 3e7 elements or more without room for the next one's parameters; its eval config and
+    DeepSpeed's defaults (5e7 / 1e9) keep the prefetch ahead of every OPT and Llama-2 module of the validation
+    set. Without a prefetch bucket every gathered module but the first."""
+    return _replay(modules, prefetch)[1]
+
+
+def _replay(modules: list[Module], prefetch: Zero3Prefetch) -> tuple[int, int]:
+    """``(gathers, on-demand fetches)`` of one pass: :func:`pass_gathers` and :func:`on_demand_fetches`."""
     params = [[(i, j, n) for j, n in enumerate(sizes) if n > prefetch.persistence_threshold]
               for i, sizes in enumerate(modules)]
     queue = deque(p for module in params for p in module)
     available: set[tuple[int, int, int]] = set()
-    gathers = live = 0
+    gathers = live = on_demand = 0
     for pos, module in enumerate(params):
         missing = [p for p in module if p not in available]
         if missing:
+            on_demand += 1 if gathers else 0   # the pass's first module is gathered on demand by every config
             gathers += 1
             available.update(missing)
             live += sum(p[2] for p in missing)
@@ -141,7 +159,7 @@ def pass_gathers(modules: list[Module], prefetch: Zero3Prefetch) -> int:
         for p in module:
             available.discard(p)
             live -= p[2]
-    return gathers
+    return gathers, on_demand
 
 
 @lru_cache(maxsize=256)
@@ -150,3 +168,14 @@ def zero3_gathers_per_pass(model: ModelSpec, prefetch: Zero3Prefetch) -> tuple[i
     settings after the first step (:func:`pass_gathers` over :func:`leaf_modules`, the backward in reverse)."""
     modules = leaf_modules(model)
     return pass_gathers(modules, prefetch), pass_gathers(modules[::-1], prefetch)
+
+
+@lru_cache(maxsize=256)
+def zero3_forward_prefetches(model: ModelSpec, prefetch: Zero3Prefetch) -> bool:
+    """Whether a ZeRO-3 forward of ``model`` with ``prefetch``'s settings gathers every module but the first ahead
+    of time (:func:`on_demand_fetches` over :func:`leaf_modules` is 0): from the second pass on each module's
+    ``fetch_sub_module`` issues the all-gather of the parameters queued next on DeepSpeed's ``__allgather_stream``
+    (v0.9.0 ``partitioned_param_coordinator.py`` lines 368-383, the same in v0.13.5) and returns, so that gather
+    runs while the module computes; the trace completes at the end of every no-grad forward
+    (``parameter_offload.py`` ``_end_of_forward_hook``, lines 321-324)."""
+    return on_demand_fetches(leaf_modules(model), prefetch) == 0

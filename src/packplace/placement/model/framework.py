@@ -595,9 +595,10 @@ class FrameworkProfile:
             each layer's all-gather with the previous layer's compute (:func:`exposed_gather_seconds`; PyTorch
             docs, notes/fsdp.html "FSDP Prefetch Nuances": always enabled, the first all-gather overlaps
             nothing). verl's FSDP / FSDP2 workers and NeMo RL's DTensor policy (``fully_shard``). False:
-            DeepSpeed ZeRO-3 (DeepSpeed-Chat, OpenRLHF), whose eval configs prefetch
-            ``stage3_prefetch_bucket_size`` 3e7 parameters, less than one layer of a 1B+ model, so the gather
-            stays exposed (:func:`gather_seconds`).
+            DeepSpeed ZeRO-3 (DeepSpeed-Chat, OpenRLHF), whose per-module prefetch overlaps a forward's gathers
+            only where the engine's fetch settings leave room for the next module at every module
+            (:meth:`~packplace.placement.model.cost.CostModel.zero3_prefetches`, from ``zero3_fetch``); elsewhere
+            the gathers stay exposed (:func:`gather_seconds`).
         gradient_reduce_bytes: Bytes per gradient element of a ``zero3`` trainer's per-micro-batch
             reduce-scatter (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`; a
             config's ``fp32_grad_buffer`` raises it to 4). PyTorch FSDP reduces in its mixed-precision
@@ -1329,10 +1330,11 @@ def gather_seconds(cost, model: ModelSpec, dp: int, pp: int, tp: int, passes: in
     al. 2020 §5.3; FSDP ``FULL_SHARD``), once per micro-batch: each pass moves the largest stage's
     ``n = 2·P_stage/tp`` bytes to every rank of the ``dp`` group by a ring all-gather,
     ``(dp − 1)·(α + n/dp·β)`` at the slowest level of the group (Thakur et al. 2005), its ranks on each
-    node driving their own network cards (:meth:`~packplace.placement.model.cost.CostModel.link`). Not
-    overlapped with compute: DeepSpeed's prefetch (``stage3_prefetch_bucket_size``, 3e7 parameters in
-    DeepSpeed-Chat's training config, DeepSpeed's default 5e7 in its eval config and OpenRLHF's) holds less than
-    one layer of a 1B+ model. Hybrid sharding
+    node driving their own network cards (:meth:`~packplace.placement.model.cost.CostModel.link`). All of it:
+    what the passes' compute hides is taken off by the caller
+    (:meth:`~packplace.placement.model.cost.CostModel.vertex_phases`: FSDP's forward prefetch, and DeepSpeed's
+    per-module prefetch where the engine's fetch settings keep it ahead of every module,
+    :meth:`~packplace.placement.model.cost.CostModel.zero3_prefetches`). Hybrid sharding
     (verl's ``fsdp_size``, :meth:`~packplace.placement.model.cost.CostModel.shard_ranks` below ``dp``): the
     ring runs inside each shard group of ``f`` consecutive ranks, ``(f − 1)·(α + n/f·β)`` at that group's
     level (:meth:`~packplace.placement.model.cost.CostModel.hybrid_shard_seconds`). ``shard``: the ranks of that
