@@ -99,11 +99,21 @@ def test_every_published_setup_is_within_the_ratio_range():
         assert r.memory_ok, (r.setup, "plan over memory with the run's own memory settings")
 
 
+#: Rows whose file's plan DeepSpeed's own code cannot run: the hybrid engine's inference workspace
+#: (``GenWorkSpace``: activations, scores and every layer's KV at the full head count for the prompt plus the
+#: response cap, 2,048 tokens) of 8 prompts per GPU does not fit beside the gathered weights (34B at TP 1:
+#: 67.5 + 33.3 GB; 70B at TP 8, 64 sequences per group: 17.3 + 69.2 GB, and at no TP), so GenWorkSpace raises
+#: before decoding; what the runs used instead no source gives (docs/calibration-and-validation.md
+#: "The hybrid engine's inference workspace").
+OVER_MEMORY_AS_FILED = {"deepspeed_chat_optimized_ppo_codellama-34b_32xa800",
+                        "deepspeed_chat_optimized_ppo_llama2-70b_32xa800"}
+
+
 def test_the_framework_rows_fit_in_memory_and_are_reported_whatever_their_ratio():
     rows = validate(sorted(os.path.join(VALIDATION, s + ".yaml") for s, _ in ADDED))
     assert {(r.setup, r.figure): r.published for r in rows} == ADDED
     for r in rows:  # DeepSpeed-Chat / OpenRLHF ran them: ZeRO-3 inference makes OPT-30B/8 and OPT-66B/64 fit
-        assert r.memory_ok, (r.setup, "plan over memory with the run's own memory settings")
+        assert r.memory_ok is (r.setup not in OVER_MEMORY_AS_FILED), (r.setup, "memory against the run's code")
     ratios = sorted(r.ratio for r in rows)  # their median lies within x1.5 either way
     assert 1 / 1.5 <= ratios[len(ratios) // 2] <= 1.5
 
