@@ -102,3 +102,18 @@ def test_the_optimized_dschat_34b_file_is_over_memory_and_the_7b_fits():
         assert bool(ev.score(plan).oom) is over
         need = ev.vertex_memory(plan)["actor.generate"]
         assert (need > instance.hardware.memory_per_gpu) is over
+
+
+def test_estimate_reports_the_workspace_as_the_kv_cache_of_deepspeed_chat_generation():
+    from packplace.placement.model.pass_memory import pass_memory
+
+    got = pass_memory(CODELLAMA_34B, "generate", micro_batch=8, seq_len=1024, context=2048, framework="deepspeed-chat",
+                      workspace_bytes=0.0)
+    assert got.kv_cache == 33_274_462_208
+    assert got.logits == 8 * 1024 * 32000 * 6
+    assert got.weights == 2.0 * CODELLAMA_34B.params
+    paged = pass_memory(CODELLAMA_34B, "generate", micro_batch=8, seq_len=1024, context=2048, framework="openrlhf",
+                        workspace_bytes=0.0)
+    # the paged cache of 8 sequences of 2,049 tokens at the 8 KV heads: 48 layers · 2 · 1024 · 2 bytes a token
+    assert paged.kv_cache == 8 * 2049 * 48 * 2 * 1024 * 2
+    assert got.peak_bytes > 85.09e9 > paged.peak_bytes
