@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from packplace.placement.checking.validate import load_setup, plan_evaluator
+from packplace.placement.checking.validate import _with_micro_batch, load_setup, plan_evaluator
 from packplace.placement.model.deepspeed_inference import (
     WORKSPACE_RESERVE_BYTES,
     inference_workspace_bytes,
@@ -93,11 +93,13 @@ def test_tp_gathers_the_embedding_and_head_whole():
     assert tra == pytest.approx(expected, rel=1e-12)
 
 
-def test_the_optimized_dschat_34b_file_is_over_memory_and_the_7b_fits():
+def test_the_script_generation_batch_is_over_memory_on_the_34b_and_fits_on_the_7b():
     # the fork's script settings (inference TP 1, 8 prompts per generate call, 1,024 + 1,024 tokens): DeepSpeed's
-    # GenWorkSpace cannot allocate its buffer beside the 34B's gathered weights on an 80 GB A800
+    # GenWorkSpace cannot allocate its buffer beside the 34B's gathered weights on an 80 GB A800 (the 34B file
+    # therefore fits its generation batch; the 7B file keeps the script's)
     for name, over in (("codellama-34b_32xa800", True), ("llama2-7b_16xa800", False)):
         instance, plan, _ = load_setup(f"benchmarks/validation/deepspeed_chat_optimized_ppo_{name}.yaml")
+        plan = _with_micro_batch(plan, "actor.generate", 8)
         ev = plan_evaluator(instance, plan)
         assert bool(ev.score(plan).oom) is over
         need = ev.vertex_memory(plan)["actor.generate"]
