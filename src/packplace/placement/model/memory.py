@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from packplace.errors import ConfigError
+from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
 from packplace.placement.model.pass_memory import (
     LOGIT_FORWARD_BYTES,
     ROUTER_DTYPE_BYTES,
@@ -470,7 +471,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   offload_between_passes: bool = False, bare_loop: bool = False, weight_shard: int | None = None,
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
                   fused_kernels: bool = False, fused_swiglu: bool = False,
-                  router_dtype: str = "bf16") -> tuple[float, float]:
+                  router_dtype: str = "bf16", max_out_tokens: int | None = None) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -518,9 +519,12 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     stage's logits; the forward's KV cache for ``framework: none``) plus the workspace; generate — bf16
     weights, the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's
     layers, :func:`engine_overhead_bytes` for ``n`` = ``prefill_sequences`` prompts and the last token's
-    logits ``mb·V·10/tp``. ``workspace_bytes``: the GPU's ``hardware.memory_workspace`` (default the
-    stack's). For a continuously batched engine the caller passes the sequences it runs at once as
-    ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
+    logits ``mb·V·10/tp``; on DeepSpeed-Chat's hybrid engine (``framework`` deepspeed-chat) DeepSpeed's
+    inference workspace of ``mb`` sequences at ``max_out_tokens`` (default ``live_len``; DeepSpeed-Chat's
+    ``max_prompt_seq_len + max_answer_seq_len``) and the prefill's logits in place of the paged KV and the last
+    token's logits (:func:`_generate_transient`). ``workspace_bytes``: the GPU's ``hardware.memory_workspace``
+    (default the stack's). For a continuously batched engine the caller passes the sequences it runs at once
+    as ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
     tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
@@ -553,14 +557,37 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                 transient, resident = transient + (0.0 if sharded_weights else resident), 0.0
         else:
             resident = 2.0 * p
-            kv_per_token = model.kv_bytes_per_token(tp, 1) * layers[i] / model.layers
-            transient = kv_per_token * live_len * micro_batch * min(pp, micro_batches)
-            transient += engine_overhead_bytes(model, layers[i], prompt_len, prefill, tp, workspace, ep)
-            if last:
-                transient += micro_batch * model.output_dim * LOGIT_FORWARD_BYTES / tp
+            transient = _generate_transient(model, layers[i], last, tp, pp, ep, micro_batch, micro_batches,
+                                            prompt_len, live_len, prefill, workspace, framework, max_out_tokens)
         if resident + transient > best[0]:
             best = (resident + transient, resident, transient)
     return best[1], best[2]
+
+
+def _generate_transient(model: ModelSpec, n_layers: int, last: bool, tp: int, pp: int, ep: int, micro_batch: int,
+                        micro_batches: int, prompt_len: int, live_len: float, prefill: int, workspace: float,
+                        framework: str, max_out_tokens: int | None) -> float:
+    """A generation stage's bytes beside its weights (:func:`vertex_memory`): :func:`engine_overhead_bytes`, plus
+    the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens and, on the last stage, the last
+    token's logits ``mb·V·10/tp``; on DeepSpeed-Chat's hybrid engine instead DeepSpeed's inference workspace
+    (:func:`~packplace.placement.model.deepspeed_inference.inference_workspace_bytes`: activations, scores and
+    every layer's KV at the model's full head count, for ``max_out_tokens`` tokens, which GenWorkSpace must hold
+    whole or refuse to generate), the larger of those logits and the prefill's over every prompt position
+    (:func:`~packplace.placement.model.deepspeed_inference.prefill_logit_bytes`, unsliced by TP), and at TP > 1
+    the rest of the embedding and output head, which the hybrid engine gathers whole (``generate``'s
+    ``non_tp_params``) where the weights count ``1/tp`` of them."""
+    transient = engine_overhead_bytes(model, n_layers, prompt_len, prefill, tp, workspace, ep)
+    last_logits = micro_batch * model.output_dim * LOGIT_FORWARD_BYTES / tp if last else 0.0
+    if framework == "deepspeed-chat":
+        tokens = int(math.ceil(live_len)) if max_out_tokens is None else max_out_tokens
+        transient += inference_workspace_bytes(model, tp=tp, sequences=micro_batch, max_out_tokens=tokens)
+        # at TP > 1 the embedding and the LM head stay whole on every GPU (the engine's non-TP parameters)
+        transient += 2.0 * (model.embedding_params + model.head_params) * (1.0 - 1.0 / tp)
+        if last:
+            transient += max(last_logits, prefill_logit_bytes(model, sequences=micro_batch, prompt_len=prompt_len))
+        return transient
+    kv_per_token = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers
+    return transient + kv_per_token * live_len * micro_batch * min(pp, micro_batches) + last_logits
 
 
 def _bare_loop_gradients(params: float, one_micro_batch: bool) -> float:

@@ -55,6 +55,7 @@ import math
 from dataclasses import dataclass
 
 from packplace.errors import ConfigError
+from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
 from packplace.placement.model.stages import ADAM_BYTES, SHARDING, stage_layers, stage_params, stage_split
 from packplace.placement.problem.models import ModelSpec
 
@@ -612,7 +613,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 framework, ws, ep, cp, logit_bytes)
         else:
             part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws,
-                                 ep)
+                                 ep, hybrid_engine=framework == "deepspeed-chat")
         if best is None or part.peak_bytes > best.peak_bytes:
             best = part
     assert best is not None
@@ -912,12 +913,23 @@ def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tok
 
 
 def _engine_stage(model: ModelSpec, task: str, params: float, n_layers: int, last: bool, batch: int,
-                  seq_len: int, context: int, tp: int, ws: float, ep: int = 1) -> PassMemory:
+                  seq_len: int, context: int, tp: int, ws: float, ep: int = 1,
+                  hybrid_engine: bool = False) -> PassMemory:
     """One stage of an engine pass: bf16 weights, the KV cache of the sequences, the working set of the
-    tokens in flight, the fp32 logits of each sequence's last token."""
+    tokens in flight, the fp32 logits of each sequence's last token. ``hybrid_engine``: DeepSpeed-Chat's
+    generation, whose KV lives in DeepSpeed's inference workspace for ``context`` tokens (reported as
+    ``kv_cache``), with the prefill's logits and, at TP > 1, the whole embedding and head, as ``place``
+    charges them (:mod:`~packplace.placement.model.deepspeed_inference`)."""
     kv_token = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers
     slack = weight_slack(model, n_layers, tp, ep)
     logits = logit_bytes_per_token(model, False) * batch / tp if last else 0.0
+    if hybrid_engine and task == "generate":
+        act = working_set_bytes_per_token(model) * (batch + context) / tp
+        whole = 2.0 * (model.embedding_params + model.head_params) * (1.0 - 1.0 / tp)
+        if last:
+            logits = max(logits, prefill_logit_bytes(model, sequences=batch, prompt_len=seq_len))
+        kv = inference_workspace_bytes(model, tp=tp, sequences=batch, max_out_tokens=context)
+        return _assemble("decode", 2.0 * params + whole, 0.0, 0.0, act, logits, kv, ws + slack)
     if task == "prefill":
         kv = kv_token * batch * seq_len
         act = working_set_bytes_per_token(model) * batch * seq_len / tp
