@@ -547,15 +547,16 @@ class _ExactPlacement:
         layouts = f" ({tried['greedy']} disjoint model layouts tried by greedy)" if "greedy" in tried else ""
         found_none = f"no hint solver ({', '.join(self.hint_solvers)}) found a plan{layouts}"
         run = self.run
-        if all(self.table.feasible[name] for name in self.instance.graph.names) and not (run.expired() or
-                                                                                        run.stopped):
+        fits_alone = all(self.table.feasible[name] for name in self.instance.graph.names)
+        if fits_alone and not (run.expired() or run.stopped):
             self.notes.append(f"{found_none}: the CP-SAT model is built without a hint, its horizon every task serial "
                               f"at its slowest option")
             return None
-        if cut:  # the clock, not memory: no advice on what does not fit
+        if fits_alone or cut:  # the clock, not memory: no advice on what does not fit
+            cut_short = f"the hint solvers ({', '.join(cut)}) were cut short before any found a plan" if cut else \
+                found_none
             return Proposal(None, UNKNOWN, hit_time_limit=True, message=(
-                f"no plan found before the time limit: the hint solvers ({', '.join(cut)}) were cut short before "
-                f"any found a plan, and no time was left for the CP-SAT model"))
+                f"no plan found before the time limit: {cut_short}, and no time was left for the CP-SAT model"))
         proposal = no_plan_found(self.ev, found_none, None)
         proposal.message += "; a task fits no GPU block alone, so no CP-SAT model was built"
         proposal.info["search_ran"] = False   # the hint solvers searched; the CP-SAT model was never built
@@ -850,8 +851,8 @@ class _ExactPlacement:
             "options": sum(n_options), "options_per_vertex": dict(zip(tables.names, n_options)),
             "candidates_per_vertex": {name: len(c) for name, c in self.candidates.items()},
             "dominance_pruning": self.monotone, "restricted": self.restricted, "rounding_s": rounding / TICKS_PER_S,
-            "cp_status": status_name, "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
-            "hint_solvers": list(self.hint_solvers),
+            "cp_status": status_name, "hint_solver": self.hint_name, "hint_solvers": list(self.hint_solvers),
+            "hint_step_time_s": None if self.hint_plan is None else self.hint_time,
             "cp_wall_s": solver.WallTime(), "build_s": built.build_s,
             "objective_kind": "period" if self.asynchronous else "step_time",
         }
