@@ -84,6 +84,30 @@ def test_call_runs_another_backend_with_its_budget():
         packplace.registry.unregister("balance", "probe")
 
 
+def test_a_call_until_found_keeps_its_budget_until_an_answer_is_offered(clock):
+    deadlines = []
+
+    @packplace.registry.register("balance", "finder")
+    def finder(instance, run):
+        deadlines.append(run.deadline)
+        clock[0] += 5.0   # past the 2 s: no answer yet, so the run goes on
+        assert not run.expired()
+        run.offer("answer")
+        deadlines.append(run.deadline)   # an answer in hand: the deadline comes down to 2 s from the call
+        assert run.expired() and run.left() == 0.0
+        return Proposal(None, "unknown")
+
+    try:
+        run = Run("balance", None, time_limit_s=10)
+        run.call("finder", time_limit_s=8, until_found_s=2)
+        assert deadlines == [108.0, 102.0]
+        assert run.deadline == 110.0 and run.found_deadline is None   # the caller's run is untouched
+        run.offer("answer")
+        assert run.deadline == 110.0
+    finally:
+        packplace.registry.unregister("balance", "finder")
+
+
 def test_a_backend_in_the_keyword_form_still_runs():
     @packplace.registry.register("balance", "keywords")
     def keywords(instance, *, time_limit_s=None, seed=0):

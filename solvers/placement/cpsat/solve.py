@@ -3,11 +3,12 @@
 Hint and fallback: the best (evaluator objective) of the ``hint_solvers`` plans (default ``greedy``,
 ``concurrent``, ``anneal``; together they stop at one deadline, :data:`HINT_PHASE_SHARE` of the limit (those left
 once a plan is found and it has passed are skipped); a budget-taking solver gets :data:`HINT_BUDGET` of the limit,
-never past that deadline, :data:`CHEAPEST_HINT` (greedy) the whole phase while no plan is found, and runs after
-the others where they find none) is the hint
+never past that deadline, :data:`CHEAPEST_HINT` (greedy) the whole phase, and every second left until its first plan
+where it has none by then; it runs after the others where they find none) is the hint
 (options, starts and ends of its integer schedule), the upper bound of the objective and the fallback. Where none
-finds a plan the model is built without a hint (:meth:`_ExactPlacement.without_hint`: its horizon every task serial at
-its slowest option), and CP-SAT's plan, if any, is the answer; none: ``unknown``, never a claim of infeasibility.
+finds a plan (greedy too, in all the time left) the model is built without a hint (:meth:`_ExactPlacement.without_hint`:
+its horizon every task serial at its slowest option), and CP-SAT's plan, if any, is the answer; none: ``unknown``,
+never a claim of infeasibility.
 Dominance pruning (:mod:`.pruning`) runs after the hint, within the build budget below (past it: the
 hint, ``cp_status`` ``NOT_BUILT``), on candidates and then on the micro-rollout chunk's options (the hint's kept).
 Layout rules: OpenRLHF's, verl's and NeMo RL's between tasks are encoded in both models (:mod:`.rules`; a plan that
@@ -96,19 +97,20 @@ BUILD_TIME_SHARE = 0.5
 #: Seconds between progress lines on stderr when the config has no ``optimizer.progress_s``.
 DEFAULT_PROGRESS_S = 3.0
 #: Share of ``time_limit_s`` given to each hint solver that takes a budget (e.g. ``anneal``), but
-#: :data:`CHEAPEST_HINT` before any plan is found (the whole phase); never past the hint phase's deadline
-#: (:data:`HINT_PHASE_SHARE`).
+#: :data:`CHEAPEST_HINT` before any plan is found (the whole phase, longer until its first plan); never past the hint
+#: phase's deadline (:data:`HINT_PHASE_SHARE`) once a plan is found.
 HINT_BUDGET = 0.2
 #: Share of ``time_limit_s`` the hint solvers take together: one deadline (a :meth:`~packplace.run.Run.limit`
 #: of the call's run) that cuts each budget-taking hint solver and skips those left once a plan is found, so
 #: that the build keeps at least ``BUILD_TIME_SHARE - HINT_PHASE_SHARE`` of the limit. :data:`CHEAPEST_HINT`
-#: stops at it too (its colocated plan's memory step-downs alone run past a deadline: ``hint_late``); where no
-#: hint solver found a plan by then the model is built without a hint.
+#: stops at it too once it has a plan, and runs on past it only until its first plan (``hint_late``); where no
+#: hint solver finds a plan (greedy in all the time left) the model is built without a hint.
 HINT_PHASE_SHARE = 0.3
-#: The hint solver that gets the whole hint phase while no hint is found (and runs when ``hint_solvers`` lacks it
-#: and none of them found a plan): deterministic and the cheapest (its layout family, docs/performance.md; its
-#: colocated plan always scored, past the deadline if need be), so a ``cpsat`` call has a hint whenever ``greedy``
-#: alone finds a plan within the phase, and searches for one without a hint where it does not.
+#: The hint solver that gets the whole hint phase while no hint is found, and every second left until its first
+#: plan (:meth:`~packplace.run.Run.call`'s ``until_found_s``; it runs when ``hint_solvers`` lacks it and none of
+#: them found a plan): deterministic and the cheapest (its layout family, docs/performance.md), so a ``cpsat`` call
+#: finds a plan whenever ``greedy`` alone does within the same limit, and searches for one without a hint where
+#: greedy finds none.
 CHEAPEST_HINT = "greedy"
 #: A hint solver's call is late (:attr:`HintPhase.late`) where it ends past its budget by more than this share of it: a
 #: deadline is read between evaluator calls, so a call that stops at its deadline ends a call's time past it.
@@ -155,7 +157,7 @@ class HintPhase:
     """What the hint solvers did within their shared deadline (:data:`HINT_PHASE_SHARE`): ``deadline_s`` the
     phase's seconds from the call's start, ``seconds`` each solver's wall seconds, ``skipped`` the solvers not
     run because the phase was spent once a plan was found, ``late`` :data:`CHEAPEST_HINT` found the first plan
-    only past the phase's deadline (the memory step-downs of its colocated plan, its minimum work, ran past it)."""
+    only past the phase's deadline (it runs on until its first plan)."""
 
     deadline_s: float
     seconds: dict[str, float] = field(default_factory=dict)
@@ -171,8 +173,8 @@ class HintPhase:
         """The message's note where the phase's deadline cut the hint solvers short; None where it did not."""
         share = f"{HINT_PHASE_SHARE:.0%} of time_limit_s={limit:g}"
         if self.late:
-            return (f"{CHEAPEST_HINT} found no plan within the hint solvers' {self.deadline_s:.2f} s ({share}); its "
-                    f"first plan's memory step-downs ran past it, after {sum(self.seconds.values()):.2f} s of hint "
+            return (f"{CHEAPEST_HINT} found no plan within the hint solvers' {self.deadline_s:.2f} s ({share}); it "
+                    f"kept the time left until its first plan, after {sum(self.seconds.values()):.2f} s of hint "
                     f"solvers"
                     + (f" ({', '.join(self.skipped)} not run)" if self.skipped else ""))
         if self.skipped:
@@ -187,14 +189,14 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
                    record: HintPhase | None = None) -> tuple[Plan, float, str] | None:
     """The hint: the best plan of ``solvers`` (each run through :meth:`~packplace.run.Run.call` with
     ``budget_s`` seconds, never past the hint ``phase``'s deadline (None: ``run``'s), and not at all once a plan
-    is found and the phase is spent; :data:`CHEAPEST_HINT` with the whole phase left while no plan is
-    found yet, and run after the others when ``solvers`` lacks it and none of them found a plan, so that ``cpsat``
-    has a hint whenever ``greedy`` alone finds a plan in the phase) by the evaluator, each re-scored with ``staleness``
-    (None: every staleness 0, the synchronous plan); None when none of them found a feasible plan (the
-    greedy and concurrent baselines search colocated, partitioned and disjoint one-block-per-model
-    layouts). ``cut`` (when given) receives the name of each solver the time limit cut short, ``tried`` (when
-    given) each solver's ``iterations`` (greedy's: the disjoint model layouts it scored where no plan fit),
-    ``record`` (when given) the phase's seconds and skips. A baseline that ends uncut is recorded on ``run``
+    is found and the phase is spent; :data:`CHEAPEST_HINT`, while no plan is found yet, with every second of ``run``
+    left until its first plan and the phase's once it has one, and run after the others when ``solvers`` lacks it
+    and none of them found a plan, so that ``cpsat`` finds a plan whenever ``greedy`` alone does) by the evaluator,
+    each re-scored with ``staleness`` (None: every staleness 0, the synchronous plan); None when none of them found
+    a feasible plan (the greedy and concurrent baselines search colocated, partitioned and disjoint
+    one-block-per-model layouts). ``cut`` (when given) receives the name of each solver the time limit cut short,
+    ``tried`` (when given) each solver's ``iterations`` (greedy's: the disjoint model layouts it scored where no plan
+    fit), ``record`` (when given) the phase's seconds and skips. A baseline that ends uncut is recorded on ``run``
     (:meth:`~packplace.run.Run.know`), so that ``anneal``'s warm start takes it instead of running it again.
 
     Raises:
@@ -216,18 +218,21 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
         options: dict[str, Any] = {}
         budget = min(budget_s, phase.left())
         first = name == CHEAPEST_HINT and best is None
-        if first:  # the cheap deterministic seed: the whole phase left (item doc)
+        if first:  # the cheap deterministic seed: the whole phase once it has a plan, every second left till then
             budget = phase.left()
+            options["until_found_s"] = budget
         if name == "anneal":  # a count of evaluations, not the clock, ends it (HINT_EVALUATIONS_PER_S)
             configured = int(run.instance.optimizer.get("e_max", OPTIMIZER_DEFAULTS["e_max"]))
             options["e_max"] = max(1, min(configured, int(HINT_EVALUATIONS_PER_S * budget_s)))
         began = run.now()
-        proposal = run.call(name, time_limit_s=budget, **options)
+        proposal = run.call(name, time_limit_s=run.left() if first else budget, **options)
         if record is not None:
             record.seconds[name] = record.seconds.get(name, 0.0) + run.now() - began
-            # its first plan past its budget, the phase: only its colocated plan's memory step-downs run past it
+            # its first plan past the phase (it ran on to find one, or its colocated plan's step-downs ran past)
             late = run.now() - began > budget * (1 + LATE_TOLERANCE)
             record.late = record.late or (first and proposal.solution is not None and late)
+        if first:
+            options.pop("until_found_s")
         if not options and not proposal.hit_time_limit:  # deterministic and uncut: the same with any budget
             run.know({name: proposal})
         if tried is not None and proposal.iterations is not None:
@@ -357,9 +362,9 @@ def solve(instance, run: Run, *, num_workers: int = 1,
         hint_solvers: Registered backends whose best plan (re-scored with each model's largest staleness
             when the objective is the period, else with staleness 0) is the hint (default
             :data:`HINT_SOLVERS`; each budget-taking solver gets ``HINT_BUDGET·time_limit_s``, all of them
-            together ``HINT_PHASE_SHARE·time_limit_s``, :data:`CHEAPEST_HINT` all of it until a plan is found,
-            and it runs after them where they find none; ``info`` gives the phase: :class:`HintPhase`; where none
-            finds a plan the model is built without a hint).
+            together ``HINT_PHASE_SHARE·time_limit_s``, :data:`CHEAPEST_HINT` all of it, and every second left
+            until its first plan where it has none by then, and it runs after them where they find none; ``info``
+            gives the phase: :class:`HintPhase`; where none finds a plan the model is built without a hint).
 
     Returns:
         A :class:`~packplace.result.Proposal` with the plan (and its staleness), status ``optimal``
