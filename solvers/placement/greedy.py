@@ -564,7 +564,8 @@ def search(instance, run: Run) -> Proposal:
         note = f"{note}; no split layout was scored: cut short (time limit)"
     cut_by_time = found.cut == "time limit"
     if colocated_failure is not None:
-        disjoint, t, layouts_scored, disjoint_cut = disjoint_plan(ev, run.deadline, found_deadline=run.found_deadline)
+        disjoint, t, layouts_scored, disjoint_cut = disjoint_plan(ev, run.deadline, found_deadline=run.found_deadline,
+                                                                  found_by=run.found_by)
         cut_by_time = cut_by_time or disjoint_cut
         evaluations += layouts_scored
         if disjoint is not None and t < best_time:

@@ -101,7 +101,7 @@ def test_a_cpsat_call_finds_a_plan_wherever_greedy_alone_does_and_says_its_hint_
     # solvers' deadline (30% of the limit) greedy runs on until its first plan (`hint_late`), as greedy alone would:
     # at 0.5 s neither finds one, and cpsat says its hints were cut; at 5 s greedy alone finds one (cut short), and
     # cpsat returns one too (it had answered `unknown` when greedy stopped at the hints' deadline and CP-SAT, built
-    # without a hint, found none in the time left): too late to build the model, anneal from greedy's first plan.
+    # without a hint, found none in the time left): too late to build the model, greedy's plan.
     # At 12 s the model is built from that plan and CP-SAT proves the 755.6698 s optimum
     path = os.path.join(ROOT, "configs", "placement", "published", "ppo_openrlhf_llama2-7b_1x8xa800.yaml")
     for _ in range(2):
@@ -118,9 +118,13 @@ def test_a_cpsat_call_finds_a_plan_wherever_greedy_alone_does_and_says_its_hint_
     assert result.info["hint_late"] and result.info["hint_solver"] == "greedy"
     assert result.info["hints_skipped"] == ["concurrent", "anneal"] and result.info["cp_status"] == "NOT_BUILT"
     assert "greedy found no plan within the hint solvers' 1.50 s (30% of time_limit_s=5); it kept the time left " \
-           "until its first plan" in result.message
+           "until its first plan (on to the end where that came past the build's deadline)" in result.message
     assert result.objective == pytest.approx(ev.step_time(result.solution), rel=1e-12)
     assert result.bound <= result.objective <= result.info["hint_step_time_s"]
+    # greedy's first plan came past the build's deadline (50% of the limit): no model can be built, so greedy kept
+    # on to the end, as greedy alone does, and cpsat returns greedy alone's plan (it had returned anneal's 1,215.07 s
+    # from greedy's first plan, 1,868.35 s, when greedy stopped at its first plan)
+    assert result.objective == pytest.approx(alone.objective, rel=1e-12) == pytest.approx(974.2011, abs=1e-4)
     longer = packplace.place(inst, solver="cpsat", time_limit_s=12.0, seed=0)
     assert longer.info["hint_late"] and longer.info["hint_solver"] == "greedy"
     # CP-SAT's search runs on the wall clock: under load it may stop short of the proof, never of a plan

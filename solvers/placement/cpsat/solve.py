@@ -103,8 +103,10 @@ HINT_BUDGET = 0.2
 #: Share of ``time_limit_s`` the hint solvers take together: one deadline (a :meth:`~packplace.run.Run.limit`
 #: of the call's run) that cuts each budget-taking hint solver and skips those left once a plan is found, so
 #: that the build keeps at least ``BUILD_TIME_SHARE - HINT_PHASE_SHARE`` of the limit. :data:`CHEAPEST_HINT`
-#: stops at it too once it has a plan, and runs on past it only until its first plan (``hint_late``); where no
-#: hint solver finds a plan (greedy in all the time left) the model is built without a hint.
+#: stops at it too once it has a plan, and runs on past it only until its first plan (``hint_late``), or on to the
+#: end where that plan came past the build's deadline (:data:`BUILD_TIME_SHARE`: no model can be built then, so
+#: greedy's best plan is the answer); where no hint solver finds a plan (greedy in all the time left) the model
+#: is built without a hint.
 HINT_PHASE_SHARE = 0.3
 #: The hint solver that gets the whole hint phase while no hint is found, and every second left until its first
 #: plan (:meth:`~packplace.run.Run.call`'s ``until_found_s``; it runs when ``hint_solvers`` lacks it and none of
@@ -174,7 +176,8 @@ class HintPhase:
         share = f"{HINT_PHASE_SHARE:.0%} of time_limit_s={limit:g}"
         if self.late:
             return (f"{CHEAPEST_HINT} found no plan within the hint solvers' {self.deadline_s:.2f} s ({share}); it "
-                    f"kept the time left until its first plan, after {sum(self.seconds.values()):.2f} s of hint "
+                    f"kept the time left until its first plan (on to the end where that came past the build's "
+                    f"deadline), after {sum(self.seconds.values()):.2f} s of hint "
                     f"solvers"
                     + (f" ({', '.join(self.skipped)} not run)" if self.skipped else ""))
         if self.skipped:
@@ -221,6 +224,8 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
         if first:  # the cheap deterministic seed: the whole phase once it has a plan, every second left till then
             budget = phase.left()
             options["until_found_s"] = budget
+            if run.time_limit_s is not None:  # found past the build's deadline: no model to build, greedy keeps on
+                options["found_by_s"] = run.started + BUILD_TIME_SHARE * run.time_limit_s - run.now()
         if name == "anneal":  # a count of evaluations, not the clock, ends it (HINT_EVALUATIONS_PER_S)
             configured = int(run.instance.optimizer.get("e_max", OPTIMIZER_DEFAULTS["e_max"]))
             options["e_max"] = max(1, min(configured, int(HINT_EVALUATIONS_PER_S * budget_s)))
@@ -233,6 +238,7 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
             record.late = record.late or (first and proposal.solution is not None and late)
         if first:
             options.pop("until_found_s")
+            options.pop("found_by_s", None)
         if not options and not proposal.hit_time_limit:  # deterministic and uncut: the same with any budget
             run.know({name: proposal})
         if tried is not None and proposal.iterations is not None:
