@@ -84,6 +84,52 @@ def test_call_runs_another_backend_with_its_budget():
         packplace.registry.unregister("balance", "probe")
 
 
+def test_a_call_until_found_keeps_its_budget_until_an_answer_is_offered(clock):
+    deadlines = []
+
+    @packplace.registry.register("balance", "finder")
+    def finder(instance, run):
+        deadlines.append(run.deadline)
+        clock[0] += 5.0   # past the 2 s: no answer yet, so the run goes on
+        assert not run.expired()
+        run.offer("answer")
+        deadlines.append(run.deadline)   # an answer in hand: the deadline comes down to 2 s from the call
+        assert run.expired() and run.left() == 0.0
+        return Proposal(None, "unknown")
+
+    try:
+        run = Run("balance", None, time_limit_s=10)
+        run.call("finder", time_limit_s=8, until_found_s=2)
+        assert deadlines == [108.0, 102.0]
+        assert run.deadline == 110.0 and run.found_deadline is None   # the caller's run is untouched
+        run.offer("answer")
+        assert run.deadline == 110.0
+    finally:
+        packplace.registry.unregister("balance", "finder")
+
+
+def test_a_call_until_found_keeps_its_whole_budget_where_the_answer_comes_past_found_by(clock):
+    deadlines = []
+
+    @packplace.registry.register("balance", "late_finder")
+    def late_finder(instance, run):
+        clock[0] += step[0]
+        run.offer("answer")
+        deadlines.append(run.deadline)
+        return Proposal(None, "unknown")
+
+    try:
+        run = Run("balance", None, time_limit_s=10)
+        step = [4.0]   # offered 4 s after the call, past found_by (3 s): the budget stays whole (8 s from the call)
+        run.call("late_finder", time_limit_s=8, until_found_s=2, found_by_s=3)
+        step = [2.5]   # offered 2.5 s after the call, before found_by: down to until_found_s (2 s from the call)
+        run.call("late_finder", time_limit_s=8, until_found_s=2, found_by_s=3)
+        assert deadlines == [108.0, 104.0 + 2.0]
+        assert run.deadline == 110.0
+    finally:
+        packplace.registry.unregister("balance", "late_finder")
+
+
 def test_a_backend_in_the_keyword_form_still_runs():
     @packplace.registry.register("balance", "keywords")
     def keywords(instance, *, time_limit_s=None, seed=0):

@@ -149,7 +149,9 @@ DISJOINT_EVALUATIONS = 3000
 
 
 def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
-                  max_evaluations: int = DISJOINT_EVALUATIONS) -> tuple[Plan | None, float, int, bool]:
+                  max_evaluations: int = DISJOINT_EVALUATIONS,
+                  found_deadline: float | None = None,
+                  found_by: float | None = None) -> tuple[Plan | None, float, int, bool]:
     """The fastest feasible plan found with one block per *model* (its vertices share it), the blocks as
     disjoint as the cluster allows: what fits when colocating every model on the same GPUs does not.
 
@@ -162,7 +164,10 @@ def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
     The caller's ``deadline`` (a :func:`packplace.run.clock` reading, the run's :attr:`~packplace.run.Run.deadline`;
     None: no clock limit) is the only clock that stops it: no cap of its own, so a search the caller gave time
     to runs to its ``max_evaluations``, and a shorter deadline stops it there (the layout under way, its memory
-    step-downs included, stops at the deadline too).
+    step-downs included, stops at the deadline too). ``found_deadline`` (the run's
+    :attr:`~packplace.run.Run.found_deadline`), where given, stops it once a plan is found and it has passed,
+    unless that plan was found past ``found_by`` (the run's :attr:`~packplace.run.Run.found_by`): then only
+    ``deadline`` stops it.
 
     Returns:
         ``(plan, step_time, evaluations, cut)``; ``plan`` is None (time ``inf``) when no layout tried fits,
@@ -192,7 +197,7 @@ def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
     for combo in layouts:
         if evaluations >= max_evaluations:
             break
-        if passed(deadline):
+        if passed(deadline) or (best is not None and found_deadline is not None and passed(found_deadline)):
             cut = True
             break
         used: list[tuple[int, int]] = []
@@ -212,6 +217,8 @@ def disjoint_plan(ev: PlacementEvaluator, deadline: float | None = None,
         if t == float("inf") and passed(deadline):  # the deadline may have stopped its step-downs
             cut = True
         if t < best_time:
+            if best is None and found_by is not None and passed(found_by):
+                found_deadline = None  # the first plan came past found_by: the whole deadline is the search's
             best, best_time = plan, t
     return best, best_time, evaluations, cut
 

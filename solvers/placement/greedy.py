@@ -534,12 +534,13 @@ def search(instance, run: Run) -> Proposal:
         plan, note = colocated_plan(ev, tried="then generation | training splits and one block per model, "
                                               "disjoint where possible, were searched")
         best_time, evaluations, colocated_failure, layout = ev.step_time(plan), 0, None, "colocated"
+        run.offer(plan, best_time)  # a plan in hand (a caller's run may then end sooner: Run.call's until_found_s)
         if not run.expired() and not run.stopped:  # the colocated plan's step-downs, undone where not needed
             climbed, climbed_time, evaluations = trade_climb(ev, plan, best_time, run.deadline)
             if climbed_time < best_time:
                 note = f"{note}; {_climbed(plan, climbed)} climbed back to faster candidates"
                 plan, best_time = climbed, climbed_time
-        run.offer(plan, best_time)  # a caller (anneal, cpsat) stops if it meets the bound
+                run.offer(plan, best_time)  # a caller (anneal, cpsat) stops if it meets the bound
     except ConfigError as exc:
         plan, note, best_time, evaluations, layout = None, "", float("inf"), 0, None
         colocated_failure = str(exc).split(": ", 1)[-1]
@@ -563,7 +564,8 @@ def search(instance, run: Run) -> Proposal:
         note = f"{note}; no split layout was scored: cut short (time limit)"
     cut_by_time = found.cut == "time limit"
     if colocated_failure is not None:
-        disjoint, t, layouts_scored, disjoint_cut = disjoint_plan(ev, run.deadline)
+        disjoint, t, layouts_scored, disjoint_cut = disjoint_plan(ev, run.deadline, found_deadline=run.found_deadline,
+                                                                  found_by=run.found_by)
         cut_by_time = cut_by_time or disjoint_cut
         evaluations += layouts_scored
         if disjoint is not None and t < best_time:

@@ -162,6 +162,12 @@ class Run:
         self.started = clock() if _started is None else _started
         self.time_limit_s = None if time_limit_s is None else float(time_limit_s)
         self.deadline = None if self.time_limit_s is None else self.started + self.time_limit_s
+        #: where set (:meth:`call`'s ``until_found_s``): the :data:`clock` reading :attr:`deadline` comes down to,
+        #: if later, once an answer is offered on this run (:meth:`offer`)
+        self.found_deadline: float | None = None
+        #: where set (:meth:`call`'s ``found_by_s``): the :data:`clock` reading past which a first answer leaves
+        #: :attr:`deadline` as it was (the time the shorter deadline would free has no use by then)
+        self.found_by: float | None = None
         self._evaluator = evaluator
         self._answers = _answers if _answers is not None else _Answers()
         if finish_s is not None:
@@ -277,6 +283,10 @@ class Run:
         ``answer`` when the backend has it, sets :attr:`at_bound` (and so :attr:`stopped`) once it meets
         the analytic lower bound (:attr:`bound`, within the optimality tolerance)."""
         self._answers.best = answer
+        if self.found_deadline is not None and self.found_by is not None and clock() > self.found_by:
+            self.found_deadline = None  # found past found_by: the run keeps its whole budget (call's found_by_s)
+        if self.found_deadline is not None:  # an answer in hand: stop at the shorter deadline (call's until_found_s)
+            self.deadline = self.found_deadline if self.deadline is None else min(self.deadline, self.found_deadline)
         if objective is not None and not self._answers.at_bound:
             self._answers.at_bound = objective <= optimality_level(self.bound)
 
@@ -320,10 +330,16 @@ class Run:
 
     # ------------------------------------------------------------------------------- other backends
     def call(self, name: str, *, share: float = 1.0, time_limit_s: float | None | _Unset = UNSET,
-             instance: Any = None, **options: Any) -> Proposal:
+             instance: Any = None, until_found_s: float | None = None, found_by_s: float | None = None,
+             **options: Any) -> Proposal:
         """Run the backend ``name`` of this problem and return its proposal: on this instance (same
         evaluator and incumbent) or on ``instance`` (a sub-problem, :meth:`on`), with ``share`` of the
-        time left, or exactly ``time_limit_s`` seconds from now when given (None: no limit). On this
+        time left, or exactly ``time_limit_s`` seconds from now when given (None: no limit). With
+        ``until_found_s``, that budget holds only until the backend offers an answer (:meth:`offer`): its
+        deadline then comes down to ``until_found_s`` seconds from now, already past where that has passed (a
+        backend that must find some answer runs on to find one, and stops soon after); with ``found_by_s`` too,
+        a first answer offered more than ``found_by_s`` seconds from now leaves the budget whole (the caller has no
+        use for the time a shorter deadline would free by then: the backend keeps improving). On this
         instance without options, a proposal recorded by :meth:`know` for ``name`` is returned
         (a copy: solution shared, info and log copied) without running the backend.
 
@@ -342,6 +358,10 @@ class Run:
             child = self.share(share)
         else:
             child = self
+        if until_found_s is not None:
+            child = child if child is not self else self.limit(None)
+            child.found_deadline = clock() + until_found_s
+            child.found_by = None if found_by_s is None else clock() + found_by_s
         proposal: Proposal = spec.backend(child.instance, child, **options)
         return proposal
 

@@ -189,6 +189,12 @@ def test_staleness_lowered_when_it_does_not_change_the_period():
     # the serial plan's period is its total time for any staleness: the least staleness that keeps ≥ 1
     assert periodic.choose_staleness(tables, inst, choice, {"actor": 2, "critic": 1}, period) == {
         "actor": 0, "critic": 1}
+    # a staleness the framework's rules would refuse is never taken (verl's rollout apart needs the actor stale)
+    def actor_stale(trial: dict[str, int]) -> bool:
+        return trial["actor"] >= 1
+
+    assert periodic.choose_staleness(tables, inst, choice, {"actor": 2, "critic": 1}, period, actor_stale) == {
+        "actor": 1, "critic": 0}
 
 
 @settings(max_examples=25, deadline=None)

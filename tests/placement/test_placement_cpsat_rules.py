@@ -215,8 +215,51 @@ def test_the_verl_and_nemo_rl_rules_make_the_model_optimum_the_brute_force_one_o
         framework, algorithm, gpus, nodes):
     inst = ppo(algorithm, None, gpus, framework=framework, nodes=nodes)
     _assert_rules_give_the_brute_force_optimum(inst, 1)
-    # their periodic models relax them still (the rollout rules read the actor's own staleness)
-    assert encoded(inst, asynchronous=True) is None
+    # their periodic models encode the same rules, and those that read the actor's staleness under it
+    assert encoded(inst, asynchronous=True) == encoded(inst)
+
+
+# the rollout rules read the actor's own staleness: verl's rollout apart only stale, NeMo RL's asynchronous GRPO
+# generates apart only (on 2 GPUs beside its reward model no stale plan keeps that: the synchronous optimum, as on 2
+# nodes of 2 GPUs), NeMo RL's PPO takes staleness on the policy's block; each relaxed optimum is refused
+@pytest.mark.parametrize("framework, algorithm, gpus, nodes, stale_optimum", [
+    ("verl", "grpo", 2, 1, True), ("verl", "ppo", 2, 1, True),
+    ("nemo-rl", "grpo", 2, 1, False), ("nemo-rl", "grpo", 4, 1, True), ("nemo-rl", "grpo", 2, 2, False),
+    ("nemo-rl", "ppo", 2, 1, True)])
+def test_the_verl_and_nemo_rl_rules_make_the_periodic_optimum_the_brute_force_one_over_rule_keeping_plans(
+        framework, algorithm, gpus, nodes, stale_optimum):
+    inst = ppo(algorithm, None, gpus, stale=True, framework=framework, nodes=nodes)
+    ev = PlacementEvaluator(inst)
+    candidates = fastest_per_shape(ev, 1)
+    tables = cpsat.make_tables(ev, candidates)
+    scored = [(ev.step_time(Plan.build(p.by_vertex(), staleness)), bool(staleness))
+              for p in every_plan(ev, candidates) for staleness in ({}, {"actor": 1})]
+    brute = min(t for t, _ in scored)
+    assert (min(t for t, stale in scored if stale) == brute) is stale_optimum
+    rounding = periodic.rounding_ticks(tables) / cpsat.TICKS_PER_S
+    relaxed, relaxed_plan = periodic_optimum(inst, tables)
+    ruled, ruled_plan = periodic_optimum(inst, tables, encoded(inst, asynchronous=True))
+    assert dict(relaxed_plan.staleness) == {"actor": 1} and plan_refusals(inst, relaxed_plan)
+    assert relaxed < brute - rounding
+    assert not plan_refusals(inst, ruled_plan)
+    assert bool(ruled_plan.staleness) is stale_optimum
+    assert brute - 1e-12 <= ruled <= brute + rounding
+    assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
+
+
+@pytest.mark.parametrize("framework, algorithm, gpus, kind", [
+    ("verl", "grpo", 2, "period"), ("nemo-rl", "grpo", 4, "period"), ("nemo-rl", "grpo", 2, "step_time")])
+def test_cpsat_proves_the_verl_and_nemo_rl_periodic_optimum_bound_le_exact_le_heuristics(framework, algorithm, gpus,
+                                                                                          kind):
+    inst = ppo(algorithm, None, gpus, stale=True, framework=framework)
+    ev = PlacementEvaluator(inst)
+    candidates = fastest_per_shape(ev, 1)
+    sub = min(ev.step_time(Plan.build(p.by_vertex(), staleness))
+              for p in every_plan(ev, candidates) for staleness in ({}, {"actor": 1}))
+    result = packplace.place(inst, "cpsat", time_limit_s=60, seed=0)
+    assert result.status == "optimal", result.message
+    assert result.info["objective_kind"] == kind and bool(result.solution.staleness) is (kind == "period")
+    _assert_keeps_rules_between_bound_and_heuristics(inst, ev, result, sub)
 
 
 def test_cpsat_proves_the_verl_rule_keeping_optimum_bound_le_exact_le_heuristics():

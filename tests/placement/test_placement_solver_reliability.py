@@ -183,20 +183,24 @@ def test_cpsat_finds_a_plan_where_its_hint_solvers_find_none(monkeypatch):
         assert result.objective <= ev.step_time(heuristic.solution) * (1 + OPTIMALITY_RTOL)
 
 
-def test_greedy_as_a_hint_gets_every_second_left_the_others_their_share(monkeypatch):
+def test_greedy_as_a_hint_gets_every_second_left_until_its_first_plan_the_others_their_share(monkeypatch):
     real_call = Run.call
-    limits = {}
+    limits, found = {}, {}
 
     def call(self, name, **kwargs):
         limits.setdefault(name, kwargs.get("time_limit_s"))  # cpsat's own call (anneal calls both again)
+        found.setdefault(name, kwargs.get("until_found_s"))
         return real_call(self, name, **kwargs)
 
     monkeypatch.setattr(Run, "call", call)
     result = packplace.place(odd(GRPO, 1, 6), "cpsat", time_limit_s=20, seed=0)
     assert result.ok
     share = cpsat_solve.HINT_BUDGET * 20
-    assert limits["greedy"] > 2 * share  # the time left (about 20 s), not 20% of the limit
+    # the time left (about 20 s), not 20% of the limit, until its first plan; then the hint phase's 30% (less what
+    # the call spent before it)
+    assert limits["greedy"] > 2 * share and share < found["greedy"] <= cpsat_solve.HINT_PHASE_SHARE * 20
     assert limits["concurrent"] <= share + 1e-9 and limits["anneal"] <= share + 1e-9
+    assert found["concurrent"] is None and found["anneal"] is None
 
 
 # -- concurrent runs greedy's family first ------------------------------------------------------------

@@ -271,10 +271,13 @@ def test_cpsat_projected_over_its_build_budget_says_so_and_anneals_from_the_hint
     assert "returned anneal's plan from the" in result.message
 
 
-def test_cpsat_whose_build_ran_out_of_time_anneals_in_the_time_left(work_clock):
+def test_cpsat_whose_build_ran_out_of_time_anneals_in_the_time_left(work_clock, monkeypatch):
     # 1 node of 4 GPUs: greedy's hint takes 4.87 of the 6 fake s, past the 3 s build budget, so the pruning setup
     # stops on the clock; the old answer was greedy's hint (226.3 s) with seconds of the limit unused. (At 10 fake s
-    # the other hints had taken the build budget too; now that they share 30% of the limit the model is built.)
+    # the other hints had taken the build budget too; now that they share 30% of the limit the model is built, and
+    # since greedy stops at that deadline too, at 6 s as well: the hint phase is stretched to 80% of the limit here,
+    # 4.8 s, so that greedy runs past the build budget as it did and the others are skipped.)
+    monkeypatch.setattr(CPSAT_SOLVE, "HINT_PHASE_SHARE", 0.8)
     inst = build_instance(_config(GRPO_7B, gpus_per_node=4, nodes_per_rack=1))
     result = packplace.place(inst, "cpsat", time_limit_s=6)
     assert result.info["cp_status"] == "NOT_BUILT"

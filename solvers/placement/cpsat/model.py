@@ -33,7 +33,7 @@ from packplace.lazy import lazy_module
 from packplace.placement.candidates import shared_weights_trainer, train_state_kept
 from packplace.solvers.placement.cpsat.chunk import add_chunk
 from packplace.solvers.placement.cpsat.rules import add_layout_rules
-from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check
+from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check, serial_horizon
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -44,7 +44,8 @@ else:  # start-up time: OR-Tools (with pandas) loads when a model is first built
 @dataclass
 class Model:
     """The CP-SAT model and the variables the solve reads back (``chunk``: the micro-rollout chunk's Booleans,
-    :func:`~packplace.solvers.placement.cpsat.chunk.add_chunk`; empty where the options carry no chunk)."""
+    :func:`~packplace.solvers.placement.cpsat.chunk.add_chunk`; empty where the options carry no chunk; ``horizon``:
+    the upper bound of ``step``, ticks)."""
 
     model: cp_model.CpModel
     x: list[list[cp_model.IntVar]]
@@ -52,6 +53,7 @@ class Model:
     end: list[cp_model.IntVar]
     step: cp_model.IntVar
     chunk: dict[int, Any] = field(default_factory=dict)
+    horizon: int = 0
 
 
 def _and(model: cp_model.CpModel, a, b):
@@ -276,13 +278,14 @@ def add_data_edges(m: cp_model.CpModel, tables: ModelTables, start: list, end: l
                                                                      *lv[level]])
 
 
-def build_model(instance, tables: ModelTables, horizon: int, deadline: float | None = None,
+def build_model(instance, tables: ModelTables, horizon: int | None, deadline: float | None = None,
                 rules: Any = None) -> Model:
     """The CP-SAT model of the synchronous step (module docstring), objective ``minimise step`` (ticks).
 
     Args:
         tables: Options and integer tables (:func:`make_tables`).
-        horizon: Upper bound of every time variable and of ``step`` (ticks; the hint's model value). The
+        horizon: Upper bound of every time variable and of ``step`` (ticks; the hint's model value; None: without
+            a hint, :func:`~packplace.solvers.placement.cpsat.tables.serial_horizon`, above every plan's). The
             model's own constraints give every lower bound (no outside bound is trusted for the proof).
         deadline: ``packplace.run.clock()`` value after which building stops (None: no limit); checked per
             vertex, per vertex pair and per GPU segment.
@@ -293,6 +296,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
         ModelBuildTimeout: the deadline passed (the message names the stage reached).
     """
     check = deadline_check(deadline)
+    horizon = serial_horizon(tables) if horizon is None else horizon
     m = cp_model.CpModel()
     cluster = instance.cluster
     n = len(tables.names)
@@ -339,7 +343,7 @@ def build_model(instance, tables: ModelTables, horizon: int, deadline: float | N
     m.Add(sum(o.duration * (o.hi - o.lo) * lit for v in range(n) for o, lit in zip(opts[v], x[v]))
           <= cluster.num_gpus * step)
     m.Minimize(step)
-    return Model(m, x, start, end, step, chunk)
+    return Model(m, x, start, end, step, chunk, horizon)
 
 
 def _tight_starts(m: Any, tables: ModelTables, loc: Locator, occ: list, start: list, end: list, check: Any) -> None:

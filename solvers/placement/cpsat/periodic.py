@@ -13,11 +13,12 @@ steady-state time can exceed the option's own time, a plan's period can exceed i
 (the evaluator scores the smaller): every staleness 0 is then allowed too, at the period of the options'
 own durations, which never exceeds the synchronous step time of the same blocks, so the optimum stays a
 lower bound of the evaluator's. The same holds where the model encodes a framework's layout rules
-(:mod:`~packplace.solvers.placement.cpsat.rules`, under a Boolean "some staleness ≥ 1"): a stale twin may break
-one the synchronous plan keeps. Memory, options and one option per vertex are those of
-:mod:`~packplace.solvers.placement.cpsat.model`. Objective: minimise ``P``; the least ``P`` admitting
-start times is the maximum cycle mean, so the model's optimum is the evaluator's period. Rounding:
-``E = 2·V + 1`` ticks, one-sided (:func:`rounding_ticks`); :func:`model_period` computes a plan's ``P``.
+(:mod:`~packplace.solvers.placement.cpsat.rules`, under a Boolean of the staleness each reads: OpenRLHF's "some
+staleness ≥ 1", verl's and NeMo RL's "the actor's ≥ 1"): a stale twin may break one the synchronous plan keeps.
+Memory, options and one option per vertex are those of :mod:`~packplace.solvers.placement.cpsat.model`.
+Objective: minimise ``P``; the least ``P`` admitting start times is the maximum cycle mean, so the model's optimum
+is the evaluator's period. Rounding: ``E = 2·V + 1`` ticks, one-sided (:func:`rounding_ticks`);
+:func:`model_period` computes a plan's ``P``.
 
 References: B. R. Rau, "Iterative modulo scheduling", MICRO-27, 1994; C. Hanen and A. Munier, "Cyclic
 scheduling on parallel processors: an overview", Wiley 1995.
@@ -25,6 +26,7 @@ scheduling on parallel processors: an overview", Wiley 1995.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -171,16 +173,18 @@ def model_period(tables: ModelTables, instance, choice: list[Option],
 
 
 def choose_staleness(tables: ModelTables, instance, choice: list[Option], staleness: dict[str, int],
-                     period: int) -> dict[str, int]:
+                     period: int, keeps: Callable[[dict[str, int]], bool] | None = None) -> dict[str, int]:
     """The least staleness per model (in sorted model order, each at its smallest allowed value) that
-    keeps the model period at ``period`` and at least one value ≥ 1."""
+    keeps the model period at ``period`` and at least one value ≥ 1, and that ``keeps`` accepts (None: any; the
+    backend's: the framework's layout rules still kept, as a verl rollout apart needs the actor stale)."""
     best = dict(staleness)
     for model, values in staleness_choices(instance).items():
         for t in values:
             if t >= best[model]:
                 break
             trial = {**best, model: t}
-            if any(trial.values()) and model_period(tables, instance, choice, trial)[0] <= period:
+            if (any(trial.values()) and model_period(tables, instance, choice, trial)[0] <= period
+                    and (keeps is None or keeps(trial))):
                 best = trial
                 break
     return best
@@ -202,6 +206,7 @@ class PeriodicModel:
             time. A test that fixes every staleness to 0 must expect INFEASIBLE when this is False.
         chunk: The micro-rollout chunk's Booleans (:func:`~packplace.solvers.placement.cpsat.chunk.add_chunk`;
             empty where the options carry no chunk).
+        horizon: The upper bound of ``P`` (ticks).
     """
 
     model: cp_model.CpModel
@@ -212,15 +217,33 @@ class PeriodicModel:
     stale: dict[str, dict[int, Any]]
     synchronous: bool
     chunk: dict[int, Any] = field(default_factory=dict)
+    horizon: int = 0
 
 
-def build_periodic_model(instance, tables: ModelTables, horizon: int,
+def period_horizon(tables: ModelTables, ticks: dict[int, list[dict[int, int]]]) -> int:
+    """An upper bound (ticks) of the model's period of every plan, read off the tables alone (no hint): the sum of
+    every latency the period graph of any plan can hold (:func:`cycle_edges`: a data edge per input, a GPU-sharing
+    edge per ordered pair of vertices, self edges included, a publication edge per publication), each at its
+    largest. Every cycle has distance at least 1 and no latency is negative, so no cycle mean exceeds it, as the
+    upper end of :func:`model_period`'s search says. ``ticks``: the staleness-dependent durations
+    (:func:`build_periodic_model`'s, per engine vertex and option ``{t: ticks}``)."""
+    n = len(tables.names)
+    slowest = [max([o.duration for o in tables.options[v]] +
+                   [d for by_t in ticks.get(v, []) for d in by_t.values()]) for v in range(n)]
+    transfer = max([0, *tables.transfer_ticks.values()])
+    sync = max([0, *tables.realloc_ticks.values(), *tables.colocated_ticks.values()])
+    return (n * sum(slowest) + sum(slowest[p] + transfer for v in range(n) for p in tables.preds[v])
+            + sum(slowest[a] + sync for a, _ in tables.pubs))
+
+
+def build_periodic_model(instance, tables: ModelTables, horizon: int | None,
                          deadline: float | None = None, rules: Any = None) -> PeriodicModel:
     """The CP-SAT model of the asynchronous step (module docstring), objective ``minimise P`` (ticks).
 
     Args:
         tables: Options and integer tables (:func:`~packplace.solvers.placement.cpsat.tables.make_tables`).
-        horizon: Upper bound of ``P`` (ticks; the hint's model period). Start times range over
+        horizon: Upper bound of ``P`` (ticks; the hint's model period; None: without a hint,
+            :func:`period_horizon`, above every plan's). Start times range over
             ``±V·(longest duration + largest transfer + largest reallocation + horizon)``, enough for the
             longest-path potentials of any plan with ``P ≤ horizon``.
         deadline: ``packplace.run.clock()`` value after which building stops (None: no limit).
@@ -247,6 +270,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
                   [d for per in ticks.values() for by_t in per for d in by_t.values()])
     largest_delay = max([0, *tables.transfer_ticks.values()]) + max(
         [0, *tables.realloc_ticks.values(), *tables.colocated_ticks.values()])
+    horizon = period_horizon(tables, ticks) if horizon is None else horizon
     span = n * (longest + largest_delay + horizon)
 
     # a stale rollout slower than the batch's makespan can make a plan's period exceed its synchronous
@@ -303,7 +327,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
 
     if not engines:   # staleness (created before the durations when one depends on it)
         stale.update(_staleness(m, choices, slower))
-    add_layout_rules(m, rules, tables, loc, _any_stale(m, stale))
+    add_layout_rules(m, rules, tables, loc, stale)
     _publication_edges(m, instance, tables, loc, stale, start, end, period, check)
 
     # -- redundant energy cut: every vertex's GPU-time fits in P × GPUs ---------------------------------
@@ -311,7 +335,7 @@ def build_periodic_model(instance, tables: ModelTables, horizon: int,
     m.Add(sum(d * (o.hi - o.lo) * lit for v in range(n) for d, lit, o in terms[v])
           <= instance.cluster.num_gpus * period)
     m.Minimize(period)
-    return PeriodicModel(m, x, start, end, period, stale, synchronous=slower, chunk=chunk)
+    return PeriodicModel(m, x, start, end, period, stale, synchronous=slower, chunk=chunk, horizon=horizon)
 
 
 def _staleness(m: Any, choices: dict[str, tuple[int, ...]], synchronous: bool) -> dict[str, dict[int, Any]]:
@@ -323,14 +347,6 @@ def _staleness(m: Any, choices: dict[str, tuple[int, ...]], synchronous: bool) -
     if not synchronous:
         m.AddBoolOr([lit for values in stale.values() for t, lit in values.items() if t >= 1])
     return stale
-
-
-def _any_stale(m: Any, stale: dict[str, dict[int, Any]]) -> Any:
-    """A Boolean true exactly when some model's staleness is at least 1 (what the layout rules read)."""
-    any_stale = m.NewBoolVar("some staleness >= 1")
-    lits = [lit for values in stale.values() for t, lit in values.items() if t >= 1]
-    m.AddMaxEquality(any_stale, lits) if lits else m.Add(any_stale == 0)
-    return any_stale
 
 
 def _modulo_order(m: Any, n: int, occ: list, segments: list, terms: list, start: list, end: list, duration: list,

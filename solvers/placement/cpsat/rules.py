@@ -1,5 +1,5 @@
-"""Layout rules between tasks in the placement CP-SAT models: OpenRLHF's (synchronous and periodic), verl's and
-NeMo RL's (synchronous).
+"""Layout rules between tasks in the placement CP-SAT models: OpenRLHF's, verl's and NeMo RL's, in the synchronous
+model and the periodic one.
 
 Without them a model relaxes the framework's rules (:func:`~packplace.placement.model.layout_rules.refusals`): its
 bound stands, but where its optimum breaks a rule the backend moves that plan onto the rules and claims nothing.
@@ -21,21 +21,27 @@ is stale (the periodic model's staleness Booleans; the synchronous model's step 
   Each of them reads the actor trainer's strategy and at most one other task's, so a pair of strategies is
   forbidden exactly where the rules refuse the two tasks alone (:func:`_add_size_rules`).
 
-For verl, in the synchronous model only (:func:`_add_verl_rules`): the reference, the critic and its value forward
-on the actor trainer's block, the value forward at the critic's strategy, under the Megatron backend
+For verl (:func:`_add_verl_rules`): the reference, the critic and its value forward on the actor trainer's block,
+the value forward at the critic's strategy, under the Megatron backend
 (:func:`~packplace.placement.model.layout_rules.trainer_backend`, which the trainers' and forwards' strategies set
-under ``auto``) the reference at the trainer's strategy, the rollout on the trainer's block, a reward model on it or
-on GPUs apart. For NeMo RL, likewise (:func:`_add_nemo_rl_rules`): the reference on the policy's block at its
-strategy, the value forward on the critic's at its, the reward model on GPUs of its own, PPO's critic and generation
-on the policy's block, GRPO's generation on it or apart, and a block apart on whole nodes where the plan spans
-several (:func:`_multi_node`). Their periodic models relax the rules still: verl's rollout may run apart only with
-the actor stale, NeMo RL's asynchronous GRPO generates only apart (both read the actor's own staleness); small
-brute-forced cases (GRPO on 2 GPUs, actor staleness 0 or 1) show the relaxed periodic optimum refused there.
+under ``auto``) the reference at the trainer's strategy, the rollout on the trainer's block or, with the actor
+stale, on GPUs disjoint from it, a reward model on it or on GPUs apart. For NeMo RL, likewise
+(:func:`_add_nemo_rl_rules`): the reference on the policy's block at its strategy, the value forward on the critic's
+at its, the reward model on GPUs of its own, PPO's critic and generation on the policy's block, GRPO's generation on
+it or apart (apart only with the actor stale; another algorithm with a generation never stale), and a block apart
+on whole nodes where the plan spans several (:func:`_multi_node`). Both read the actor's own staleness (a Boolean of
+the periodic model's, :func:`stale_literal`), OpenRLHF's whether any model is stale.
+
+Where a rule-keeping stale plan's synchronous twin breaks a rule (verl's rollout apart), the model has no twin
+scored at the synchronous step time, which the evaluator takes where it is below the period; so verl's periodic
+model encodes the rules only while verl's profile rolls out in batches (:func:`encoded`: then no stale duration
+exceeds the option's own, and the stale plan's model period is below that step time plus the rounding). OpenRLHF's
+and NeMo RL's stale rules are stricter than their synchronous ones, so the twin keeps them.
 
 Each constraint forbids exactly the plans the rule refuses, so every plan that keeps the rules stays (the bound is
 one of the rule-keeping problem); rules left out (the release's most staleness, which the staleness candidates
 already keep, :func:`~packplace.placement.model.layout_rules.release_staleness`; the per-task strategy rules the
-candidate table already keeps; verl's and NeMo RL's in the periodic model) stay relaxed as before, and
+candidate table already keeps) stay relaxed as before, and
 :func:`~packplace.placement.model.layout_rules.plan_refusals` still checks the answer. Dominance pruning must then
 keep what the rules read (:func:`rule_key`).
 """
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from packplace.placement.model.framework import FRAMEWORKS
 from packplace.placement.model.layout_rules import (
     CRITIC_INFER,
     CRITIC_TRAIN,
@@ -63,11 +70,16 @@ from packplace.placement.model.layout_rules import (
 
 
 def encoded(instance, asynchronous: bool = False) -> Context | None:
-    """The instance's rule context where the models encode its rules (OpenRLHF: the synchronous model and the
-    periodic one, ``asynchronous``; verl and NeMo RL: the synchronous one), else None."""
+    """The instance's rule context where the models encode its rules (OpenRLHF, verl and NeMo RL: the synchronous
+    model and the periodic one, ``asynchronous``), else None. verl's periodic model only while its profile rolls out
+    in batches (no continuous rollout): a stale plan's period then never exceeds its synchronous step time beyond
+    the rounding, which its rollout apart (allowed stale only) needs, as the model has no synchronous twin of it."""
     ctx = Context.of(instance)
-    # verl's and NeMo RL's: the synchronous model only (their periodic ones would need the actor's own staleness)
-    return ctx if ctx.ruled and (ctx.framework == "openrlhf" or not asynchronous) else None
+    if not ctx.ruled:
+        return None
+    if asynchronous and ctx.framework == "verl" and FRAMEWORKS["verl"].continuous_rollout:
+        return None
+    return ctx
 
 
 def rule_key(ctx: Context | None, name: str, cand) -> Any:
@@ -94,18 +106,21 @@ def _sized(ctx: Context) -> bool:
     return ctx.release is not None and ctx.release < OPENRLHF_ROUND_ROBIN_DROPPED and ctx.algorithm != "dpo"
 
 
-def add_layout_rules(m: Any, ctx: Context | None, tables, loc, stale: Any = None) -> None:
+def add_layout_rules(m: Any, ctx: Context | None, tables, loc, stale: dict[str, dict[int, Any]] | None = None) -> None:
     """The rules of the module docstring on the model ``m`` (``loc``: its
     :class:`~packplace.solvers.placement.cpsat.model.Locator`); nothing where ``ctx`` is None. ``stale``: the
-    periodic model's Boolean true exactly when some model's staleness is at least 1 (None: the synchronous model,
-    staleness 0); the GPU-sharing rules then depend on it (:func:`_add_sharing_rules`)."""
+    periodic model's staleness Booleans (``{model: {t: Boolean}}``, exactly one true per model; None: the
+    synchronous model, staleness 0). The rules that read the staleness bind under a Boolean of it
+    (:func:`stale_literal`): OpenRLHF's sharing rules under "some staleness ≥ 1" (:func:`_add_sharing_rules`), verl's
+    and NeMo RL's rollout rules under "the actor's staleness ≥ 1", as the evaluator reads them."""
     if ctx is None:
         return
     index = {name: v for v, name in enumerate(tables.names)}
     if TRAIN not in index:
         return
     if ctx.framework in ("verl", "nemo-rl"):
-        (_add_verl_rules if ctx.framework == "verl" else _add_nemo_rl_rules)(m, ctx, index, loc)
+        actor = None if stale is None else stale_literal(m, stale, ("actor",))
+        (_add_verl_rules if ctx.framework == "verl" else _add_nemo_rl_rules)(m, ctx, index, loc, actor)
         return
     train = index[TRAIN]
     if ctx.algorithm == "dpo":
@@ -123,7 +138,17 @@ def add_layout_rules(m: Any, ctx: Context | None, tables, loc, stale: Any = None
 
         _same_key(m, loc.where(index[CRITIC_TRAIN], tp), loc.where(train, tp))
     _add_size_rules(m, ctx, index, loc)
-    _add_sharing_rules(m, ctx, index, loc, stale)
+    _add_sharing_rules(m, ctx, index, loc, None if stale is None else stale_literal(m, stale))
+
+
+def stale_literal(m: Any, stale: dict[str, dict[int, Any]], models: tuple[str, ...] | None = None) -> Any:
+    """A Boolean true exactly when the staleness of some of ``models`` (None: every model of ``stale``) is at least
+    1; false where none of them has a staleness Boolean (the evaluator reads an absent model's as 0)."""
+    lits = [lit for model, values in stale.items() if models is None or model in models
+            for t, lit in values.items() if t >= 1]
+    out = m.NewBoolVar("staleness >= 1" + ("" if models is None else f" ({', '.join(models)})"))
+    m.AddMaxEquality(out, lits) if lits else m.Add(out == 0)
+    return out
 
 
 def _add_sharing_rules(m: Any, ctx: Context, index: dict[str, int], loc, stale: Any) -> None:
@@ -214,12 +239,12 @@ def _add_size_rules(m: Any, ctx: Context, index: dict[str, int], loc) -> None:
                     m.AddBoolOr([lit.Not(), lit_u.Not()])
 
 
-def _add_verl_rules(m: Any, ctx: Context, index: dict[str, int], loc) -> None:
+def _add_verl_rules(m: Any, ctx: Context, index: dict[str, int], loc, actor_stale: Any = None) -> None:
     """verl's rules (``_verl`` in :mod:`packplace.placement.model.layout_rules`): the reference, the critic and its
     value forward on the actor trainer's block; the value forward with the critic's strategy; under the Megatron
-    backend the reference with the trainer's strategy; the rollout on the trainer's block (GPUs disjoint from it
-    only stale: the synchronous model's step is not); a reward model on the trainer's block or GPUs disjoint from
-    it."""
+    backend the reference with the trainer's strategy; the rollout on the trainer's block, or on GPUs disjoint from
+    it with the actor stale (``actor_stale``, the periodic model's Boolean; None: the synchronous model's step, never
+    stale); a reward model on the trainer's block or GPUs disjoint from it."""
     train = index[TRAIN]
 
     def strategy(o):
@@ -235,14 +260,16 @@ def _add_verl_rules(m: Any, ctx: Context, index: dict[str, int], loc) -> None:
         trained = loc.where(train, strategy)
         for s, lit in loc.where(index[REFERENCE], strategy).items():
             m.AddBoolOr([lit.Not(), megatron.Not(), *([trained[s]] if s in trained else [])])
-    for name in (GENERATE, REWARD):   # the rollout on the trainer's block; a reward model there or apart
+    for name in (GENERATE, REWARD):   # the rollout on the trainer's block (apart: stale); a reward model there or apart
         if name not in index or (name == REWARD and not ctx.reward_model):
             continue
         for (alo, ahi), lit_a in loc.block_of[index[name]].items():
             for (blo, bhi), lit_b in loc.block_of[train].items():
-                if (alo, ahi) == (blo, bhi) or (name == REWARD and (ahi <= blo or bhi <= alo)):
+                apart = ahi <= blo or bhi <= alo
+                if (alo, ahi) == (blo, bhi) or (name == REWARD and apart):
                     continue
-                m.AddBoolOr([lit_a.Not(), lit_b.Not()])
+                stale_apart = [actor_stale] if name == GENERATE and apart and actor_stale is not None else []
+                m.AddBoolOr([lit_a.Not(), lit_b.Not(), *stale_apart])
 
 
 def _verl_megatron(m: Any, ctx: Context, index: dict[str, int], loc) -> Any:
@@ -265,11 +292,13 @@ def _verl_megatron(m: Any, ctx: Context, index: dict[str, int], loc) -> Any:
     return megatron
 
 
-def _add_nemo_rl_rules(m: Any, ctx: Context, index: dict[str, int], loc) -> None:
-    """NeMo RL's rules at staleness 0 (``_nemo_rl`` in :mod:`packplace.placement.model.layout_rules`): the reference
-    on the policy's block with its strategy, the value forward on the critic's with its; a reward model on GPUs of
-    its own, whole nodes of a multi-node plan; PPO's critic and generation on the policy's block, else generation on
-    the policy's block or apart, whole nodes of a multi-node plan."""
+def _add_nemo_rl_rules(m: Any, ctx: Context, index: dict[str, int], loc, actor_stale: Any = None) -> None:
+    """NeMo RL's rules (``_nemo_rl`` in :mod:`packplace.placement.model.layout_rules`): the reference on the policy's
+    block with its strategy, the value forward on the critic's with its; a reward model on GPUs of its own, whole
+    nodes of a multi-node plan; PPO's critic and generation on the policy's block, else generation on the policy's
+    block or apart, whole nodes of a multi-node plan; with the actor stale (``actor_stale``, the periodic model's
+    Boolean; None: the synchronous model's step, never stale) GRPO's generation apart only, and no other algorithm
+    with a generation (PPO returns before that rule) stale at all."""
     train = index[TRAIN]
 
     def placed(o) -> tuple:
@@ -293,16 +322,28 @@ def _add_nemo_rl_rules(m: Any, ctx: Context, index: dict[str, int], loc) -> None
                 _same_key(m, loc.block_of[index[name]], loc.block_of[train])
         return
     if GENERATE in index:
-        gen = index[GENERATE]
-        for lit_g, lit_t in _overlapping(loc, gen, train, same_allowed=True):
-            m.AddBoolOr([lit_g.Not(), lit_t.Not()])
-        parts = loc.where(gen, lambda o: (o.lo, o.hi, min(o.alloc.extent[2], ctx.gpus_per_node)))
-        for (lo, hi, share), lit_g in parts.items():
-            if share == ctx.gpus_per_node:
-                continue
-            for (tlo, thi), lit_t in loc.block_of[train].items():
-                if hi <= tlo or thi <= lo:   # apart from the policy on part of a node: one node only
-                    m.AddBoolOr([lit_g.Not(), lit_t.Not(), multi.Not()])
+        _add_nemo_rl_generation(m, ctx, index, loc, multi, actor_stale)
+
+
+def _add_nemo_rl_generation(m: Any, ctx: Context, index: dict[str, int], loc, multi: Any, actor_stale: Any) -> None:
+    """NeMo RL's generation beside the policy (not PPO): on its block or apart, whole nodes apart on a multi-node
+    plan; stale (``actor_stale``; None: never) GRPO's apart only, another algorithm's never."""
+    gen, train = index[GENERATE], index[TRAIN]
+    for lit_g, lit_t in _overlapping(loc, gen, train, same_allowed=True):
+        m.AddBoolOr([lit_g.Not(), lit_t.Not()])
+    if actor_stale is not None and ctx.algorithm != "grpo":
+        m.Add(actor_stale == 0)   # NeMo RL's asynchronous mode is GRPO's
+    elif actor_stale is not None:   # asynchronous GRPO: generation on GPUs of its own, never on the policy's block
+        for block, lit_g in loc.block_of[gen].items():
+            if block in loc.block_of[train]:
+                m.AddBoolOr([lit_g.Not(), loc.block_of[train][block].Not(), actor_stale.Not()])
+    parts = loc.where(gen, lambda o: (o.lo, o.hi, min(o.alloc.extent[2], ctx.gpus_per_node)))
+    for (lo, hi, share), lit_g in parts.items():
+        if share == ctx.gpus_per_node:
+            continue
+        for (tlo, thi), lit_t in loc.block_of[train].items():
+            if hi <= tlo or thi <= lo:   # apart from the policy on part of a node: one node only
+                m.AddBoolOr([lit_g.Not(), lit_t.Not(), multi.Not()])
 
 
 def _multi_node(m: Any, ctx: Context, loc, n: int) -> Any:

@@ -3,14 +3,17 @@
 Hint and fallback: the best (evaluator objective) of the ``hint_solvers`` plans (default ``greedy``,
 ``concurrent``, ``anneal``; together they stop at one deadline, :data:`HINT_PHASE_SHARE` of the limit (those left
 once a plan is found and it has passed are skipped); a budget-taking solver gets :data:`HINT_BUDGET` of the limit,
-never past that deadline, :data:`CHEAPEST_HINT` (greedy) all the time left while no plan is found, and runs after
-the others where they find none) is the hint
-(options, starts and ends of its integer schedule), the upper bound of the objective and the fallback.
+never past that deadline, :data:`CHEAPEST_HINT` (greedy) the whole phase, and every second left until its first plan
+where it has none by then; it runs after the others where they find none) is the hint
+(options, starts and ends of its integer schedule), the upper bound of the objective and the fallback. Where none
+finds a plan (greedy too, in all the time left) the model is built without a hint (:meth:`_ExactPlacement.without_hint`:
+its horizon every task serial at its slowest option), and CP-SAT's plan, if any, is the answer; none: ``unknown``,
+never a claim of infeasibility.
 Dominance pruning (:mod:`.pruning`) runs after the hint, within the build budget below (past it: the
 hint, ``cp_status`` ``NOT_BUILT``), on candidates and then on the micro-rollout chunk's options (the hint's kept).
-Layout rules: OpenRLHF's between tasks are encoded in both models (:mod:`.rules`), verl's and NeMo RL's in the
-synchronous one, relaxed in the periodic one (a plan that breaks one is moved onto them,
-:meth:`_ExactPlacement._onto_rules`). Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps
+Layout rules: OpenRLHF's, verl's and NeMo RL's between tasks are encoded in both models (:mod:`.rules`; a plan that
+breaks one the model relaxes is moved onto them, :meth:`_ExactPlacement._onto_rules`), and the staleness read back
+is lowered only where the rules still take it. Restriction: ``top_k``, or a cluster above ``max_gpus`` (32) GPUs, keeps
 per vertex its ``top_k`` fastest candidates of each block shape plus the hint's; the status is then at most
 ``feasible`` and CP-SAT's bound goes to ``info["restricted_bound_s"]`` only. The same holds, without the
 ``top_k`` cut, where the evaluator prices the experience as a framework release's serial micro-rollout loop
@@ -94,17 +97,26 @@ BUILD_TIME_SHARE = 0.5
 #: Seconds between progress lines on stderr when the config has no ``optimizer.progress_s``.
 DEFAULT_PROGRESS_S = 3.0
 #: Share of ``time_limit_s`` given to each hint solver that takes a budget (e.g. ``anneal``), but
-#: :data:`CHEAPEST_HINT` before any plan is found; never past the hint phase's deadline (:data:`HINT_PHASE_SHARE`).
+#: :data:`CHEAPEST_HINT` before any plan is found (the whole phase, longer until its first plan); never past the hint
+#: phase's deadline (:data:`HINT_PHASE_SHARE`) once a plan is found.
 HINT_BUDGET = 0.2
 #: Share of ``time_limit_s`` the hint solvers take together: one deadline (a :meth:`~packplace.run.Run.limit`
 #: of the call's run) that cuts each budget-taking hint solver and skips those left once a plan is found, so
 #: that the build keeps at least ``BUILD_TIME_SHARE - HINT_PHASE_SHARE`` of the limit. :data:`CHEAPEST_HINT`
-#: alone runs past it while no plan is found (the message says so): the model needs a hint.
+#: stops at it too once it has a plan, and runs on past it only until its first plan (``hint_late``), or on to the
+#: end where that plan came past the build's deadline (:data:`BUILD_TIME_SHARE`: no model can be built then, so
+#: greedy's best plan is the answer); where no hint solver finds a plan (greedy in all the time left) the model
+#: is built without a hint.
 HINT_PHASE_SHARE = 0.3
-#: The hint solver that gets every second left while no hint is found (and runs when ``hint_solvers`` lacks it
-#: and none of them found a plan): deterministic and the cheapest (its layout family, docs/performance.md), so a
-#: ``cpsat`` call finds a feasible plan whenever ``greedy`` alone does within the same limit.
+#: The hint solver that gets the whole hint phase while no hint is found, and every second left until its first
+#: plan (:meth:`~packplace.run.Run.call`'s ``until_found_s``; it runs when ``hint_solvers`` lacks it and none of
+#: them found a plan): deterministic and the cheapest (its layout family, docs/performance.md), so a ``cpsat`` call
+#: finds a plan whenever ``greedy`` alone does within the same limit, and searches for one without a hint where
+#: greedy finds none.
 CHEAPEST_HINT = "greedy"
+#: A hint solver's call is late (:attr:`HintPhase.late`) where it ends past its budget by more than this share of it: a
+#: deadline is read between evaluator calls, so a call that stops at its deadline ends a call's time past it.
+LATE_TOLERANCE = 0.01
 #: ``anneal`` as a hint stops after this many evaluations per second of its budget (its ``e_max``, at
 #: most the configured one): a count, so the hint does not depend on the machine's speed; its clock
 #: budget stays as the safety net (the shipped configs evaluate 1,500 to 6,000 plans a second).
@@ -147,7 +159,7 @@ class HintPhase:
     """What the hint solvers did within their shared deadline (:data:`HINT_PHASE_SHARE`): ``deadline_s`` the
     phase's seconds from the call's start, ``seconds`` each solver's wall seconds, ``skipped`` the solvers not
     run because the phase was spent once a plan was found, ``late`` :data:`CHEAPEST_HINT` found the first plan
-    only past the phase's deadline (it keeps every second left while none is found)."""
+    only past the phase's deadline (it runs on until its first plan)."""
 
     deadline_s: float
     seconds: dict[str, float] = field(default_factory=dict)
@@ -164,7 +176,9 @@ class HintPhase:
         share = f"{HINT_PHASE_SHARE:.0%} of time_limit_s={limit:g}"
         if self.late:
             return (f"{CHEAPEST_HINT} found no plan within the hint solvers' {self.deadline_s:.2f} s ({share}); it "
-                    f"kept the time left until its plan, after {sum(self.seconds.values()):.2f} s of hint solvers"
+                    f"kept the time left until its first plan (on to the end where that came past the build's "
+                    f"deadline), after {sum(self.seconds.values()):.2f} s of hint "
+                    f"solvers"
                     + (f" ({', '.join(self.skipped)} not run)" if self.skipped else ""))
         if self.skipped:
             return (f"the hint solvers' {self.deadline_s:.2f} s ({share}) were spent before "
@@ -178,14 +192,14 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
                    record: HintPhase | None = None) -> tuple[Plan, float, str] | None:
     """The hint: the best plan of ``solvers`` (each run through :meth:`~packplace.run.Run.call` with
     ``budget_s`` seconds, never past the hint ``phase``'s deadline (None: ``run``'s), and not at all once a plan
-    is found and the phase is spent; :data:`CHEAPEST_HINT` with every second of ``run`` left while no plan is
-    found yet, and run after the others when ``solvers`` lacks it and none of them found a plan, so that ``cpsat``
-    finds a plan whenever ``greedy`` alone does) by the evaluator, each re-scored with ``staleness``
-    (None: every staleness 0, the synchronous plan); None when none of them found a feasible plan (the
-    greedy and concurrent baselines search colocated, partitioned and disjoint one-block-per-model
-    layouts). ``cut`` (when given) receives the name of each solver the time limit cut short, ``tried`` (when
-    given) each solver's ``iterations`` (greedy's: the disjoint model layouts it scored where no plan fit),
-    ``record`` (when given) the phase's seconds and skips. A baseline that ends uncut is recorded on ``run``
+    is found and the phase is spent; :data:`CHEAPEST_HINT`, while no plan is found yet, with every second of ``run``
+    left until its first plan and the phase's once it has one, and run after the others when ``solvers`` lacks it
+    and none of them found a plan, so that ``cpsat`` finds a plan whenever ``greedy`` alone does) by the evaluator,
+    each re-scored with ``staleness`` (None: every staleness 0, the synchronous plan); None when none of them found
+    a feasible plan (the greedy and concurrent baselines search colocated, partitioned and disjoint
+    one-block-per-model layouts). ``cut`` (when given) receives the name of each solver the time limit cut short,
+    ``tried`` (when given) each solver's ``iterations`` (greedy's: the disjoint model layouts it scored where no plan
+    fit), ``record`` (when given) the phase's seconds and skips. A baseline that ends uncut is recorded on ``run``
     (:meth:`~packplace.run.Run.know`), so that ``anneal``'s warm start takes it instead of running it again.
 
     Raises:
@@ -207,16 +221,24 @@ def _best_baseline(run: Run, solvers: tuple[str, ...], budget_s: float,
         options: dict[str, Any] = {}
         budget = min(budget_s, phase.left())
         first = name == CHEAPEST_HINT and best is None
-        if first:  # the cheap deterministic seed: every second left (item doc)
-            budget = run.left()
+        if first:  # the cheap deterministic seed: the whole phase once it has a plan, every second left till then
+            budget = phase.left()
+            options["until_found_s"] = budget
+            if run.time_limit_s is not None:  # found past the build's deadline: no model to build, greedy keeps on
+                options["found_by_s"] = run.started + BUILD_TIME_SHARE * run.time_limit_s - run.now()
         if name == "anneal":  # a count of evaluations, not the clock, ends it (HINT_EVALUATIONS_PER_S)
             configured = int(run.instance.optimizer.get("e_max", OPTIMIZER_DEFAULTS["e_max"]))
             options["e_max"] = max(1, min(configured, int(HINT_EVALUATIONS_PER_S * budget_s)))
         began = run.now()
-        proposal = run.call(name, time_limit_s=budget, **options)
+        proposal = run.call(name, time_limit_s=run.left() if first else budget, **options)
         if record is not None:
             record.seconds[name] = record.seconds.get(name, 0.0) + run.now() - began
-            record.late = record.late or (first and proposal.solution is not None and phase.expired())
+            # its first plan past the phase (it ran on to find one, or its colocated plan's step-downs ran past)
+            late = run.now() - began > budget * (1 + LATE_TOLERANCE)
+            record.late = record.late or (first and proposal.solution is not None and late)
+        if first:
+            options.pop("until_found_s")
+            options.pop("found_by_s", None)
         if not options and not proposal.hit_time_limit:  # deterministic and uncut: the same with any budget
             run.know({name: proposal})
         if tried is not None and proposal.iterations is not None:
@@ -346,8 +368,9 @@ def solve(instance, run: Run, *, num_workers: int = 1,
         hint_solvers: Registered backends whose best plan (re-scored with each model's largest staleness
             when the objective is the period, else with staleness 0) is the hint (default
             :data:`HINT_SOLVERS`; each budget-taking solver gets ``HINT_BUDGET·time_limit_s``, all of them
-            together ``HINT_PHASE_SHARE·time_limit_s``, but :data:`CHEAPEST_HINT` every second left until a plan
-            is found, and it runs after them where they find none; ``info`` gives the phase: :class:`HintPhase`).
+            together ``HINT_PHASE_SHARE·time_limit_s``, :data:`CHEAPEST_HINT` all of it, and every second left
+            until its first plan where it has none by then, and it runs after them where they find none; ``info``
+            gives the phase: :class:`HintPhase`; where none finds a plan the model is built without a hint).
 
     Returns:
         A :class:`~packplace.result.Proposal` with the plan (and its staleness), status ``optimal``
@@ -452,6 +475,11 @@ class _ExactPlacement:
         self.candidates: dict[str, list] = {}
         #: the framework's layout rules the model encodes (:mod:`.rules`), None where it relaxes them
         self.rules = encoded(instance, self.asynchronous)
+        #: the hint (:meth:`find_hint`): its plan (None: no hint solver found one, the model is built without),
+        #: its evaluated objective and its solver
+        self.hint_plan: Plan | None = None
+        self.hint_time = math.inf
+        self.hint_name: str | None = None
 
     def prune(self) -> None:
         """The candidates the model covers (:attr:`candidates`): the non-dominated ones where pruning is
@@ -475,7 +503,8 @@ class _ExactPlacement:
 
     def find_hint(self) -> Proposal | None:
         """The hint (:func:`_best_baseline`) and the candidates the model covers (restricted to the
-        ``top_k`` fastest per shape, the hint's kept); the answer when no hint solver found a plan."""
+        ``top_k`` fastest per shape, the hint's kept); where no hint solver found a plan, none (the model is built
+        without a hint, :meth:`without_hint`) or, where it cannot be, the answer."""
         cut: list[str] = []
         tried: dict[str, int] = {}
         run = self.run
@@ -486,18 +515,12 @@ class _ExactPlacement:
         note = self.hint_phase.note(self.limit)
         if note is not None:
             self.notes.append(note)
-        if hint is None and cut:  # the clock, not memory: no advice on what does not fit
-            return Proposal(None, UNKNOWN, hit_time_limit=True, message=(
-                f"no plan found before the time limit: the hint solvers ({', '.join(cut)}) were cut short before "
-                f"any found a plan; cpsat needs a feasible hint and did not run"))
-        if hint is None:  # no plan to start from; cpsat never claims infeasibility it has not proved
-            layouts = (f" ({tried['greedy']} disjoint model layouts tried by greedy)" if "greedy" in tried else "")
-            proposal = no_plan_found(self.ev, f"no hint solver ({', '.join(self.hint_solvers)}) found a plan"
-                                     f"{layouts}", None)
-            proposal.message += "; cpsat needs a feasible hint and did not run"
-            proposal.info["search_ran"] = False   # the hint solvers searched; the CP-SAT model was never built
-            return proposal
-        self.hint_plan, self.hint_time, self.hint_name = hint
+        if hint is None:
+            early = self.without_hint(cut, tried)
+            if early is not None:
+                return early
+        else:
+            self.hint_plan, self.hint_time, self.hint_name = hint
         try:
             self.prune()
         except OutOfTime as stage:
@@ -506,8 +529,8 @@ class _ExactPlacement:
             return self.not_built(stage, BUILD_TIME_SHARE * self.limit)
         candidates, table = self.candidates, self.table
         for name in candidates:
-            vp = self.hint_plan[name]
-            hint_cand = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+            vp = None if self.hint_plan is None else self.hint_plan[name]
+            hint_cand = None if vp is None else table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
             if self.top_k is not None:
                 per_shape: dict[tuple[int, int, int], int] = defaultdict(int)
                 keep = []
@@ -517,7 +540,7 @@ class _ExactPlacement:
                         keep.append(cand)
                 candidates[name] = keep
             # a dominated hint candidate stays available (harmless, keeps the hint exact)
-            if hint_cand not in candidates[name]:
+            if hint_cand is not None and hint_cand not in candidates[name]:
                 candidates[name].append(hint_cand)
         if self.top_k is not None:
             self.notes.append(f"restricted to the {self.top_k} fastest non-dominated candidates per vertex and "
@@ -525,9 +548,44 @@ class _ExactPlacement:
                               f"full problem")
         return None
 
+    def without_hint(self, cut: list[str], tried: dict[str, int]) -> Proposal | None:
+        """Where no hint solver found a plan: None where the model is built without a hint (its horizon from the
+        tables alone, :func:`~.tables.serial_horizon`, :func:`~.periodic.period_horizon`; every vertex has a
+        candidate that fits alone and time is left), else the answer, no plan: ``unknown``, never a claim of
+        infeasibility (the message names the hint solvers and, where the clock cut them, says so)."""
+        if cut:
+            self.notes.append(f"the hint solvers ({', '.join(cut)}) were cut short before any found a plan")
+        layouts = f" ({tried['greedy']} disjoint model layouts tried by greedy)" if "greedy" in tried else ""
+        found_none = f"no hint solver ({', '.join(self.hint_solvers)}) found a plan{layouts}"
+        run = self.run
+        fits_alone = all(self.table.feasible[name] for name in self.instance.graph.names)
+        if fits_alone and not (run.expired() or run.stopped):
+            self.notes.append(f"{found_none}: the CP-SAT model is built without a hint, its horizon every task serial "
+                              f"at its slowest option")
+            return None
+        if fits_alone or cut:  # the clock, not memory: no advice on what does not fit
+            cut_short = f"the hint solvers ({', '.join(cut)}) were cut short before any found a plan" if cut else \
+                found_none
+            return Proposal(None, UNKNOWN, hit_time_limit=True, message=(
+                f"no plan found before the time limit: {cut_short}, and no time was left for the CP-SAT model"))
+        proposal = no_plan_found(self.ev, found_none, None)
+        proposal.message += "; a task fits no GPU block alone, so no CP-SAT model was built"
+        proposal.info["search_ran"] = False   # the hint solvers searched; the CP-SAT model was never built
+        return proposal
+
+    def no_plan(self, why: str, info: dict[str, Any], hit_time_limit: bool) -> Proposal:
+        """The answer of a model built without a hint where CP-SAT's search gave no plan the evaluator accepts:
+        none, ``unknown`` (never a claim of infeasibility: OR-Tools' presolve has answered INFEASIBLE on satisfiable
+        models, :data:`PRESOLVE_FAULT_RETRY`, and without a hint no plan refutes such a verdict)."""
+        proposal = no_plan_found(self.ev, "; ".join([*self.notes, why]), None)
+        proposal.hit_time_limit = hit_time_limit
+        proposal.log = self.log
+        proposal.info.update(info, search_ran=True)
+        return proposal
+
     def hint_meets_bound(self) -> bool:
         """The hint's objective meets the evaluator's analytic lower bound (within the optimality tolerance)."""
-        return self.run.at_bound or self.hint_time <= optimality_level(self.run.bound)
+        return self.hint_plan is not None and (self.run.at_bound or self.hint_time <= optimality_level(self.run.bound))
 
     def hint_at_bound(self) -> Proposal:
         """The hint as the answer, ``optimal``: it meets the analytic lower bound, so no model is built."""
@@ -543,10 +601,10 @@ class _ExactPlacement:
                         info=info)
 
     def build(self) -> _Built | Proposal:
-        """The option tables and the model with the hint, within :data:`BUILD_TIME_SHARE` of the limit;
-        past it the hint is the answer (``hit_time_limit``)."""
-        instance, run, most_stale = self.instance, self.run, self.most_stale
-        if most_stale is not None and self.rules is not None:
+        """The option tables and the model with the hint (where there is one), within :data:`BUILD_TIME_SHARE` of
+        the limit; past it the hint is the answer (``hit_time_limit``)."""
+        run, most_stale = self.run, self.most_stale
+        if most_stale is not None and self.rules is not None and self.hint_plan is not None:
             # encoded rules may refuse the hint's stale twin (_best_baseline then keeps it synchronous): the
             # model, which allows every staleness 0 under them (periodic.build_periodic_model), takes its own
             given = dict(self.hint_plan.staleness)
@@ -560,53 +618,78 @@ class _ExactPlacement:
             if options > allowed:  # a count, not the clock (BUILD_OPTIONS_PER_S): projected over the budget
                 raise OutOfTime(f"{options} options, more than the {BUILD_OPTIONS_PER_S} a second of the build "
                                 f"budget allow ({allowed})", projected=True, options=options, allowed=allowed)
-            hint_choice = _choice_of(tables, self.hint_plan)
-            sizes = nested_block_sizes(tables, instance.cluster)
-            if sizes is not None:  # symmetry breaking: the first vertex's block starts at GPU 0
-                mirrored = first_block_at_origin(hint_choice, tables, sizes)
-                mirrored_plan = _plan_of(mirrored, tables.names, most_stale)
-                if self.ev.step_time(mirrored_plan) == self.hint_time:
-                    hint_choice, self.hint_plan = mirrored, mirrored_plan
-                    tables.options[0] = [o for o in tables.options[0] if o.lo == 0]
-                else:
-                    self.notes.append("no symmetry breaking (a mirrored plan scored differently)")
+            hint_choice = None if self.hint_plan is None else self._symmetry(tables, _choice_of(tables, self.hint_plan),
+                                                                              most_stale)
             if self.monotone:   # lossless there (pruning module): the chunk options no other one beats
-                tables.options = dominated_chunk_options(tables, hint_choice, self.rules)
+                tables.options = dominated_chunk_options(tables, hint_choice or (), self.rules)
             n_options = [len(o) for o in tables.options]
-            if self.asynchronous:
-                h_step, h_start = model_period(tables, instance, hint_choice, most_stale)
-                h_end = [t + d for t, d in zip(h_start, durations(self.ev, hint_choice, most_stale))]
-                rounding = rounding_ticks(tables)
-                built = build_periodic_model(instance, tables, horizon=h_step, deadline=deadline,
-                                             rules=self.rules)
-                objective_var = built.period
-                for model_name, values in built.stale.items():
-                    for t, lit in values.items():
-                        built.model.AddHint(lit, t == most_stale[model_name])
-            else:
-                h_start, h_end, h_step = model_schedule(tables, instance, hint_choice)
-                rounding = tables.rounding_ticks
-                built = build_model(instance, tables, horizon=h_step, deadline=deadline, rules=self.rules)
-                objective_var = built.step
-            check = deadline_check(deadline)
-            for v, o in enumerate(hint_choice):
-                check("solution hint")
-                for opt, lit in zip(tables.options[v], built.x[v]):
-                    built.model.AddHint(lit, opt is o)
-                built.model.AddHint(built.start[v], h_start[v])
-                built.model.AddHint(built.end[v], h_end[v])
-            built.model.AddHint(objective_var, h_step)
-            if built.chunk:
-                hinted = plan_chunk(tables.chunk, tables.names, self.hint_plan)
-                for b, lit in built.chunk.items():
-                    built.model.AddHint(lit, b == hinted)
+            built, h_step, rounding = self._model(tables, hint_choice, most_stale, deadline)
         except OutOfTime as stage:
             return self.not_built(stage, build_budget)
         build_s = run.elapsed()
         self.log.append(f"options per vertex: {dict(zip(tables.names, n_options))} (total {sum(n_options)})")
-        self.log.append(f"hint: {self.hint_name} {self.hint_time:.6f} s (model value {h_step} ticks); "
-                        f"{'periodic' if self.asynchronous else 'synchronous'} model built in {build_s:.2f} s")
+        hinted = (f"hint: {self.hint_name} {self.hint_time:.6f} s (model value {h_step} ticks)" if hint_choice
+                  else f"no hint: horizon {h_step} ticks")
+        self.log.append(f"{hinted}; {'periodic' if self.asynchronous else 'synchronous'} model built in "
+                        f"{build_s:.2f} s")
         return _Built(tables, built, n_options, h_step, rounding, build_s)
+
+    def _symmetry(self, tables: ModelTables, hint_choice: list[Option], most_stale: dict[str, int] | None
+                  ) -> list[Option]:
+        """Symmetry breaking where block sizes nest: the first vertex's block at GPU 0, the hint mirrored there
+        (kept only where the mirrored plan scores as the hint; else none, and the note says so)."""
+        sizes = nested_block_sizes(tables, self.instance.cluster)
+        if sizes is None:
+            return hint_choice
+        mirrored = first_block_at_origin(hint_choice, tables, sizes)
+        mirrored_plan = _plan_of(mirrored, tables.names, most_stale)
+        if self.ev.step_time(mirrored_plan) != self.hint_time:
+            self.notes.append("no symmetry breaking (a mirrored plan scored differently)")
+            return hint_choice
+        self.hint_plan = mirrored_plan
+        tables.options[0] = [o for o in tables.options[0] if o.lo == 0]
+        return mirrored
+
+    def _model(self, tables: ModelTables, hint_choice: list[Option] | None, most_stale: dict[str, int] | None,
+               deadline: float) -> tuple[Any, int, int]:
+        """``(model, objective's hint or horizon in ticks, rounding ticks)``: the periodic or synchronous model with
+        the hint's options, times and staleness as CP-SAT's hint; without a hint (``hint_choice`` None) its horizon
+        from the tables alone."""
+        instance = self.instance
+        check = deadline_check(deadline)
+        if self.asynchronous:
+            assert most_stale is not None
+            horizon = None if hint_choice is None else model_period(tables, instance, hint_choice, most_stale)
+            built = build_periodic_model(instance, tables, horizon=None if horizon is None else horizon[0],
+                                         deadline=deadline, rules=self.rules)
+            objective_var, rounding = built.period, rounding_ticks(tables)
+            if horizon is not None:
+                h_start = horizon[1]
+                h_end = [t + d for t, d in zip(h_start, durations(self.ev, hint_choice, most_stale))]
+                for model_name, values in built.stale.items():
+                    for t, lit in values.items():
+                        built.model.AddHint(lit, t == most_stale[model_name])
+        else:
+            schedule = None if hint_choice is None else model_schedule(tables, instance, hint_choice)
+            built = build_model(instance, tables, horizon=None if schedule is None else schedule[2],
+                                deadline=deadline, rules=self.rules)
+            objective_var, rounding = built.step, tables.rounding_ticks
+            if schedule is not None:
+                h_start, h_end = schedule[0], schedule[1]
+        if hint_choice is None:
+            return built, built.horizon, rounding
+        for v, o in enumerate(hint_choice):
+            check("solution hint")
+            for opt, lit in zip(tables.options[v], built.x[v]):
+                built.model.AddHint(lit, opt is o)
+            built.model.AddHint(built.start[v], h_start[v])
+            built.model.AddHint(built.end[v], h_end[v])
+        built.model.AddHint(objective_var, built.horizon)
+        if built.chunk:
+            hinted = plan_chunk(tables.chunk, tables.names, self.hint_plan)
+            for b, lit in built.chunk.items():
+                built.model.AddHint(lit, b == hinted)
+        return built, built.horizon, rounding
 
     def not_built(self, stage: OutOfTime, build_budget: float) -> Proposal:
         """The answer when the model is not built: the build was projected past its budget (more options than
@@ -623,6 +706,10 @@ class _ExactPlacement:
             why = (f"model not built in time: {spent:.2f} s spent, over the build budget of {build_budget:.2f} s "
                    f"({share}), stopped at {stage}")
         hint_time, hint_name = self.hint_time, self.hint_name
+        info: dict[str, Any] = {"build_s": spent, "build_budget_s": build_budget, "build_stopped_at": str(stage),
+                                "cp_status": "NOT_BUILT", "hint_solvers": list(self.hint_solvers)}
+        if self.hint_plan is None:
+            return self.no_plan(f"{why}, no hint to return, no CP-SAT search", info, hit_time_limit=True)
         plan, step_time, how = self.anneal_from_hint()
         self.notes.insert(0, f"{why}; {how}, no CP-SAT search")
         info = {"build_s": spent, "build_budget_s": build_budget, "build_stopped_at": str(stage),
@@ -643,6 +730,7 @@ class _ExactPlacement:
         own), so that it is never worse than ``anneal`` given the same time and hint (the same plan where the
         anneal ends on its own rule, ``e_max`` or the bound, before the clock). Its plan, re-scored by the
         evaluator, replaces the hint only where faster. Else the hint."""
+        assert self.hint_plan is not None   # not_built answers without one
         hint = (self.hint_plan, self.hint_time, f"returned the {self.hint_name} hint ({self.hint_time:.6g} s)")
         run = self.run
         if "anneal" not in self.hint_solvers or run.expired() or run.stopped or run.at_bound:
@@ -664,6 +752,8 @@ class _ExactPlacement:
         answer (``feasible``, no bound): the model and the evaluator disagree on it, so no proof of that
         model would be one of the evaluator's problem."""
         run = self.run
+        if self.hint_plan is None:   # no hint to check
+            return None
         solver = cp_model.CpSolver()
         solver.parameters.fix_variables_to_their_hinted_value = True
         solver.parameters.cp_model_presolve = False
@@ -772,23 +862,15 @@ class _ExactPlacement:
             "options": sum(n_options), "options_per_vertex": dict(zip(tables.names, n_options)),
             "candidates_per_vertex": {name: len(c) for name, c in self.candidates.items()},
             "dominance_pruning": self.monotone, "restricted": self.restricted, "rounding_s": rounding / TICKS_PER_S,
-            "cp_status": status_name, "hint_solver": self.hint_name, "hint_step_time_s": self.hint_time,
-            "hint_solvers": list(self.hint_solvers),
+            "cp_status": status_name, "hint_solver": self.hint_name, "hint_solvers": list(self.hint_solvers),
+            "hint_step_time_s": None if self.hint_plan is None else self.hint_time,
             "cp_wall_s": solver.WallTime(), "build_s": built.build_s,
             "objective_kind": "period" if self.asynchronous else "step_time",
         }
         self.log.append(f"CP-SAT {status_name} in {solver.WallTime():.2f} s, {solver.NumBranches()} branches")
         if cp_status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            notes.insert(0, f"CP-SAT returned {cp_status_text(solver, cp_status)}; returned the {self.hint_name} hint")
-            if cp_status == cp_model.INFEASIBLE and self.hint_checked:
-                # the model accepts the hint (check_hint): this INFEASIBLE is CP-SAT's fault, not a proof
-                notes.append("the model accepts the hint, so that verdict is a solver fault, not a proof; no bound")
-                info["solver_fault"] = True
-            elif cp_status == cp_model.INFEASIBLE:
-                notes.append("the model rejected the hint: a model/evaluator discrepancy")
             info["model_step_time_s"] = built.h_step / TICKS_PER_S
-            return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=cp_status == cp_model.UNKNOWN,
-                            message="; ".join(notes), log=self.log, info=info)
+            return self._no_solution(solver, cp_status, info)
         cp_value = int(solver.ObjectiveValue())
         cp_bound = int(math.floor(solver.BestObjectiveBound() + 1e-6))
         info["cp_objective_s"] = cp_value / TICKS_PER_S
@@ -821,6 +903,9 @@ class _ExactPlacement:
             status, proven_bound = FEASIBLE, None
             if self.hint_time <= evaluated:
                 plan, evaluated, value = self.hint_plan, self.hint_time, built.h_step
+        if plan is None or not math.isfinite(evaluated):   # no hint, and CP-SAT's plan is not the evaluator's
+            return self.no_plan(f"CP-SAT's plan on the model built without a hint: {notes[-1]}", info,
+                                hit_time_limit=False)
         info["model_step_time_s"] = value / TICKS_PER_S
         info["evaluated_step_time_s"] = evaluated
         info["stopped_at_bound"] = at_bound
@@ -854,6 +939,26 @@ class _ExactPlacement:
                         iterations=int(solver.NumBranches()), message="; ".join(notes), log=self.log, info=info,
                         optimality_tolerance=tolerance)
 
+    def _no_solution(self, solver: Any, cp_status: Any, info: dict[str, Any]) -> Proposal:
+        """The answer where CP-SAT ended without a solution: the hint (``feasible``), or without one no plan."""
+        notes, said = self.notes, cp_status_text(solver, cp_status)
+        timed_out = cp_status == cp_model.UNKNOWN
+        if self.hint_plan is None:
+            why = f"CP-SAT returned {said} on the model built without a hint"
+            if cp_status == cp_model.INFEASIBLE:
+                why += (", not claimed as a proof (OR-Tools' presolve has answered INFEASIBLE on satisfiable models, "
+                        "and no hint plan checks the verdict)")
+            return self.no_plan(why, info, hit_time_limit=timed_out)
+        notes.insert(0, f"CP-SAT returned {said}; returned the {self.hint_name} hint")
+        if cp_status == cp_model.INFEASIBLE and self.hint_checked:
+            # the model accepts the hint (check_hint): this INFEASIBLE is CP-SAT's fault, not a proof
+            notes.append("the model accepts the hint, so that verdict is a solver fault, not a proof; no bound")
+            info["solver_fault"] = True
+        elif cp_status == cp_model.INFEASIBLE:
+            notes.append("the model rejected the hint: a model/evaluator discrepancy")
+        return Proposal(self.hint_plan, FEASIBLE, hit_time_limit=timed_out, message="; ".join(notes), log=self.log,
+                        info=info)
+
     def read_plan(self, solver: Any, built: _Built, cp_value: int) -> tuple[Plan, int]:
         """CP-SAT's plan (with its staleness) and its model value in ticks."""
         tables, instance = built.tables, self.instance
@@ -862,7 +967,12 @@ class _ExactPlacement:
         if self.asynchronous:
             staleness = {model_name: next(t for t, lit in values.items() if solver.Value(lit))
                          for model_name, values in built.model.stale.items()}
-            staleness = choose_staleness(tables, instance, choice, staleness, cp_value)
+
+            def kept(trial: dict[str, int]) -> bool:   # a lower staleness the framework's rules still take
+                return not plan_refusals(instance, _plan_of(choice, tables.names, trial))
+
+            ruled = self.rules is not None and kept(staleness)
+            staleness = choose_staleness(tables, instance, choice, staleness, cp_value, kept if ruled else None)
             value = model_period(tables, instance, choice, staleness)[0]
             return _plan_of(choice, tables.names, staleness), value
         _, _, value = model_schedule(tables, instance, choice)

@@ -266,6 +266,16 @@ def model_schedule(tables: ModelTables, instance, choice: list[Option]) -> tuple
     return start, end, step
 
 
+def serial_horizon(tables: ModelTables) -> int:
+    """An upper bound (ticks) of the synchronous model's step time of every plan, read off the tables alone (no
+    hint): every vertex at its slowest option, one after another, each after the largest input transfer, and the
+    largest weight synchronisation after the last. In :func:`model_schedule` a vertex starts at most a transfer
+    after the latest end before it, and a publication term exceeds the makespan by at most its synchronisation."""
+    transfer = max([0, *tables.transfer_ticks.values()])
+    sync = max([0, *tables.realloc_ticks.values(), *tables.colocated_ticks.values()])
+    return sum(max(o.duration for o in opts) + transfer for opts in tables.options) + sync
+
+
 def publication_ticks(tables: ModelTables, instance, choice: list[Option], k: int) -> int:
     """The model's weight-synchronisation time (integer ticks) of publication edge ``k`` for one option per
     vertex: the colocated sync into a rollout engine on the trainer's block, 0 into an inference vertex
