@@ -30,12 +30,16 @@ HEURISTICS = ("greedy", "concurrent", "anneal")
 
 
 def unchecked(instance, solver: str, time_limit_s: float = UNHURRIED_S):
-    """The evaluator's step time of ``solver``'s plan, run without the pre-launch check (None: no plan); by
+    """The evaluator's step time of ``solver``'s plan, run without the pre-launch check (None: no plan, or the
+    solver's own table check refused the instance with a proof); by
     default unhurried, as the checks it is compared with (their searches end on their own, never at a limit)."""
     ev = get_evaluator(instance)
-    result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=ev,
-                        time_limit_s=time_limit_s, seed=0, params={"e_max": 400} if solver == "anneal" else {},
-                        analytic_bound=0.0)
+    try:
+        result = solve_with(problem="placement", instance=instance, solver=solver, evaluator=ev,
+                            time_limit_s=time_limit_s, seed=0, params={"e_max": 400} if solver == "anneal" else {},
+                            analytic_bound=0.0)
+    except InfeasibleError:   # the solver's own table check proves that no plan exists
+        return None
     if result.solution is None:
         return None
     score = ev.score(result.solution)
