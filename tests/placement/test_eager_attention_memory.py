@@ -66,8 +66,14 @@ def test_training_keeps_every_layers_scores(recompute: str) -> None:
 def test_full_recompute_holds_one_layers_scores() -> None:
     score = eager_score_bytes_per_token(OPT_1_3B, 512, "deepspeed-chat", True)
     fused, eager = _transient("full", 0.0), _transient("full", score)
-    assert eager.saved == fused.saved            # only the layers' inputs are kept
-    assert eager.end - fused.end == pytest.approx(8 * 16 * 32 * 512 * 512)
+    layer = 8 * 16 * 32 * 512 * 512
+    assert eager.saved == fused.saved == 24 * 2 * 2048 * 16 * 512   # only the layers' bf16 inputs are kept
+    assert eager.end - fused.end == pytest.approx(layer)
+    # the first layer recomputed in the backward: its activations (the fused layer's, `end` less nothing else
+    # here) and scores beside every checkpoint, with a MiB of slack for each of its 23 tensors over 10 MiB
+    assert fused.recompute == 0.0
+    assert eager.recompute == pytest.approx(eager.end + 23 * MIB)
+    assert eager.peak(0.0) >= eager.saved + eager.recompute + eager.slack_forward   # the logits' phase is larger here
 
 
 def test_no_grad_forward_holds_one_layers_scores() -> None:

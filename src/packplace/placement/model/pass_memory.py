@@ -732,7 +732,9 @@ class TrainTransient:
     (:func:`head_input_bytes_per_token`, with their slack), only while the logits are live. ``combine``: a
     Megatron-Core MoE layer's combine over an expert tensor-parallel group above 1 while it runs
     (:func:`megatron_combine_bytes_per_token`), never live with the logits or the ring's buffers (another step of
-    the layer, or after the last layer), so it is the third term of each phase's larger-of."""
+    the layer, or after the last layer), so it is the third term of each phase's larger-of. ``recompute``: under full
+    recomputation with an eager attention (``score_bytes``), the layer recomputed first in the backward (its
+    activations and scores) beside every layer's checkpoint, a fourth phase."""
 
     copies_forward: float
     copies_backward: float
@@ -747,6 +749,7 @@ class TrainTransient:
     head_forward: float = 0.0
     head_backward: float = 0.0
     combine: float = 0.0
+    recompute: float = 0.0
 
     def peak(self, workspace: float, end_gradients: float = 0.0) -> float:
         """Largest transient bytes over the phases, workspace included; ``end_gradients``: gradient bytes
@@ -756,7 +759,8 @@ class TrainTransient:
             + max(self.logits_forward + self.head_forward, self.ring_forward, self.combine) + self.slack_forward,
             self.copies_backward + self.saved
             + max(self.logits_backward + self.head_backward, self.ring_backward, self.combine) + self.slack_forward,
-            self.end + self.slack_end + end_gradients)
+            self.end + self.slack_end + end_gradients,
+            self.copies_backward + self.saved + self.recompute + self.slack_forward)
 
 
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
@@ -821,7 +825,8 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
         slack_end=2 * weights + _slack(layer_tensors, a_layer / layer_tensors) + blas,
         ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward,
         head_forward=_head_bytes(model, autocast, False, t) if last and full else 0.0,
-        head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0, combine=combine)
+        head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0, combine=combine,
+        recompute=a_layer + _slack(layer_tensors, a_layer / layer_tensors) if full and score_bytes else 0.0)
 
 
 def uses_autocast(optimizer: str, sharding: str) -> bool:
@@ -915,6 +920,9 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                              part.saved + part.ring_forward, 0.0, 0.0, ws + part.slack_forward),
                    _assemble("ring_backward", weights + part.copies_backward, held, moments,
                              part.saved + part.ring_backward, 0.0, 0.0, ws + part.slack_forward)]
+    if part.recompute > 0.0:
+        phases.append(_assemble("recompute_backward", weights + part.copies_backward, held, moments,
+                                part.saved + part.recompute, 0.0, 0.0, ws + part.slack_forward))
     if part.combine > 0.0:
         phases += [_assemble("moe_combine_forward", weights + part.copies_forward, held, moments,
                              part.saved + part.combine, 0.0, 0.0, ws + part.slack_forward),
