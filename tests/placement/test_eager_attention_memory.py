@@ -61,6 +61,9 @@ def test_training_keeps_every_layers_scores(recompute: str) -> None:
     # three more saved tensors per layer, each over 10 MiB: 1 MiB of allocator slack each
     assert eager.slack_forward - fused.slack_forward == pytest.approx(3 * 24 * MIB)
     assert eager.end - fused.end == pytest.approx(layer)
+    # the last layer's attention backward: 6 bytes a score of gradients beside every saved tensor
+    assert fused.layer_backward == 0.0
+    assert eager.layer_backward == pytest.approx(6 * 16 * 32 * 512 * 512)
 
 
 def test_full_recompute_holds_one_layers_scores() -> None:
@@ -69,11 +72,31 @@ def test_full_recompute_holds_one_layers_scores() -> None:
     layer = 8 * 16 * 32 * 512 * 512
     assert eager.saved == fused.saved == 24 * 2 * 2048 * 16 * 512   # only the layers' bf16 inputs are kept
     assert eager.end - fused.end == pytest.approx(layer)
-    # the first layer recomputed in the backward: its activations (the fused layer's, `end` less nothing else
-    # here) and scores beside every checkpoint, with a MiB of slack for each of its 23 tensors over 10 MiB
-    assert fused.recompute == 0.0
-    assert eager.recompute == pytest.approx(eager.end + 23 * MIB)
-    assert eager.peak(0.0) >= eager.saved + eager.recompute + eager.slack_forward   # the logits' phase is larger here
+    # the first layer recomputed in the backward: its activations and scores (`end`: the fused layer's and the
+    # scores) beside every checkpoint, a MiB of slack for each of its 23 tensors over 10 MiB, and 6 bytes a score
+    # of gradients while its attention's backward runs
+    assert fused.layer_backward == 0.0
+    assert eager.layer_backward == pytest.approx(eager.end + 23 * MIB + 6 * 16 * 32 * 512 * 512)
+    phase = eager.saved + eager.layer_backward + eager.slack_forward
+    assert eager.peak(0.0) >= phase   # OPT's logits (12 bytes · 50,272 a token) are the larger phase here
+
+
+def test_llama2_70b_full_recompute_peaks_in_its_first_layer_backward() -> None:
+    """Optimized DSChat's Llama-2-70B actor (8 × 2,048 tokens, full recomputation, bf16): the first recomputed
+    layer's activations, scores and score gradients beside 80 layers' checkpoints exceed the loss's phase."""
+    llama70 = from_hf_config({"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192,
+                              "intermediate_size": 28672, "vocab_size": 32000, "num_attention_heads": 64,
+                              "num_key_value_heads": 8})
+    score = eager_score_bytes_per_token(llama70, 2048, "deepspeed-chat", True)
+    assert score == 6 * 64 * 2048
+    tt = train_transient(llama70, tokens=8 * 2048, n_layers=80, last=True, first=True, recompute="full", tp=1,
+                         inflight=1, autocast=False, score_bytes=score)
+    fused = train_transient(llama70, tokens=8 * 2048, n_layers=80, last=True, first=True, recompute="full", tp=1,
+                            inflight=1, autocast=False)
+    assert tt.saved == fused.saved == 80 * 2 * 8192 * 8 * 2048            # the checkpoints: 21.47 GB
+    scores = 6 * 8 * 64 * 2048 * 2048                                         # one layer's: 12.88 GB
+    assert tt.layer_backward == pytest.approx(fused.end + scores + 23 * MIB + scores)
+    assert tt.peak(0.0) == pytest.approx(tt.saved + tt.layer_backward + tt.slack_forward)
 
 
 def test_no_grad_forward_holds_one_layers_scores() -> None:

@@ -106,6 +106,13 @@ EAGER_SAVED_SCORE_BYTES_DEFAULT = 8.0
 #: forward): while ``attn_weights = softmax(attn_weights, dtype=float32).to(fp16)`` runs, its 16-bit input (still
 #: bound to the name), the fp32 softmax output and the 16-bit cast: ``2 + 4 + 2`` (both source files above).
 EAGER_FORWARD_SCORE_BYTES = 8.0
+#: Bytes per score element an eager attention's backward holds beyond its saved tensors while one layer's softmax
+#: backward runs: the gradient of the 16-bit probabilities (2, from the matmul's backward; the probabilities it
+#: kept are freed), its fp32 cast (4, the backward of ``.to``) and the softmax's input gradient (fp32 for Llama's
+#: upcast, 4; fp16 for OPT's ``half_to_float``, 2): at most ``4 + 4 − 2`` = 6 over the saved set with the 16-bit
+#: gradient freed, ``2 + 4 − 2`` = 4 while it lives (PyTorch autograd frees a node's saved tensors and its incoming
+#: gradient once the node has run); 6 for every model type.
+EAGER_BACKWARD_SCORE_BYTES = 6.0
 #: Score tensors per layer an eager attention's backward keeps (slack count, :func:`_slack`).
 EAGER_SAVED_SCORE_TENSORS = 3
 #: cuBLAS workspaces of the autograd engine's device thread, bytes: a training pass's backward runs its GEMMs on
@@ -732,9 +739,10 @@ class TrainTransient:
     (:func:`head_input_bytes_per_token`, with their slack), only while the logits are live. ``combine``: a
     Megatron-Core MoE layer's combine over an expert tensor-parallel group above 1 while it runs
     (:func:`megatron_combine_bytes_per_token`), never live with the logits or the ring's buffers (another step of
-    the layer, or after the last layer), so it is the third term of each phase's larger-of. ``recompute``: under full
-    recomputation with an eager attention (``score_bytes``), the layer recomputed first in the backward (its
-    activations and scores) beside every layer's checkpoint, a fourth phase."""
+    the layer, or after the last layer), so it is the third term of each phase's larger-of. ``layer_backward``: with an
+    eager attention (``score_bytes``), what the first layer's backward holds beside every saved tensor once the
+    logits are freed (its score gradients; under full recomputation also its recomputed activations and scores), a
+    fourth phase."""
 
     copies_forward: float
     copies_backward: float
@@ -749,7 +757,7 @@ class TrainTransient:
     head_forward: float = 0.0
     head_backward: float = 0.0
     combine: float = 0.0
-    recompute: float = 0.0
+    layer_backward: float = 0.0
 
     def peak(self, workspace: float, end_gradients: float = 0.0) -> float:
         """Largest transient bytes over the phases, workspace included; ``end_gradients``: gradient bytes
@@ -760,7 +768,7 @@ class TrainTransient:
             self.copies_backward + self.saved
             + max(self.logits_backward + self.head_backward, self.ring_backward, self.combine) + self.slack_forward,
             self.end + self.slack_end + end_gradients,
-            self.copies_backward + self.saved + self.recompute + self.slack_forward)
+            self.copies_backward + self.saved + self.layer_backward + self.slack_forward)
 
 
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
@@ -786,7 +794,9 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     allocates. ``score_bytes``: an eager attention's saved score bytes per token and layer
     (:func:`eager_score_bytes_per_token`, 0 for a fused attention): every layer keeps them under ``none`` and
     ``selective`` (the eager layer has no selective recomputation: it keeps its scores as ``none`` does); under
-    ``full`` only the layer being recomputed holds them, in the backward (``end``)."""
+    ``full`` only the layer being recomputed holds them, in the backward (``end``). While a layer's attention
+    backward runs it holds :data:`EAGER_BACKWARD_SCORE_BYTES` per score beyond them beside every saved tensor
+    (``layer_backward``, with the recomputed layer's activations under ``full``)."""
     head = model.head_gemm_params / tp if last else 0.0
     gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
@@ -826,7 +836,18 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
         ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward,
         head_forward=_head_bytes(model, autocast, False, t) if last and full else 0.0,
         head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0, combine=combine,
-        recompute=a_layer + _slack(layer_tensors, a_layer / layer_tensors) if full and score_bytes else 0.0)
+        layer_backward=_score_backward(model, score_bytes, t)
+        + (a_layer + _slack(layer_tensors, a_layer / layer_tensors) if full and score_bytes else 0.0))
+
+
+def _score_backward(model: ModelSpec, score_bytes: float, tokens: float) -> float:
+    """Bytes one layer's eager attention backward holds beyond its saved tensors for ``tokens`` tokens
+    (:data:`EAGER_BACKWARD_SCORE_BYTES` per score; ``score_bytes`` the saved bytes per token,
+    :func:`eager_score_bytes_per_token`); 0 without eager scores."""
+    if not score_bytes:
+        return 0.0
+    per = EAGER_SAVED_SCORE_BYTES.get(model.model_type or "", EAGER_SAVED_SCORE_BYTES_DEFAULT)
+    return EAGER_BACKWARD_SCORE_BYTES * score_bytes / per * tokens
 
 
 def uses_autocast(optimizer: str, sharding: str) -> bool:
@@ -920,9 +941,9 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                              part.saved + part.ring_forward, 0.0, 0.0, ws + part.slack_forward),
                    _assemble("ring_backward", weights + part.copies_backward, held, moments,
                              part.saved + part.ring_backward, 0.0, 0.0, ws + part.slack_forward)]
-    if part.recompute > 0.0:
-        phases.append(_assemble("recompute_backward", weights + part.copies_backward, held, moments,
-                                part.saved + part.recompute, 0.0, 0.0, ws + part.slack_forward))
+    if part.layer_backward > 0.0:
+        phases.append(_assemble("layer_backward", weights + part.copies_backward, held, moments,
+                                part.saved + part.layer_backward, 0.0, 0.0, ws + part.slack_forward))
     if part.combine > 0.0:
         phases += [_assemble("moe_combine_forward", weights + part.copies_forward, held, moments,
                              part.saved + part.combine, 0.0, 0.0, ws + part.slack_forward),
