@@ -232,14 +232,18 @@ def test_host_offloaded_zero3_reference_streams_its_partition_every_micro_batch(
     params = instance.models["actor"].params
     assert params == 6_738_415_616                          # Llama-2-7B
     # nothing resident: the partition lives on the host; the pass holds one gathered layer,
-    # 2·(4·4096² + 3·4096·11008 + 2·4096) = 2·202,383,360 bytes, the logits of 8·2048 tokens (10 bytes each)
-    # with the bf16 final hidden states, the allocator slack of 32 x 7 + 2 matrices and the workspace
+    # 2·(4·4096² + 3·4096·11008 + 2·4096) = 2·202,383,360 bytes, the larger of the logits of 8·2048 tokens
+    # (10 bytes each, with the bf16 final hidden states: 328,192 bytes a token) and one layer's no-grad working set
+    # with its eager attention's scores (4d + 6f = 82,432 bytes a token, plus 8 bytes · 32 heads · 2048 = 524,288:
+    # 606,720 a token, the larger), the allocator slack of 32 x 7 + 2 matrices and the workspace
     layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
     assert ref.resident_bytes == 0.0
     tokens = 8 * 2048
     logits = tokens * (10 * 32000 + 2 * 4096)
+    working = tokens * (4 * 4096 + 6 * 11008 + 8 * 32 * 2048)
+    assert working > logits
     slack = (32 * 7 + 2) * 2**20
-    assert ref.transient_bytes == pytest.approx(2 * layer + logits + slack + instance.hardware.memory_workspace,
+    assert ref.transient_bytes == pytest.approx(2 * layer + working + slack + instance.hardware.memory_workspace,
                                                 rel=1e-12)
     # onload: 1,024 / (16 · 8) = 8 micro-batches, each bringing the rank's partition 2P/16 = 842,301,952
     # bytes over PCIe Gen4 (25e9 B/s): 8 · 0.0336921 s; then the gather over 16 ranks on two nodes, 8 per

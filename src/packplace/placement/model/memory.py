@@ -34,6 +34,7 @@ from packplace.placement.model.pass_memory import (
     LOGIT_FORWARD_BYTES,
     ROUTER_DTYPE_BYTES,
     context_parallel_tokens,
+    eager_score_bytes_per_token,
     in_flight,
     infer_transient,
     megatron_expert_tensor_parallel,
@@ -181,7 +182,9 @@ class TrainingOptions:
     Attributes:
         sharding: ``none`` (DDP), ``zero1`` (default; Megatron-LM distributed optimizer), ``zero2``,
             ``zero3`` (FSDP full shard: verl, OpenRLHF, DeepSpeed-Chat).
-        recompute: ``none``, ``selective`` (default; what flash attention does anyway) or ``full``.
+        recompute: ``none``, ``selective`` (default; what flash attention does anyway; a framework on eager
+            attention keeps its scores under it as under ``none``,
+            :func:`~packplace.placement.model.pass_memory.eager_score_bytes_per_token`) or ``full``.
         offload: ``none`` (default), ``optimizer`` or ``optimizer+params`` (host memory over PCIe).
         fp32_grad_buffer: fp32 gradient accumulation buffer (4 bytes per parameter instead of 2;
             default false).
@@ -536,7 +539,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     layers = stage_layers(model.layers, pp)
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
-    best = (-1.0, 0.0, 0.0)
+    best, scores = (-1.0, 0.0, 0.0), eager_score_bytes_per_token(model, seq_len, framework, False)
     inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
     for i in range(pp):
         p = params[i] / tp if split is None else split[i][0] + split[i][1]
@@ -546,12 +549,12 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
             resident, transient = resident - late, loaded + _train_vertex_transient(
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, in_flight(pp, i, inflight), ep,
-                cp.ring, framework, workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype)
+                cp.ring, framework, workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype, seq_len)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
-            parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp,
-                                    kv_cache=framework == "none", ep=ep, cp=cp.ring, logit_bytes=logit_bytes)
+            parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp, ep=ep, cp=cp.ring,
+                                    kv_cache=framework == "none", logit_bytes=logit_bytes, score_bytes=scores)
             transient = sum(parts) + workspace + (2.0 * per_layer_rank if sharded_weights else 0.0)
             if offloaded_weights:  # nothing resident; while it runs the gathered layer, or a replica's weights
                 transient, resident = transient + (0.0 if sharded_weights else resident), 0.0
@@ -609,7 +612,7 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
                             framework: str, workspace: float,
                             logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0,
                             fused_kernels: bool = False, fused_swiglu: bool = False,
-                            router_dtype: str = "bf16") -> float:
+                            router_dtype: str = "bf16", seq_len: float = 0.0) -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
@@ -619,18 +622,24 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
     SwiGLU and MoE router dtype (:func:`~packplace.placement.model.pass_memory.saved_activation_bytes_per_token`);
     ``framework`` the run's: bare PyTorch's forward keeps its KV cache (``none``), and its Megatron-Core expert
     tensor-parallel size (:func:`~packplace.placement.model.pass_memory.megatron_expert_tensor_parallel`) sizes the
-    MoE combine's transient (:func:`~packplace.placement.model.pass_memory.megatron_combine_bytes_per_token`)."""
+    MoE combine's transient (:func:`~packplace.placement.model.pass_memory.megatron_combine_bytes_per_token`);
+    ``seq_len``: tokens per sequence, which sizes an eager attention's scores on a framework that runs one
+    (:func:`~packplace.placement.model.pass_memory.eager_score_bytes_per_token`: saved in the training pass,
+    one layer's no-grad transient in the old-log-prob forward)."""
     kv_cache, expert_tp = framework == "none", megatron_expert_tensor_parallel(framework, tp)
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
                                 cp=ring, logit_bytes=logit_bytes,
                                 fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
-                                router_dtype=router_dtype, expert_tp=expert_tp).peak(workspace, end_gradients)
+                                router_dtype=router_dtype, expert_tp=expert_tp,
+                                score_bytes=eager_score_bytes_per_token(model, seq_len, framework, True),
+                                ).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,
-                              ep=ep, cp=ring, logit_bytes=logit_bytes)
+                              ep=ep, cp=ring, logit_bytes=logit_bytes,
+                              score_bytes=eager_score_bytes_per_token(model, seq_len, framework, False))
     return max(transient, sum(forward) + workspace)
 
 

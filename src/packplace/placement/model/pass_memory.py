@@ -82,6 +82,40 @@ LOGIT_FORWARD_BYTES = 10
 #: Bytes per vocabulary entry per token while the loss's backward runs: the saved fp32 log-softmax, its
 #: incoming gradient and the gradient it produces (3 × 4).
 LOGIT_BACKWARD_BYTES = 12
+#: Frameworks whose trainer and experience passes run Hugging Face's eager attention, which materialises the
+#: ``b·h·s·s`` score matrix (:func:`eager_score_bytes_per_token`) where the rest of this model assumes a fused
+#: (flash / memory-efficient) kernel that keeps none: DeepSpeed-Chat (DeepSpeedExamples e468799f,
+#: applications/DeepSpeed-Chat/training/utils/model/model_utils.py ``create_hf_model``: ``AutoModel`` /
+#: ``from_pretrained`` with no attention option, requirements.txt transformers from git of 2023-04-11; the
+#: OpenRLHF authors' fork github.com/wuxibin89/DeepSpeedExamples 8fce1d4 pins transformers==4.34.1 and never
+#: passes ``use_flash_attention_2``, so ``LlamaAttention`` runs eager). verl (remove-padding flash-attn),
+#: NeMo RL (SDPA / flash-attn 2) and OpenRLHF (its scripts pass ``--flash_attn``) keep no score matrix.
+EAGER_ATTENTION_FRAMEWORKS = ("deepspeed-chat",)
+#: Bytes per score element that autograd keeps per layer for the backward of an eager attention, by
+#: ``model_type``. ``opt`` (transformers of April 2023, ``OPTAttention.forward``, fp16 as DeepSpeed-Chat's
+#: ``get_train_ds_config`` sets it): ``torch.max(attn_weights + mask, finfo.min)`` keeps its fp16 input (2;
+#: ``maximum``'s backward reads both inputs), ``softmax(..., dtype=float32)`` on fp16 CUDA input is
+#: ``_softmax(half_to_float=True)``, which keeps its fp32 output (4), and ``bmm(attn_probs, V)`` keeps the fp16
+#: probabilities (2); attention dropout is 0 (OPT's ``attention_dropout``; DeepSpeed-Chat sets ``dropout`` 0),
+#: so no mask is kept: 8. ``llama`` (transformers 4.34.1 ``LlamaAttention.forward`` eager: matmul, scale,
+#: ``+ attention_mask`` without a clamp, ``softmax(dtype=float32).to(dtype)``, matmul): the fp32 softmax output
+#: (4) and the 16-bit probabilities (2): 6. Any other ``model_type``: the larger, 8.
+EAGER_SAVED_SCORE_BYTES = {"opt": 8.0, "llama": 6.0}
+#: :data:`EAGER_SAVED_SCORE_BYTES` of a ``model_type`` the table does not name: its largest.
+EAGER_SAVED_SCORE_BYTES_DEFAULT = 8.0
+#: Bytes per score element live at once in one layer's eager attention under ``torch.no_grad`` (an experience
+#: forward): while ``attn_weights = softmax(attn_weights, dtype=float32).to(fp16)`` runs, its 16-bit input (still
+#: bound to the name), the fp32 softmax output and the 16-bit cast: ``2 + 4 + 2`` (both source files above).
+EAGER_FORWARD_SCORE_BYTES = 8.0
+#: Bytes per score element an eager attention's backward holds beyond its saved tensors while one layer's softmax
+#: backward runs: the gradient of the 16-bit probabilities (2, from the matmul's backward; the probabilities it
+#: kept are freed), its fp32 cast (4, the backward of ``.to``) and the softmax's input gradient (fp32 for Llama's
+#: upcast, 4; fp16 for OPT's ``half_to_float``, 2): at most ``4 + 4 − 2`` = 6 over the saved set with the 16-bit
+#: gradient freed, ``2 + 4 − 2`` = 4 while it lives (PyTorch autograd frees a node's saved tensors and its incoming
+#: gradient once the node has run); 6 for every model type.
+EAGER_BACKWARD_SCORE_BYTES = 6.0
+#: Score tensors per layer an eager attention's backward keeps (slack count, :func:`_slack`).
+EAGER_SAVED_SCORE_TENSORS = 3
 #: cuBLAS workspaces of the autograd engine's device thread, bytes: a training pass's backward runs its GEMMs on
 #: the engine's worker thread for the GPU (torch/csrc/autograd/engine.cpp, one thread per device), whose
 #: thread-local cuBLAS handle gets its own workspace per (handle, stream) from the caching allocator, kept for the
@@ -356,6 +390,22 @@ def working_set_bytes_per_token(model: ModelSpec) -> float:
     return 4.0 * d + max(8.0 * d + 4.0 * q + 4.0 * k, mlp)
 
 
+def eager_score_bytes_per_token(model: ModelSpec, seq_len: float, framework: str, saved: bool) -> float:
+    """Bytes per token per layer of an eager attention's ``b·h·s·s`` scores on a framework that runs one
+    (:data:`EAGER_ATTENTION_FRAMEWORKS`), 0 on any other: ``saved`` true, what autograd keeps for the backward
+    (:data:`EAGER_SAVED_SCORE_BYTES` of the model's ``model_type`` per element); false, one layer's no-grad
+    transient (:data:`EAGER_FORWARD_SCORE_BYTES`). A sequence of ``s`` tokens has ``h·s`` scores per token and
+    layer, so ``bytes·h·s``; times ``tokens / tp`` (:func:`train_transient`, :func:`infer_transient`) it is
+    ``bytes·b·(h/tp)·s²``, the heads split over tensor parallelism."""
+    if framework not in EAGER_ATTENTION_FRAMEWORKS or seq_len <= 0:
+        return 0.0
+    if saved:
+        per = EAGER_SAVED_SCORE_BYTES.get(model.model_type or "", EAGER_SAVED_SCORE_BYTES_DEFAULT)
+    else:
+        per = EAGER_FORWARD_SCORE_BYTES
+    return per * model.heads * float(seq_len)
+
+
 def checkpoint_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
     """Bytes per token per layer kept under full recomputation: the layer's input (fp32 under autocast,
     bf16 otherwise)."""
@@ -547,16 +597,15 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             parallelism and a vocabulary-parallel head; stage ``i`` of ``pp`` holds :func:`in_flight` micro-batches
             under 1F1B; ``dp`` shards state only through ``sharding``; ``ep`` splits the routed experts).
         framework: ``none`` (bare PyTorch, Hugging Face layers; a log-prob forward keeps the model's
-            KV cache, as ``model(input_ids)`` does with ``use_cache`` on) or a framework profile name
-            (its passes run with ``use_cache`` off).
+            KV cache, as ``model(input_ids)`` does with ``use_cache`` on) or a framework profile name (its
+            passes run with ``use_cache`` off; eager attention's scores: :func:`eager_score_bytes_per_token`).
         sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer``
             weights).
         micro_batches: Micro-batches per step: the pipeline's in-flight count, and with more than one
             the gradients of the earlier micro-batches are held throughout (gradient accumulation).
             Gradients are also held in every phase of a step of one micro-batch where the layout keeps them as
             training state (:func:`resident_gradients`).
-        workspace_bytes: The workspace (a GPU preset's ``hardware.memory_workspace``); default the
-            stack's (:data:`STACKS`).
+        workspace_bytes: The workspace (a GPU preset's ``hardware.memory_workspace``; default :data:`STACKS`).
         cp: Context-parallel degree (train, infer): each of the ``micro_batch`` sequences is padded to a
             multiple of ``2·cp·tp`` (once: nothing where ``seq_len`` already is one) and split over ``cp``
             GPUs, which hold :func:`context_parallel_tokens` of it each, plus the ring attention's
@@ -598,6 +647,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     ws = stack(framework).workspace_bytes if workspace_bytes is None else float(workspace_bytes)
     per_gpu, layers = _stage(model, pp, tp, ep)
     best: PassMemory | None = None
+    saved, forward = (eager_score_bytes_per_token(model, seq_len, framework, grad) for grad in (True, False))
     for i in range(pp):
         last = i == pp - 1
         tokens = _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
@@ -607,10 +657,10 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 ep, cp, logit_bytes,
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
-                                fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp))
+                                fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp), saved)
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
-                                framework, ws, ep, cp, logit_bytes)
+                                framework, ws, ep, cp, logit_bytes, forward)
         else:
             part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws,
                                  ep, hybrid_engine=framework == "deepspeed-chat")
@@ -690,7 +740,10 @@ class TrainTransient:
     (:func:`head_input_bytes_per_token`, with their slack), only while the logits are live. ``combine``: a
     Megatron-Core MoE layer's combine over an expert tensor-parallel group above 1 while it runs
     (:func:`megatron_combine_bytes_per_token`), never live with the logits or the ring's buffers (another step of
-    the layer, or after the last layer), so it is the third term of each phase's larger-of."""
+    the layer, or after the last layer), so it is the third term of each phase's larger-of. ``layer_backward``: with an
+    eager attention (``score_bytes``), what the first layer's backward holds beside every saved tensor once the
+    logits are freed (its score gradients; under full recomputation also its recomputed activations and scores), a
+    fourth phase."""
 
     copies_forward: float
     copies_backward: float
@@ -705,6 +758,7 @@ class TrainTransient:
     head_forward: float = 0.0
     head_backward: float = 0.0
     combine: float = 0.0
+    layer_backward: float = 0.0
 
     def peak(self, workspace: float, end_gradients: float = 0.0) -> float:
         """Largest transient bytes over the phases, workspace included; ``end_gradients``: gradient bytes
@@ -714,14 +768,15 @@ class TrainTransient:
             + max(self.logits_forward + self.head_forward, self.ring_forward, self.combine) + self.slack_forward,
             self.copies_backward + self.saved
             + max(self.logits_backward + self.head_backward, self.ring_backward, self.combine) + self.slack_forward,
-            self.end + self.slack_end + end_gradients)
+            self.end + self.slack_end + end_gradients,
+            self.copies_backward + self.saved + self.layer_backward + self.slack_forward)
 
 
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
                     recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1,
                     cp: int = 1, logit_bytes: tuple[float, float] | None = None,
                     fused_kernels: bool = False, fused_swiglu: bool = False,
-                    router_dtype: str = "bf16", expert_tp: int = 1) -> TrainTransient:
+                    router_dtype: str = "bf16", expert_tp: int = 1, score_bytes: float = 0.0) -> TrainTransient:
     """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
     (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
     ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
@@ -737,7 +792,12 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     that trainer's expert tensor-parallel size (:func:`megatron_expert_tensor_parallel`), whose combine adds
     :func:`megatron_combine_bytes_per_token` of the GPU's ``tokens / tp`` tokens (``combine``; the backward's end
     holds the first layer's beside its working set), with the allocator slack (:func:`_slack`) of the three tensors it
-    allocates."""
+    allocates. ``score_bytes``: an eager attention's saved score bytes per token and layer
+    (:func:`eager_score_bytes_per_token`, 0 for a fused attention): every layer keeps them under ``none`` and
+    ``selective`` (the eager layer has no selective recomputation: it keeps its scores as ``none`` does); under
+    ``full`` only the layer being recomputed holds them, in the backward (``end``). While a layer's attention
+    backward runs it holds :data:`EAGER_BACKWARD_SCORE_BYTES` per score beyond them beside every saved tensor
+    (``layer_backward``, with the recomputed layer's activations under ``full``)."""
     head = model.head_gemm_params / tp if last else 0.0
     gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
     t = tokens / tp
@@ -746,12 +806,14 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
         # the attention core recomputed: its fp32 log-sum-exp is not kept (its output is: the output
         # projection keeps it as its input)
         a_layer -= 4.0 * model.heads * t
+    a_layer += score_bytes * t
+    layer_tensors = SAVED_TENSORS_PER_LAYER + (EAGER_SAVED_SCORE_TENSORS if score_bytes else 0)
     if recompute == "full":
         saved = checkpoint_bytes_per_token(model, autocast) * t * n_layers * inflight
         saved_tensors = n_layers * inflight
     else:
         saved = a_layer * n_layers * inflight
-        saved_tensors = SAVED_TENSORS_PER_LAYER * n_layers * inflight
+        saved_tensors = layer_tensors * n_layers * inflight
     copies_forward = 2.0 * gemm if autocast else 0.0
     copies_backward = copies_forward if recompute != "full" else (2.0 * head if autocast else 0.0)
     grad_bytes = 4.0 if autocast else 2.0
@@ -771,10 +833,22 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
         logits_backward=logit_bytes_per_token(model, True, logit_bytes) * t if last else 0.0,
         end=max(embed_grad, a_layer + max(ring_backward, combine)),
         slack_forward=weights + _slack(saved_tensors, saved_each) + blas,
-        slack_end=2 * weights + _slack(SAVED_TENSORS_PER_LAYER, a_layer / SAVED_TENSORS_PER_LAYER) + blas,
+        slack_end=2 * weights + _slack(layer_tensors, a_layer / layer_tensors) + blas,
         ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward,
         head_forward=_head_bytes(model, autocast, False, t) if last and full else 0.0,
-        head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0, combine=combine)
+        head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0, combine=combine,
+        layer_backward=_score_backward(model, score_bytes, t)
+        + (a_layer + _slack(layer_tensors, a_layer / layer_tensors) if full and score_bytes else 0.0))
+
+
+def _score_backward(model: ModelSpec, score_bytes: float, tokens: float) -> float:
+    """Bytes one layer's eager attention backward holds beyond its saved tensors for ``tokens`` tokens
+    (:data:`EAGER_BACKWARD_SCORE_BYTES` per score; ``score_bytes`` the saved bytes per token,
+    :func:`eager_score_bytes_per_token`); 0 without eager scores."""
+    if not score_bytes:
+        return 0.0
+    per = EAGER_SAVED_SCORE_BYTES.get(model.model_type or "", EAGER_SAVED_SCORE_BYTES_DEFAULT)
+    return EAGER_BACKWARD_SCORE_BYTES * score_bytes / per * tokens
 
 
 def uses_autocast(optimizer: str, sharding: str) -> bool:
@@ -825,7 +899,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False,
                  fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16",
-                 expert_tp: int = 1) -> PassMemory:
+                 expert_tp: int = 1, score_bytes: float = 0.0) -> PassMemory:
     """One pipeline stage of a training micro-batch, with the activations of ``inflight`` micro-batches saved
     (:func:`in_flight`): the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
@@ -834,13 +908,14 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     ``keep_gradients`` (:func:`resident_gradients`) the layout's gradients are; ``fused_kernels`` /
     ``fused_swiglu`` / ``router_dtype``: a Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`);
     ``expert_tp``: its expert tensor-parallel size, whose MoE combine adds the ``moe_combine`` phases
-    (:func:`megatron_combine_bytes_per_token`)."""
+    (:func:`megatron_combine_bytes_per_token`); ``score_bytes``: an eager attention's saved scores
+    (:func:`train_transient`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
                            tp=tp, inflight=inflight, autocast=autocast, ep=ep, cp=cp,
                            logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
-                           router_dtype=router_dtype, expert_tp=expert_tp)
+                           router_dtype=router_dtype, expert_tp=expert_tp, score_bytes=score_bytes)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
@@ -867,6 +942,9 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                              part.saved + part.ring_forward, 0.0, 0.0, ws + part.slack_forward),
                    _assemble("ring_backward", weights + part.copies_backward, held, moments,
                              part.saved + part.ring_backward, 0.0, 0.0, ws + part.slack_forward)]
+    if part.layer_backward > 0.0:
+        phases.append(_assemble("layer_backward", weights + part.copies_backward, held, moments,
+                                part.saved + part.layer_backward, 0.0, 0.0, ws + part.slack_forward))
     if part.combine > 0.0:
         phases += [_assemble("moe_combine_forward", weights + part.copies_forward, held, moments,
                              part.saved + part.combine, 0.0, 0.0, ws + part.slack_forward),
@@ -877,7 +955,8 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
 
 def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, tp: int,
                     kv_cache: bool, ep: int = 1, cp: int = 1,
-                    logit_bytes: tuple[float, float] | None = None) -> tuple[float, float, float, float]:
+                    logit_bytes: tuple[float, float] | None = None,
+                    score_bytes: float = 0.0) -> tuple[float, float, float, float]:
     """``(activations, logits, kv_cache, slack)`` bytes per GPU at the peak of a no-grad log-prob forward
     of ``tokens`` tokens on a stage of ``n_layers`` layers: the larger of one layer's working set
     (:func:`working_set_bytes_per_token`) and, on the last stage, the logits' ``10·V`` per token (a
@@ -886,12 +965,14 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     ``model(input_ids)`` with ``use_cache`` on). ``cp``: the context-parallel group of the forward's ring
     attention; ``tokens`` is then this GPU's share (:func:`context_parallel_tokens`) and the layer's working
     set adds the ring's forward buffers (:func:`ring_attention_bytes_per_token`; added to the whole
-    working set, not only to its attention step: the larger figure)."""
+    working set, not only to its attention step: the larger figure); ``score_bytes``: an eager attention's
+    no-grad score bytes per token of one layer (:func:`eager_score_bytes_per_token`, ``saved`` false), added to
+    the working set the same way."""
     t = tokens / tp
     kv = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers * tokens if kv_cache else 0.0
     slack = weight_slack(model, n_layers, tp, ep) + _slack(2 * n_layers, model.kv_bytes_per_token(tp, 1) / model.layers
                                                          * tokens / 2 if kv_cache else 0.0)
-    layer = working_set_bytes_per_token(model) * t + _ring_bytes(model, cp, tp, tokens, False)
+    layer = (working_set_bytes_per_token(model) + score_bytes) * t + _ring_bytes(model, cp, tp, tokens, False)
     if last:
         hidden = 2.0 * model.hidden_dim * t
         logits = logit_bytes_per_token(model, False, logit_bytes) * t
@@ -902,13 +983,14 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
 
 def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: float, tp: int, dp: int,
                  sharding: str, framework: str, ws: float, ep: int = 1, cp: int = 1,
-                 logit_bytes: tuple[float, float] | None = None) -> PassMemory:
+                 logit_bytes: tuple[float, float] | None = None, score_bytes: float = 0.0) -> PassMemory:
     """One stage of a log-prob forward (no grad): bf16 weights (ZeRO-3: the shard and one gathered
-    layer) plus :func:`infer_transient`."""
+    layer) plus :func:`infer_transient` (``score_bytes``: an eager attention's no-grad scores)."""
     layer_params = model.block_params / model.layers / tp
     weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
     act, logits, kv, slack = infer_transient(model, tokens=tokens, n_layers=n_layers, last=last, tp=tp,
-                                             kv_cache=framework == "none", ep=ep, cp=cp, logit_bytes=logit_bytes)
+                                             kv_cache=framework == "none", ep=ep, cp=cp, logit_bytes=logit_bytes,
+                                             score_bytes=score_bytes)
     return _assemble("logits" if logits else "layer", weights, 0.0, 0.0, act, logits, kv, ws + slack)
 
 
