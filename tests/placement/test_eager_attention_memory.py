@@ -74,8 +74,11 @@ def test_full_recompute_holds_one_layers_scores() -> None:
     assert eager.end - fused.end == pytest.approx(layer)
     # the first layer recomputed in the backward: its activations and scores (`end`: the fused layer's and the
     # scores) beside every checkpoint, a MiB of slack for each of its 23 tensors over 10 MiB, and 6 bytes a score
-    # of gradients while its attention's backward runs
-    assert fused.layer_backward == 0.0
+    # of gradients while its attention's backward runs; a fused attention's layer holds its activations alone
+    # (OPT: two LayerNorms 4d each, Q/K/V/output 8d, fp32 log-sum-exp 4h, fc1 and GELU 4f = 16d: 32d + 4h a token)
+    # and a MiB of slack for each of its 20 tensors over 10 MiB
+    assert fused.end == 16 * 512 * (32 * 2048 + 4 * 32)
+    assert fused.layer_backward == pytest.approx(fused.end + 20 * MIB)
     assert eager.layer_backward == pytest.approx(eager.end + 23 * MIB + 6 * 16 * 32 * 512 * 512)
     phase = eager.saved + eager.layer_backward + eager.slack_forward
     assert eager.peak(0.0) >= phase   # OPT's logits (12 bytes · 50,272 a token) are the larger phase here
@@ -96,6 +99,13 @@ def test_llama2_70b_full_recompute_peaks_in_its_first_layer_backward() -> None:
     assert tt.saved == fused.saved == 80 * 2 * 8192 * 8 * 2048            # the checkpoints: 21.47 GB
     scores = 6 * 8 * 64 * 2048 * 2048                                         # one layer's: 12.88 GB
     assert tt.layer_backward == pytest.approx(fused.end + scores + 23 * MIB + scores)
+    # with flash attention the same layer holds its 6.51 GB of activations (Llama: norms 16d, Q/K/V/output and
+    # log-sum-exp 4q + 4k + 4h, gated MLP 8f) and 20 MiB of slack beside the checkpoints; here the loss's logits
+    # (12 bytes · 32,000 a token) and the head's input (8d) are the larger phase
+    assert fused.end == 8 * 2048 * (16 * 8192 + 4 * 8192 + 4 * 1024 + 4 * 64 + 8 * 28672)
+    assert fused.layer_backward == pytest.approx(fused.end + 20 * MIB)
+    assert fused.peak(0.0) == pytest.approx(fused.saved + fused.logits_backward + fused.head_backward
+                                            + fused.slack_forward)
     assert tt.peak(0.0) == pytest.approx(tt.saved + tt.layer_backward + tt.slack_forward)
 
 

@@ -44,7 +44,8 @@ The model follows what the tensors of a Hugging Face decoder layer are (``LlamaD
 
 Peak: a pass's memory rises and falls, so the peak is the largest of its phases (:func:`pass_memory`):
 the end of the forward (every activation saved, the loss's logits), the start of the backward (the
-loss's gradient over the vocabulary) and the end of the backward (every gradient, the last layer's
+loss's gradient over the vocabulary), under full recomputation the first recomputed layer (every checkpoint and
+that layer's activations) and the end of the backward (every gradient, the last layer's
 working set, a tied embedding's second gradient). The gradients are in every phase with several micro-batches
 and where the layout keeps them as training state (:func:`resident_gradients`). Units: bytes, tokens.
 """
@@ -740,10 +741,10 @@ class TrainTransient:
     (:func:`head_input_bytes_per_token`, with their slack), only while the logits are live. ``combine``: a
     Megatron-Core MoE layer's combine over an expert tensor-parallel group above 1 while it runs
     (:func:`megatron_combine_bytes_per_token`), never live with the logits or the ring's buffers (another step of
-    the layer, or after the last layer), so it is the third term of each phase's larger-of. ``layer_backward``: with an
-    eager attention (``score_bytes``), what the first layer's backward holds beside every saved tensor once the
-    logits are freed (its score gradients; under full recomputation also its recomputed activations and scores), a
-    fourth phase."""
+    the layer, or after the last layer), so it is the third term of each phase's larger-of. ``layer_backward``: what the
+    first layer's backward holds beside every saved tensor once the logits are freed: under full recomputation its
+    recomputed activations (:func:`_recomputed_layer`, every framework), and with an eager attention
+    (``score_bytes``) its score gradients, a fourth phase."""
 
     copies_forward: float
     copies_backward: float
@@ -797,9 +798,11 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     ``selective`` (the eager layer has no selective recomputation: it keeps its scores as ``none`` does); under
     ``full`` only the layer being recomputed holds them, in the backward (``end``). While a layer's attention
     backward runs it holds :data:`EAGER_BACKWARD_SCORE_BYTES` per score beyond them beside every saved tensor
-    (``layer_backward``, with the recomputed layer's activations under ``full``)."""
+    (``layer_backward``). Under ``full`` that phase holds the recomputed layer's activations beside every
+    checkpoint on every framework (:func:`_recomputed_layer`)."""
     head = model.head_gemm_params / tp if last else 0.0
-    gemm = (model.gemm_params - model.head_gemm_params) / model.layers * n_layers / tp + head
+    layer_gemm = (model.gemm_params - model.head_gemm_params) / model.layers / tp
+    gemm = layer_gemm * n_layers + head
     t = tokens / tp
     a_layer = saved_activation_bytes_per_token(model, autocast, fused_kernels, fused_swiglu, router_dtype) * t
     if recompute == "selective":
@@ -838,7 +841,24 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
         head_forward=_head_bytes(model, autocast, False, t) if last and full else 0.0,
         head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0, combine=combine,
         layer_backward=_score_backward(model, score_bytes, t)
-        + (a_layer + _slack(layer_tensors, a_layer / layer_tensors) if full and score_bytes else 0.0))
+        + (_recomputed_layer(a_layer, layer_tensors, (2.0 * layer_gemm if autocast else 0.0)
+                             + max(ring_backward, combine)) if full else 0.0))
+
+
+def _recomputed_layer(a_layer: float, tensors: int, beside: float) -> float:
+    """Bytes the layer being recomputed holds in the backward under full recomputation, beside every layer's
+    checkpoint once the logits are freed, on every framework: its saved activations ``a_layer`` once more (with an
+    eager attention's scores), the allocator slack of its ``tensors`` saved tensors and ``beside``: under autocast
+    the bf16 casts of its weights its recomputed linears keep for their backward, and the larger of its ring
+    attention's backward buffers and its MoE combine, as the backward's end holds its first layer's. Sources:
+    PyTorch ``torch.utils.checkpoint`` (the backward retrieves the saved inputs, runs the checkpointed function's
+    forward again while tracking its intermediate activations, and computes the gradients from them); Megatron-LM
+    ``--recompute-granularity full`` (the whole transformer layer recomputed, ``--recompute-num-layers 1`` a
+    layer at a time); Korthikanti et al. 2022 (arXiv 2205.05198): full recomputation stores each layer's input
+    only, and the layer being recomputed holds the per-layer activations of its formula
+    (:func:`saved_activation_bytes_per_token` follows it). Its gradients' working set is priced as the
+    backward's end prices its last layer's (``end``): by its saved activations."""
+    return a_layer + _slack(tensors, a_layer / tensors) + beside
 
 
 def _score_backward(model: ModelSpec, score_bytes: float, tokens: float) -> float:
