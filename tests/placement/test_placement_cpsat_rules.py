@@ -152,16 +152,24 @@ def periodic_optimum(inst, tables, rules=None) -> tuple[float, Plan]:
 @pytest.mark.parametrize("algorithm, stale_optimum", [("grpo", True), ("ppo", False)])
 def test_the_openrlhf_rules_make_the_periodic_optimum_the_brute_force_one_over_rule_keeping_plans(
         algorithm, stale_optimum):
-    inst = ppo(algorithm, None, 2, stale=True)
+    # relaxed: a stale plan whose engine shares the trainers' GPUs, refused; a bound only
+    _assert_periodic_rules_give_the_brute_force_optimum(ppo(algorithm, None, 2, stale=True), stale_optimum)
+
+
+def _assert_periodic_rules_give_the_brute_force_optimum(inst, stale_optimum: bool) -> None:
+    """Over the fastest candidate per shape: the periodic model without the rules finds a stale plan the rules
+    refuse, below the brute-force optimum over every plan at staleness 0 and 1; with them, that optimum (within
+    the model's rounding), stale or not as ``stale_optimum`` says."""
     ev = PlacementEvaluator(inst)
     candidates = fastest_per_shape(ev, 1)
     tables = cpsat.make_tables(ev, candidates)
-    brute = min(ev.step_time(Plan.build(p.by_vertex(), staleness))
-                for p in every_plan(ev, candidates) for staleness in ({}, {"actor": 1}))
+    scored = [(ev.step_time(Plan.build(p.by_vertex(), staleness)), bool(staleness))
+              for p in every_plan(ev, candidates) for staleness in ({}, {"actor": 1})]
+    brute = min(t for t, _ in scored)
+    assert (min(t for t, stale in scored if stale) == brute) is stale_optimum
     rounding = periodic.rounding_ticks(tables) / cpsat.TICKS_PER_S
     relaxed, relaxed_plan = periodic_optimum(inst, tables)
     ruled, ruled_plan = periodic_optimum(inst, tables, encoded(inst, asynchronous=True))
-    # relaxed: a stale plan whose engine shares the trainers' GPUs, refused; a bound only
     assert dict(relaxed_plan.staleness) == {"actor": 1} and plan_refusals(inst, relaxed_plan)
     assert relaxed < brute - rounding
     assert not plan_refusals(inst, ruled_plan)
@@ -228,23 +236,8 @@ def test_the_verl_and_nemo_rl_rules_make_the_model_optimum_the_brute_force_one_o
     ("nemo-rl", "ppo", 2, 1, True)])
 def test_the_verl_and_nemo_rl_rules_make_the_periodic_optimum_the_brute_force_one_over_rule_keeping_plans(
         framework, algorithm, gpus, nodes, stale_optimum):
-    inst = ppo(algorithm, None, gpus, stale=True, framework=framework, nodes=nodes)
-    ev = PlacementEvaluator(inst)
-    candidates = fastest_per_shape(ev, 1)
-    tables = cpsat.make_tables(ev, candidates)
-    scored = [(ev.step_time(Plan.build(p.by_vertex(), staleness)), bool(staleness))
-              for p in every_plan(ev, candidates) for staleness in ({}, {"actor": 1})]
-    brute = min(t for t, _ in scored)
-    assert (min(t for t, stale in scored if stale) == brute) is stale_optimum
-    rounding = periodic.rounding_ticks(tables) / cpsat.TICKS_PER_S
-    relaxed, relaxed_plan = periodic_optimum(inst, tables)
-    ruled, ruled_plan = periodic_optimum(inst, tables, encoded(inst, asynchronous=True))
-    assert dict(relaxed_plan.staleness) == {"actor": 1} and plan_refusals(inst, relaxed_plan)
-    assert relaxed < brute - rounding
-    assert not plan_refusals(inst, ruled_plan)
-    assert bool(ruled_plan.staleness) is stale_optimum
-    assert brute - 1e-12 <= ruled <= brute + rounding
-    assert ev.step_time(ruled_plan) == pytest.approx(brute, abs=rounding)
+    _assert_periodic_rules_give_the_brute_force_optimum(
+        ppo(algorithm, None, gpus, stale=True, framework=framework, nodes=nodes), stale_optimum)
 
 
 @pytest.mark.parametrize("framework, algorithm, gpus, kind", [
