@@ -200,14 +200,20 @@ def test_cpsat_proves_the_rule_keeping_optimum_bound_le_exact_le_heuristics():
 
 @pytest.mark.parametrize("algorithm, kind", [("grpo", "period"), ("ppo", "step_time")])
 def test_cpsat_proves_the_rule_keeping_periodic_optimum_bound_le_exact_le_heuristics(algorithm, kind):
-    inst = ppo(algorithm, None, 2, stale=True)
+    # PPO's optimum is synchronous (every staleness 0 won: a step time), GRPO's stale (a period)
+    _assert_cpsat_proves_the_periodic_optimum(ppo(algorithm, None, 2, stale=True), kind)
+
+
+def _assert_cpsat_proves_the_periodic_optimum(inst, kind: str) -> None:
+    """cpsat proves the stale instance's optimum, of ``kind`` (``period``: a stale plan; ``step_time``: every
+    staleness 0 won), keeping every rule, between its bound and the brute force over the fastest candidate per
+    shape at staleness 0 and 1, greedy's and anneal's."""
     ev = PlacementEvaluator(inst)
     candidates = fastest_per_shape(ev, 1)
     sub = min(ev.step_time(Plan.build(p.by_vertex(), staleness))
               for p in every_plan(ev, candidates) for staleness in ({}, {"actor": 1}))
     result = packplace.place(inst, "cpsat", time_limit_s=60, seed=0)
     assert result.status == "optimal", result.message
-    # PPO's optimum is synchronous (every staleness 0 won: a step time), GRPO's stale (a period)
     assert result.info["objective_kind"] == kind and bool(result.solution.staleness) is (kind == "period")
     _assert_keeps_rules_between_bound_and_heuristics(inst, ev, result, sub)
 
@@ -244,15 +250,7 @@ def test_the_verl_and_nemo_rl_rules_make_the_periodic_optimum_the_brute_force_on
     ("verl", "grpo", 2, "period"), ("nemo-rl", "grpo", 4, "period"), ("nemo-rl", "grpo", 2, "step_time")])
 def test_cpsat_proves_the_verl_and_nemo_rl_periodic_optimum_bound_le_exact_le_heuristics(framework, algorithm, gpus,
                                                                                           kind):
-    inst = ppo(algorithm, None, gpus, stale=True, framework=framework)
-    ev = PlacementEvaluator(inst)
-    candidates = fastest_per_shape(ev, 1)
-    sub = min(ev.step_time(Plan.build(p.by_vertex(), staleness))
-              for p in every_plan(ev, candidates) for staleness in ({}, {"actor": 1}))
-    result = packplace.place(inst, "cpsat", time_limit_s=60, seed=0)
-    assert result.status == "optimal", result.message
-    assert result.info["objective_kind"] == kind and bool(result.solution.staleness) is (kind == "period")
-    _assert_keeps_rules_between_bound_and_heuristics(inst, ev, result, sub)
+    _assert_cpsat_proves_the_periodic_optimum(ppo(algorithm, None, gpus, stale=True, framework=framework), kind)
 
 
 def test_cpsat_proves_the_verl_rule_keeping_optimum_bound_le_exact_le_heuristics():
