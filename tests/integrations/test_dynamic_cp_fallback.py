@@ -220,3 +220,35 @@ def test_solve_dynamic_cp_fallback_keeps_the_faster_plan(monkeypatch, work_clock
     other = module.solve_context_parallel(instance, "megatron")
     assert result.objective <= other.objective and result.info["fallback"] == "greedy and megatron"
     assert dataclasses.asdict(result)["info"]["wall_clock_cut"]
+
+
+def test_a_plan_failing_only_at_the_sequence_level_is_an_internal_error_not_a_runtime_error(monkeypatch):
+    # the pack-level plan is valid, so its sequences' plan is too; were it not, that is packplace's bug: an
+    # AssertionError saying so (never a bare RuntimeError a caller could take for "no plan")
+    sequence_level = []
+    original = module.make_instance
+
+    def tagged(*args, **kwargs):
+        instance = original(*args, **kwargs)
+        if "micro_batches" not in kwargs["context_parallel"]:   # the sequence-level instance (no fixed count)
+            sequence_level.append(instance)
+        return instance
+
+    class Broken(ContextParallelEvaluator):
+        def score(self, plan):
+            score = super().score(plan)
+            if any(self.instance is seen for seen in sequence_level):
+                return dataclasses.replace(score, feasible=False, violations=["stub: a cap broken"])
+            return score
+
+    planner = PackplaceDynamicCPPlanner(8, dp_size=1, cp_size=1, types=planning)
+    sequences = [planning.SequenceDescriptor(sample_id=i, num_tokens=4) for i in range(4)]
+    planner.build_packs(sequences, planning.PackingConstraints(8))   # unpatched: a valid plan
+    assert not sequence_level
+    monkeypatch.setattr(module, "make_instance", tagged)
+    monkeypatch.setattr(module, "ContextParallelEvaluator", Broken)
+    with pytest.raises(AssertionError, match=r"^dynamic CP internal error: a plan valid for the packs fails for "
+                                             r"their sequences \(stub: a cap broken\)"):
+        PackplaceDynamicCPPlanner(8, dp_size=1, cp_size=1, types=planning).build_packs(
+            sequences, planning.PackingConstraints(8))
+    assert sequence_level

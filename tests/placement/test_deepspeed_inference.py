@@ -63,10 +63,35 @@ def test_prefill_logits_llama_copies_to_fp32_opt_does_not():
 
 
 @pytest.mark.parametrize("field", ["tp", "sequences", "max_out_tokens"])
-def test_bad_arguments_name_the_field(field):
-    kwargs = {"tp": 1, "sequences": 8, "max_out_tokens": 2048, field: 0}
-    with pytest.raises(ValueError, match=field):
+@pytest.mark.parametrize("value", [0, -1, 1.5, 2.5, True, float("inf"), float("nan"), "8"])
+def test_bad_arguments_name_the_function_field_and_value(field, value):
+    kwargs = {"tp": 1, "sequences": 8, "max_out_tokens": 2048, field: value}
+    with pytest.raises(ValueError, match=rf"^inference_workspace_bytes: {field} must be a positive integer, got "):
         inference_workspace_bytes(CODELLAMA_34B, **kwargs)
+
+
+@pytest.mark.parametrize("tp", [3, 5, 128])
+def test_tp_not_dividing_the_heads_is_refused(tp):
+    # CodeLlama-34B has 64 heads; DeepSpeed's containers assert num_attention_heads % mp_size == 0 (at 128 the
+    # scores term heads // tp had silently been 0)
+    assert CODELLAMA_34B.heads == 64
+    with pytest.raises(ValueError,
+                       match=rf"^inference_workspace_bytes: tp must divide .*64 attention heads.*got {tp}$"):
+        inference_workspace_bytes(CODELLAMA_34B, tp=tp, sequences=8, max_out_tokens=2048)
+
+
+def test_integral_floats_price_as_the_int():
+    assert inference_workspace_bytes(LLAMA2_70B, tp=8.0, sequences=64.0, max_out_tokens=2048.0) == (
+        inference_workspace_bytes(LLAMA2_70B, tp=8, sequences=64, max_out_tokens=2048))
+    assert prefill_logit_bytes(CODELLAMA_34B, sequences=8.0, prompt_len=1024.0) == 8 * 1024 * 32000 * 6
+
+
+@pytest.mark.parametrize("field", ["sequences", "prompt_len"])
+@pytest.mark.parametrize("value", [0, 2.5, True, float("inf"), float("nan")])
+def test_prefill_logits_refuse_a_bad_count(field, value):
+    kwargs = {"sequences": 8, "prompt_len": 1024, field: value}
+    with pytest.raises(ValueError, match=rf"^prefill_logit_bytes: {field} must be a positive integer, got "):
+        prefill_logit_bytes(CODELLAMA_34B, **kwargs)
 
 
 def test_vertex_memory_charges_the_workspace_on_deepspeed_chat_only():

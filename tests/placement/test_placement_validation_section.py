@@ -180,7 +180,10 @@ def _plan_entry(key, value):
     (_plan_entry("dp", 1.5), "[validation] plan.actor.generate.dp: must be an integer in [1, 65,536], got 1.5"),
     (_plan_entry("tp", "1"), "[validation] plan.actor.generate.tp: must be an integer in [1, 65,536], got '1'"),
     (_plan_entry("micro_batch", True),
-     "[validation] plan.actor.generate.micro_batch: must be an integer in [1, 1,000,000,000,000], got True"),
+     "[validation] plan.actor.generate.micro_batch: must be an integer in [1, 1,000,000,000,000] or fit, got True"),
+    # 'fit' is the one word it takes (lower case), and the message names it
+    (_plan_entry("micro_batch", "Fit"),
+     "[validation] plan.actor.generate.micro_batch: must be an integer in [1, 1,000,000,000,000] or fit, got 'Fit'"),
     (_plan_entry("pp", None), "[validation] plan.actor.generate.pp: missing required field"),
     (_plan_entry("extent", None), "[validation] plan.actor.generate.extent: missing required field"),
     (_plan_entry("origin", [0, 0]),

@@ -1196,8 +1196,11 @@ class PackplaceDynamicCPPlanner:
                                   cost=instance.cost, objective=instance.objective)
         evaluator = ContextParallelEvaluator(sequences)
         score = evaluator.score(plan_from_slots(slots))
-        if not score.feasible:   # the same groups, the same caps: a pack-level plan is a sequence-level one
-            raise RuntimeError(f"dynamic CP: the plan fails at the sequence level: {score.violations[0]}")
+        if not score.feasible:
+            # the same groups and caps: a plan the pack-level evaluator accepted holds for its sequences, so this
+            # is packplace's own bug, not a property of the batch (an internal error, never a user's input)
+            raise AssertionError(f"dynamic CP internal error: a plan valid for the packs fails for their "
+                                 f"sequences ({score.violations[0]}); please report it with the batch")
         return score, evaluator.lower_bound()
 
 

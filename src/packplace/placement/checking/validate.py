@@ -103,7 +103,7 @@ PLAN_TASK_FIELDS: dict[str, Field] = {
     "pp": Field("int", "stages", 1, MAX_GPUS, meaning="pipeline-parallel degree"),
     "tp": Field("int", "ranks", 1, MAX_GPUS, meaning="tensor-parallel degree"),
     "ep": Field("int", "ranks", 1, MAX_GPUS, default=1, meaning="expert-parallel degree of a MoE model (divides dp)"),
-    "micro_batch": Field("int", "sequences", 1, MAX_SEQUENCES,
+    "micro_batch": Field("int", "sequences", 1, MAX_SEQUENCES, literals=(FIT,),
                          meaning="sequences per micro-batch (generation: decoded together per replica); "
                                  "'fit': not published, the largest within memory"),
 }

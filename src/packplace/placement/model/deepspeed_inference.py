@@ -34,6 +34,7 @@ forward (``models/opt/modeling_opt.py``) keeps them in the model's dtype.
 
 from __future__ import annotations
 
+from packplace.placement.model.counts import check_counts
 from packplace.placement.problem.models import ModelSpec
 
 #: Activation elements per sequence per token, in units of ``heads·h_e`` (``inference_context.h``
@@ -65,11 +66,16 @@ def inference_workspace_bytes(model: ModelSpec, *, tp: int, sequences: int, max_
     elements of one token, ``b·(heads/tp)·T``, and :data:`WORKSPACE_RESERVE_BYTES`).
 
     Raises:
-        ValueError: ``tp``, ``sequences`` or ``max_out_tokens`` below 1.
+        ValueError: ``tp``, ``sequences`` or ``max_out_tokens`` not a positive integer
+            (:func:`~packplace.placement.model.counts.check_counts`), or ``tp`` not dividing the model's attention
+            heads (DeepSpeed's inference containers assert ``num_attention_heads % mp_size == 0``:
+            ``module_inject/containers/base.py`` ``create_ds_model_config``).
     """
-    for name, value in (("tp", tp), ("sequences", sequences), ("max_out_tokens", max_out_tokens)):
-        if value < 1:
-            raise ValueError(f"inference workspace: {name} must be at least 1, got {value}")
+    check_counts("inference_workspace_bytes", tp=tp, sequences=sequences, max_out_tokens=max_out_tokens)
+    tp, sequences, max_out_tokens = int(tp), int(sequences), int(max_out_tokens)
+    if model.heads % tp:
+        raise ValueError(f"inference_workspace_bytes: tp must divide the model's {model.heads} attention heads "
+                         f"(DeepSpeed's inference containers split them evenly), got {tp}")
     width = model.heads * padded_head_size(model)
     activation = WORKSPACE_ACTIVATION_WIDTHS * width * sequences
     scores = sequences * (model.heads // tp) * max_out_tokens
@@ -81,6 +87,13 @@ def inference_workspace_bytes(model: ModelSpec, *, tp: int, sequences: int, max_
 def prefill_logit_bytes(model: ModelSpec, *, sequences: int, prompt_len: int) -> float:
     """Bytes of the prefill's logits on each GPU of the hybrid engine (module docstring): ``b·S·V`` in the
     model's dtype (the unsliced LM head's output), plus their fp32 copy except for
-    :data:`LOGITS_KEPT_IN_MODEL_DTYPE`."""
+    :data:`LOGITS_KEPT_IN_MODEL_DTYPE`.
+
+    Raises:
+        ValueError: ``sequences`` or ``prompt_len`` not a positive integer
+            (:func:`~packplace.placement.model.counts.check_counts`).
+    """
+    check_counts("prefill_logit_bytes", sequences=sequences, prompt_len=prompt_len)
+    sequences, prompt_len = int(sequences), int(prompt_len)
     per_entry = 2 + (0 if model.model_type in LOGITS_KEPT_IN_MODEL_DTYPE else 4)
     return float(sequences * prompt_len * model.output_dim * per_entry)
