@@ -21,7 +21,9 @@ from packplace.placement.model.deepspeed_zero3 import (
     pass_gathers,
     zero3_forward_prefetches,
     zero3_gathers_per_pass,
+    zero3_turn_gathered,
 )
+from packplace.placement.model.memory import TrainingOptions, vertex_memory, zero3_kept_bytes
 from packplace.shape import TransformerShape
 
 #: One layer, d 4, d_ff 8, V 10, LayerNorm, biases everywhere, tied head.
@@ -163,3 +165,70 @@ def test_a_trained_roles_experience_forward_takes_the_training_config():
     assert zero3_forward_prefetches(critic, DSCHAT_TRAIN) and zero3_forward_prefetches(critic, DSCHAT_EVAL)
     assert vertices["critic.infer"].strategy.dp == 64 and vertices["critic.infer"].micro_batch == 16
     assert phases["critic.infer"] - phases["reward.infer"] == pytest.approx(61 * 63 * 5e-6 / 24, rel=1e-9)
+
+
+# TINY's trace, module sizes (every parameter counted): forward emb 40, norm 8, Q K V O 20 each, norm 8, fc1 40,
+# fc2 36, final norm 8, tied head 40 (the embedding's parameter); the backward in reverse (no recompute).
+# Elements passed between a module's forward and its backward use: head 0, final norm 40 + 40 = 80,
+# fc2 8 + 40 + 40 + 8 = 96, fc1 36 + 96 + 36 = 168; kept iff that is below the reuse distance.
+@pytest.mark.parametrize(("distance", "kept"), [(0, 0), (1, 40), (80, 40), (81, 48), (96, 48), (97, 84),
+                                                (169, 124)])
+def test_reuse_distance_keeps_the_forwards_last_modules_by_hand(distance, kept):
+    assert zero3_turn_gathered(TINY, Zero3Prefetch(0, 0, 10**9, distance), False) == kept
+
+
+def test_recompute_makes_the_recomputed_forward_the_next_use_by_hand():
+    # backward: head, final norm, the layer's recomputed forward (norm, Q, K, V, O, norm, fc1, fc2), then its
+    # backward. fc1: fc2 36 + final norm 8 + head 40 + head 40 + final norm 8 + norm 8 + 4·20 + norm 8 = 228;
+    # fc2: 8 + 40 + 40 + 8 + 8 + 80 + 8 + fc1 40 = 232
+    assert zero3_turn_gathered(TINY, Zero3Prefetch(0, 0, 10**9, 229), True) == 40 + 8 + 40
+    assert zero3_turn_gathered(TINY, Zero3Prefetch(0, 0, 10**9, 233), True) == 40 + 8 + 40 + 36
+
+
+def test_max_live_caps_the_prefetch_not_what_is_kept():
+    # distance 100 keeps head, final norm and fc2 (84); the backward's prefetch pops fc1 (40) while below
+    # min(max_live − 84, bucket 30): max live 1000 or 100 pops it (the last pop overshoots), 84 or less none
+    assert zero3_turn_gathered(TINY, Zero3Prefetch(0, 30, 1000, 100), False) == 124
+    assert zero3_turn_gathered(TINY, Zero3Prefetch(0, 30, 100, 100), False) == 124
+    assert zero3_turn_gathered(TINY, Zero3Prefetch(0, 30, 84, 100), False) == 84
+    assert zero3_turn_gathered(TINY, Zero3Prefetch(0, 30, 10, 100), False) == 84
+    # persistent parameters (4 elements or fewer: the norms, fc2's bias) are never gathered: head 40 + fc2 32
+    assert zero3_turn_gathered(TINY, Zero3Prefetch(4, 0, 10**9, 100), False) == 72
+
+
+NO_RECOMPUTE = TrainingOptions(sharding="zero3", recompute="none")
+
+
+def test_kept_bytes_beyond_the_counted_layer_by_hand():
+    # a distance past the whole step keeps every parameter: 220 elements, the layer counts 172: 2·48 bytes
+    fetch = Zero3Prefetch(0, 0, 10**9, 1000)
+    assert TINY.block_params / TINY.layers == 172
+    assert zero3_turn_gathered(TINY, fetch, False) == 220
+    assert zero3_kept_bytes(TINY, fetch, NO_RECOMPUTE) == 2 * 48
+    assert zero3_kept_bytes(TINY, Zero3Prefetch(0, 0, 10**9, 100), NO_RECOMPUTE) == 0   # 84 < 172
+    # FSDP (no DeepSpeed fetch settings) and ZeRO-2 keep nothing extra
+    assert zero3_kept_bytes(TINY, None, NO_RECOMPUTE) == 0
+    assert zero3_kept_bytes(TINY, fetch, TrainingOptions(sharding="zero2")) == 0
+
+
+@pytest.mark.parametrize("sharding", ["zero3", "zero2"])
+def test_a_zero3_training_vertex_adds_the_kept_bytes_to_its_transient(sharding):
+    fetch = Zero3Prefetch(0, 0, 10**9, 1000)
+    kw = dict(dp=8, pp=1, tp=1, micro_batch=1, micro_batches=1, seq_len=16, prompt_len=8, live_len=16,
+              options=TrainingOptions(sharding=sharding))
+    res0, tra0 = vertex_memory(TINY, "train", **kw)
+    res1, tra1 = vertex_memory(TINY, "train", zero3_fetch=fetch, **kw)
+    assert res1 == res0
+    assert tra1 - tra0 == (96 if sharding == "zero3" else 0)
+
+
+def test_llama_2_7b_on_openrlhf_keeps_the_head_and_the_last_layer_by_hand():
+    actor = load_setup("benchmarks/validation/openrlhf_ppo_llama2-7b_8xa800.yaml")[0].models["actor"]
+    # DeepSpeed's defaults, activation checkpointing: kept the head 32000·4096 and layer 32's Q, K, V, O
+    # (4·4096²) and gate, up, down (3·4096·11008); layer 31's down passes 3 layers + 2 heads > 1e9 first. The
+    # norms (4096 ≤ 1e5) persist. Prefetch: layer 31's recomputed Q, K, V (3·4096² ≥ 5e7)
+    head, layer = 32000 * 4096, 4 * 4096**2 + 3 * 4096 * 11008
+    assert zero3_turn_gathered(actor, DEEPSPEED_DEFAULTS, True) == head + layer + 3 * 4096**2
+    full = TrainingOptions(sharding="zero3", recompute="full")
+    assert zero3_kept_bytes(actor, DEEPSPEED_DEFAULTS, full) == pytest.approx(
+        2 * (head + 3 * 4096**2 - 2 * 4096), rel=1e-12)

@@ -1586,7 +1586,8 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              fused_swiglu=megatron and vertex_fuses_swiglu(instance, model, options),
                              router_dtype=megatron_router_dtype(instance.framework, version, model,
                                                                 options.moe_router_dtype),
-                             max_out_tokens=w.context_length + w.generation_length)
+                             max_out_tokens=w.context_length + w.generation_length,
+                             zero3_fetch=None if cost.framework.zero3_fetch is None else cost.framework.zero3_fetch[0])
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout

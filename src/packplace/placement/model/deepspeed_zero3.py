@@ -29,10 +29,11 @@ The settings, by framework (:data:`DSCHAT_TRAIN`, :data:`DSCHAT_EVAL`, :data:`DE
   ``"auto"``, which DeepSpeed's ``DeepSpeedConfigModel.__init__`` drops, ``runtime/config_utils.py`` v0.13.5
   line 55) runs at DeepSpeed's defaults: persistence 1e5, prefetch bucket 5e7, max live 1e9.
 
-The backward fetches the same modules in the reverse order. Not modelled: modules without parameters (their
-hooks run the prefetch too, so a prefetch may be split at them), parameters kept from the forward for the
-backward within ``stage3_max_reuse_distance``, the tied LM head's second use of the embedding within a pass, and
-LoRA adapters (DeepSpeed-Chat's ``LinearLayer_LoRA`` holds them in the module of the weight they adapt, which
+The backward fetches the same modules in the reverse order. Parameters kept from the forward for the backward
+within ``stage3_max_reuse_distance`` are counted for memory only (:func:`zero3_turn_gathered`), not for the
+gathers. Not modelled: modules without parameters (their hooks run the prefetch too, so a prefetch may be split
+at them), the tied LM head's second use of the embedding within a pass for the gathers, and LoRA adapters
+(DeepSpeed-Chat's ``LinearLayer_LoRA`` holds them in the module of the weight they adapt, which
 fetches them with it).
 """
 
@@ -53,6 +54,9 @@ class Zero3Prefetch:
     persistence_threshold: int
     prefetch_bucket: int
     max_live: int
+    #: ``stage3_max_reuse_distance`` (:func:`zero3_turn_gathered`): DeepSpeed's default 1e9
+    #: (``runtime/zero/config.py`` v0.9.0-v0.14.x), which none of the three configs sets.
+    max_reuse_distance: int = 1_000_000_000
 
 
 #: DeepSpeed-Chat's training config (``dschat/utils/ds_utils.py`` ``get_train_ds_config``: 1e4, 3e7, 3e7).
@@ -67,11 +71,18 @@ Module = tuple[int, ...]
 
 
 def leaf_modules(model: ModelSpec) -> list[Module]:
+    """The element counts of each leaf module's parameters of ``model`` in Hugging Face forward order
+    (:func:`_module_groups`, flattened)."""
+    before, layers, after = _module_groups(model)
+    return before + [m for layer in layers for m in layer] + after
+
+
+def _module_groups(model: ModelSpec) -> tuple[list[Module], list[list[Module]], list[Module]]:
     """The element counts of each leaf module's parameters of ``model`` in Hugging Face forward order: the token
     and learned position embeddings, ``project_in``; per layer the attention norm, Q, K, V, O (weight, bias), the
     MLP norm and the MLP (gate, up, down; a MoE layer's router, each expert's, then the shared expert's); the
     final norm, ``project_out``, the head (a value model's ``v_head``; a tied LM head reuses the embedding and is
-    left out)."""
+    left out); as ``(before the layers, each layer's, after the layers)``."""
     d, e = model.hidden_dim, model.embedding_dim or model.hidden_dim
     q, kv = model.attention_dim, model.kv_heads * model.head_dim
     qkv_bias, linear_bias = model.bias != "none", model.bias == "all"
@@ -91,22 +102,24 @@ def leaf_modules(model: ModelSpec) -> list[Module]:
 
     attention = [norm, linear(d, q, qkv_bias), linear(d, kv, qkv_bias), linear(d, kv, qkv_bias),
                  linear(q, d, linear_bias), norm]
+    layers: list[list[Module]] = []
     for layer in range(model.layers):
-        out += attention
+        block = list(attention)
         if model.is_moe and layer >= model.dense_layers:
-            out.append((d * model.num_experts,))
-            out += mlp(model.expert_ffn_dim) * model.num_experts
-            out += mlp(model.shared_expert_ffn_dim) if model.shared_expert_ffn_dim else []
+            block.append((d * model.num_experts,))
+            block += mlp(model.expert_ffn_dim) * model.num_experts
+            block += mlp(model.shared_expert_ffn_dim) if model.shared_expert_ffn_dim else []
         else:
-            out += mlp(model.ffn_dim)
-    out.append(norm)
+            block += mlp(model.ffn_dim)
+        layers.append(block)
+    after: list[Module] = [norm]
     if e != d and model.lm_head:
-        out.append((d * e,))
+        after.append((d * e,))
     if not model.lm_head:
-        out.append((d,))
+        after.append((d,))
     elif not model.tie_word_embeddings:
-        out.append((e * model.vocab_size,))
-    return out
+        after.append((e * model.vocab_size,))
+    return out, layers, after
 
 
 def pass_gathers(modules: list[Module], prefetch: Zero3Prefetch) -> int:
@@ -179,3 +192,73 @@ def zero3_forward_prefetches(model: ModelSpec, prefetch: Zero3Prefetch) -> bool:
     runs while the module computes; the trace completes at the end of every no-grad forward
     (``parameter_offload.py`` ``_end_of_forward_hook``, lines 321-324)."""
     return on_demand_fetches(leaf_modules(model), prefetch) == 0
+
+
+#: A parameter in a trace: ``(its identity, its elements)``.
+_Param = tuple[int, int]
+
+
+def _training_trace(model: ModelSpec, recompute: bool) -> tuple[list[list[_Param]], int]:
+    """``(modules, forward length)``: the modules DeepSpeed's ZeRO-3 fetches in one training step, each its
+    parameters, and how many of them are the forward's. The forward is :func:`_module_groups` in order (a tied
+    LM head last, holding the embedding's parameter), the backward the same in reverse; with ``recompute``
+    (activation checkpointing per layer) each layer's backward is preceded by its recomputed forward, whose
+    module hooks fetch again (the hooks fire on the recompute as on any forward)."""
+    before, layers, after = _module_groups(model)
+    ids = iter(range(1 << 30))
+
+    def params(group: list[Module]) -> list[list[_Param]]:
+        return [[(next(ids), n) for n in module] for module in group]
+
+    head, blocks, tail = params(before), [params(layer) for layer in layers], params(after)
+    if model.lm_head and model.tie_word_embeddings:
+        tail.append([head[0][0]])
+    forward = head + [m for block in blocks for m in block] + tail
+    backward = tail[::-1]
+    for block in blocks[::-1]:
+        backward += (block + block[::-1]) if recompute else block[::-1]
+    return forward + backward + head[::-1], len(forward)
+
+
+@lru_cache(maxsize=256)
+def zero3_turn_gathered(model: ModelSpec, fetch: Zero3Prefetch, recompute: bool) -> int:
+    """Parameter elements a DeepSpeed ZeRO-3 rank holds gathered at the forward → backward turn of a training
+    step from the second step on (the trace complete): the forward's parameters it did not release plus the
+    backward's first prefetch. ``PartitionedParameterCoordinator.__params_to_release``
+    (``runtime/zero/partitioned_param_coordinator.py``, v0.9.0 lines 401-429, v0.13.5 lines 487-517) keeps a
+    module's parameters after it runs when one of them is fetched again by a module of the trace before the
+    modules after it, counted from the next step, add up to ``stage3_max_reuse_distance`` elements (every
+    parameter of each module passed counts its whole ``ds_numel``, persistent ones included; the check precedes
+    each module). In a training step the next use of a forward parameter is its backward (with ``recompute`` its
+    layer's recomputed forward; :func:`_training_trace`), so the last modules of the forward stay gathered into
+    the backward. ``stage3_max_live_parameters`` caps the prefetch only (``max_params_to_prefetch = min(max_live
+    − available, bucket)``), never what is kept. The backward's first prefetch then pops the modules not kept,
+    up to that budget (:func:`pass_gathers`). Parameters of at most ``persistence_threshold`` elements are never
+    gathered and not counted."""
+    trace, n_forward = _training_trace(model, recompute)
+    before = [0]   # before[i]: the elements of the modules ahead of module i
+    for module in trace:
+        before.append(before[-1] + sum(n for _, n in module))
+    uses: dict[int, list[int]] = {}
+    for step, module in enumerate(trace):
+        for pid, _ in module:
+            uses.setdefault(pid, []).append(step)
+    kept: dict[int, int] = {}
+    for step in range(n_forward):
+        for pid, n in trace[step]:
+            later = [u for u in uses[pid] if u > step]
+            if n <= fetch.persistence_threshold or not later or later[0] < n_forward:
+                continue   # persistent, or used again in the forward, whose use decides
+            if before[later[0]] - before[step + 1] < fetch.max_reuse_distance:
+                kept[pid] = n
+    held = sum(kept.values())
+    budget = min(fetch.max_live - held, fetch.prefetch_bucket)
+    popped, seen = 0, set(kept)
+    for module in trace[n_forward:]:
+        if popped >= budget:
+            break
+        for pid, n in module:
+            if n > fetch.persistence_threshold and pid not in seen:
+                seen.add(pid)
+                popped += n
+    return held + popped

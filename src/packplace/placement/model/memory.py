@@ -30,6 +30,7 @@ from functools import lru_cache
 
 from packplace.errors import ConfigError
 from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
+from packplace.placement.model.deepspeed_zero3 import Zero3Prefetch, zero3_turn_gathered
 from packplace.placement.model.pass_memory import (
     LOGIT_FORWARD_BYTES,
     ROUTER_DTYPE_BYTES,
@@ -473,7 +474,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   logprob_tokens: float | None = None, logit_bytes: tuple[float, float] | None = None,
                   offload_between_passes: bool = False, bare_loop: bool = False, weight_shard: int | None = None,
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
-                  fused_kernels: bool = False, fused_swiglu: bool = False,
+                  fused_kernels: bool = False, fused_swiglu: bool = False, zero3_fetch: Zero3Prefetch | None = None,
                   router_dtype: str = "bf16", max_out_tokens: int | None = None) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
@@ -485,7 +486,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             ``micro_batch · seq_len`` tokens unless ``pass_tokens`` is given.
         prompt_len: Prompt tokens ``S`` (generation's prefill workspace).
         live_len: Live KV tokens per generated sequence (``S + mean response``, paged cache).
-        options: Training memory options (train only).
+        options: Training memory options (train only); ``zero3_fetch``: DeepSpeed's (:func:`zero3_kept_bytes`).
         prefill_sequences: Prompts whose prefill workspace a generation engine holds at once (default
             ``micro_batch``; a continuously batched engine prefills a bounded chunk: 1 prompt).
         ep: Expert-parallel degree (a MoE model; divides ``dp``): the stage's weights are
@@ -498,8 +499,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             offload, Rajbhandari et al. 2021; OpenRLHF ``--ref_reward_offload``): nothing resident; while
             it runs the GPU holds the gathered layer (sharded) or the whole weights (a replica).
         pass_tokens: Tokens of the largest micro-batch a training / inference pass holds at once
-            (:func:`peak_pass_tokens`; default ``micro_batch · seq_len``): its activations and logits are
-            sized at it.
+            (:func:`peak_pass_tokens`; default ``micro_batch · seq_len``): its activations and logits are sized at it.
         logprob_tokens: A ``train`` vertex that also runs the old-log-prob forward: the tokens of that
             forward's largest micro-batch; the transient is then the larger of the training pass's and that
             forward's (:func:`~packplace.placement.model.pass_memory.infer_transient` plus the workspace).
@@ -550,6 +550,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             resident, transient = resident - late, loaded + _train_vertex_transient(
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, in_flight(pp, i, inflight), ep,
                 cp.ring, framework, workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype, seq_len)
+            transient += zero3_kept_bytes(model, zero3_fetch, options, tp, ep)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
@@ -565,6 +566,24 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         if resident + transient > best[0]:
             best = (resident + transient, resident, transient)
     return best[1], best[2]
+
+
+def zero3_kept_bytes(model: ModelSpec, fetch: Zero3Prefetch | None, options: TrainingOptions, tp: int = 1,
+                     ep: int = 1) -> float:
+    """Gathered bf16 parameter bytes per GPU a DeepSpeed ZeRO-3 trainer (``options.sharding`` zero3, ``fetch``
+    its training engine's settings; 0 otherwise or without ``fetch``: FSDP releases each unit after it runs)
+    holds at its forward → backward turn beyond the one gathered layer :func:`train_state_bytes` counts:
+    ``2·max(0, G/tp − p_L)``, ``G`` the elements of
+    :func:`~packplace.placement.model.deepspeed_zero3.zero3_turn_gathered` (the forward's last modules kept
+    within ``stage3_max_reuse_distance`` of their backward use, plus the backward's first prefetch; with
+    ``options.recompute`` full the recomputed forward is that use), ``p_L`` the layer counted (its routed
+    experts over ``ep``). The turn is where the pass's activations and logits peak, so the bytes join the
+    training transient."""
+    if fetch is None or options.sharding != "zero3":
+        return 0.0
+    layer = (model.block_params - model.expert_params) / model.layers / tp
+    layer += model.expert_params / model.layers / (tp * ep)
+    return 2.0 * max(0.0, zero3_turn_gathered(model, fetch, options.recompute == "full") / tp - layer)
 
 
 def _generate_transient(model: ModelSpec, n_layers: int, last: bool, tp: int, pp: int, ep: int, micro_batch: int,
