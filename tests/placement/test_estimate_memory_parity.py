@@ -16,9 +16,11 @@ import pytest
 
 from packplace.errors import ConfigError
 from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model.deepspeed_zero3 import zero3_kept_bytes
+from packplace.placement.model.framework import FRAMEWORKS as FRAMEWORK_PROFILES
 from packplace.placement.model.memory import stage_params
 from packplace.placement.model.pass_memory import bare_loop, pass_memory, resident_gradients
-from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.config import _model, build_instance
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.task_estimate import MEMORY_PARTS, MODEL_PRESETS, estimate
 
@@ -212,3 +214,24 @@ def test_the_bare_loop_frees_its_gradients_at_each_optimizer_step():
     assert _vertex_bytes(config, Strategy(4, 1, 1, 1), 1) == pytest.approx(one, rel=REL)
     config["training"]["optimizer_steps"] = 1   # one step of two micro-batches: the gradients held
     assert _vertex_bytes(config, Strategy(4, 1, 1, 1), 1) > one
+
+
+@pytest.mark.parametrize("framework", ["openrlhf", "deepspeed-chat"])
+@pytest.mark.parametrize("dp, mb, recompute", [(4, 1, "none"), (8, 2, "full"), (2, 1, "full")])
+def test_a_deepspeed_zero3_pass_holds_the_parameters_kept_into_the_backward_as_place_does(framework, dp, mb,
+                                                                                         recompute):
+    # estimate refuses zero3 (it does not price the gathers); pass_memory, given the framework's training fetch
+    # settings, holds what DeepSpeed keeps gathered into the backward (zero3_kept_bytes) in every phase, as
+    # place's vertex_memory adds it to the training transient
+    with pytest.raises(ConfigError, match="sharding: zero3"):
+        estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=SEQ, micro_batch=mb, dp=dp, framework=framework,
+                 sharding="zero3", recompute=recompute)
+    shape = _model("actor", dict(DENSE), "test")
+    kept = zero3_kept_bytes(shape, FRAMEWORK_PROFILES[framework].zero3_fetch[0], recompute == "full")
+    assert kept > 0.0
+    without = pass_memory(shape, "train", micro_batch=mb, seq_len=SEQ, recompute=recompute, dp=dp,
+                          framework=framework, sharding="zero3", workspace_bytes=0.0)
+    with_kept = pass_memory(shape, "train", micro_batch=mb, seq_len=SEQ, recompute=recompute, dp=dp,
+                            framework=framework, sharding="zero3", workspace_bytes=0.0,
+                            zero3_fetch=FRAMEWORK_PROFILES[framework].zero3_fetch[0])
+    assert with_kept.peak_bytes == pytest.approx(without.peak_bytes + kept, rel=1e-12)

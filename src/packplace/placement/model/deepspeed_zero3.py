@@ -262,3 +262,18 @@ def zero3_turn_gathered(model: ModelSpec, fetch: Zero3Prefetch, recompute: bool)
                 seen.add(pid)
                 popped += n
     return held + popped
+
+
+def zero3_kept_bytes(model: ModelSpec, fetch: Zero3Prefetch | None, full_recompute: bool, tp: int = 1,
+                     ep: int = 1) -> float:
+    """Gathered bf16 parameter bytes per GPU a DeepSpeed ZeRO-3 trainer (``fetch``: its training engine's
+    settings; None: 0, as for FSDP, which releases each unit after it runs) holds at its forward → backward turn
+    beyond the one gathered layer the memory model counts: ``2·max(0, G/tp − p_L)``, ``G`` the elements of
+    :func:`zero3_turn_gathered`, ``p_L`` that layer's elements (its routed experts over ``ep``). The one formula
+    of ``place`` (:func:`~packplace.placement.model.memory.zero3_kept_bytes`) and ``estimate``
+    (:func:`~packplace.placement.model.pass_memory.pass_memory`)."""
+    if fetch is None:
+        return 0.0
+    layer = (model.block_params - model.expert_params) / model.layers / tp
+    layer += model.expert_params / model.layers / (tp * ep)
+    return 2.0 * max(0.0, zero3_turn_gathered(model, fetch, full_recompute) / tp - layer)

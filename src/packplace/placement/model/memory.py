@@ -30,7 +30,8 @@ from functools import lru_cache
 
 from packplace.errors import ConfigError
 from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
-from packplace.placement.model.deepspeed_zero3 import Zero3Prefetch, zero3_turn_gathered
+from packplace.placement.model.deepspeed_zero3 import Zero3Prefetch
+from packplace.placement.model.deepspeed_zero3 import zero3_kept_bytes as kept_gathered_bytes
 from packplace.placement.model.pass_memory import (
     LOGIT_FORWARD_BYTES,
     ROUTER_DTYPE_BYTES,
@@ -579,11 +580,9 @@ def zero3_kept_bytes(model: ModelSpec, fetch: Zero3Prefetch | None, options: Tra
     ``options.recompute`` full the recomputed forward is that use), ``p_L`` the layer counted (its routed
     experts over ``ep``). The turn is where the pass's activations and logits peak, so the bytes join the
     training transient."""
-    if fetch is None or options.sharding != "zero3":
+    if options.sharding != "zero3":
         return 0.0
-    layer = (model.block_params - model.expert_params) / model.layers / tp
-    layer += model.expert_params / model.layers / (tp * ep)
-    return 2.0 * max(0.0, zero3_turn_gathered(model, fetch, options.recompute == "full") / tp - layer)
+    return kept_gathered_bytes(model, fetch, options.recompute == "full", tp, ep)
 
 
 def _generate_transient(model: ModelSpec, n_layers: int, last: bool, tp: int, pp: int, ep: int, micro_batch: int,

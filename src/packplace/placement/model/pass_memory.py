@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from packplace.errors import ConfigError
 from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
+from packplace.placement.model.deepspeed_zero3 import Zero3Prefetch, zero3_kept_bytes
 from packplace.placement.model.stages import ADAM_BYTES, SHARDING, stage_layers, stage_params, stage_split
 from packplace.placement.problem.models import ModelSpec
 
@@ -574,7 +575,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
                 workspace_bytes: float | None = None, cp: int = 1, logit_bytes: tuple[float, float] | None = None,
                 trainer_backend: str = "none", cp_exact: bool = True, fused_swiglu: bool = False,
-                router_dtype: str = "bf16") -> PassMemory:
+                router_dtype: str = "bf16", zero3_fetch: Zero3Prefetch | None = None) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -619,6 +620,10 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             :func:`_pass_tokens`.
         fused_swiglu, router_dtype: A ``megatron`` trainer's ``bias_activation_fusion`` and ``moe_router_dtype``
             (:mod:`~packplace.placement.model.nemo_rl_releases`; :func:`saved_activation_bytes_per_token`).
+        zero3_fetch: A DeepSpeed ZeRO-3 trainer's training fetch settings (``sharding`` zero3; the framework
+            profile's ``zero3_fetch``): a training pass holds the parameters DeepSpeed keeps gathered into the
+            backward (:func:`~packplace.placement.model.deepspeed_zero3.zero3_kept_bytes`) in every phase, as
+            ``place`` does; None (FSDP, or no profile): one gathered layer.
 
     Returns:
         :class:`PassMemory`.
@@ -649,6 +654,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     per_gpu, layers = _stage(model, pp, tp, ep)
     best: PassMemory | None = None
     saved, forward = (eager_score_bytes_per_token(model, seq_len, framework, grad) for grad in (True, False))
+    kept = zero3_kept_bytes(model, zero3_fetch, recompute == "full", tp, ep) if sharding == "zero3" else 0.0
     for i in range(pp):
         last = i == pp - 1
         tokens = _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
@@ -658,7 +664,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 ep, cp, logit_bytes,
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
-                                fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp), saved)
+                                fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp), saved,
+                                kept)
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward)
@@ -919,7 +926,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False,
                  fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16",
-                 expert_tp: int = 1, score_bytes: float = 0.0) -> PassMemory:
+                 expert_tp: int = 1, score_bytes: float = 0.0, kept: float = 0.0) -> PassMemory:
     """One pipeline stage of a training micro-batch, with the activations of ``inflight`` micro-batches saved
     (:func:`in_flight`): the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
@@ -950,6 +957,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
         grads = 2.0 * params
         if sharding in ("zero2", "zero3"):
             grads = 2.0 * (dense / states + expert / expert_states)
+    weights += kept   # DeepSpeed ZeRO-3's parameters kept gathered into the backward (zero3_kept_bytes), every phase
     held = grads if micro_batches > 1 or keep_gradients else 0.0
     forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved + part.head_forward,
                         part.logits_forward, 0.0, ws + part.slack_forward)
