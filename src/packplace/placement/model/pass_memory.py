@@ -570,6 +570,29 @@ def in_flight(pp: int, stage: int, micro_batches: int) -> int:
     return min(pp - stage, micro_batches)
 
 
+def _check_pass(model: ModelSpec, task: str, recompute: str, optimizer: str, sharding: str, seq_len: int,
+                context: int, degrees: dict[str, int]) -> None:
+    """:func:`pass_memory`'s input checks (its ``Raises``)."""
+    _check("task", task, TASKS)
+    _check("recompute", recompute, RECOMPUTE_MODES)
+    _check("optimizer", optimizer, OPTIMIZERS)
+    _check("sharding", sharding, SHARDING)
+    for name, value in degrees.items():
+        _check_positive(name, value)
+    cp, pp = degrees["cp"], degrees["pp"]
+    if cp > 1 and task not in ("train", "infer"):
+        raise ConfigError(f"cp: context parallelism is modelled for the train and infer tasks, got cp={cp} "
+                          f"for task {task}")
+    if task in ("train", "infer", "prefill") and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
+                                                  or seq_len < 1):
+        raise ConfigError(f"seq_len: must be an integer >= 1 for task {task}, got {seq_len!r}")
+    if task in ("decode", "generate") and (isinstance(context, bool) or not isinstance(context, int)
+                                           or context < 1):
+        raise ConfigError(f"context: must be an integer >= 1 for task {task}, got {context!r}")
+    if pp > model.layers:
+        raise ConfigError(f"pp: must be <= layers={model.layers}, got {pp}")
+
+
 def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: int = 0, context: int = 0,
                 recompute: str = "none", optimizer: str = "adam", tp: int = 1, pp: int = 1, dp: int = 1,
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
@@ -632,24 +655,9 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         ConfigError: an unknown task / recompute / optimizer / sharding value, a non-positive degree or
             batch, a missing ``seq_len`` / ``context`` for the task, or ``cp > 1`` for an engine task.
     """
-    _check("task", task, TASKS)
-    _check("recompute", recompute, RECOMPUTE_MODES)
-    _check("optimizer", optimizer, OPTIMIZERS)
-    _check("sharding", sharding, SHARDING)
-    for name, value in (("micro_batch", micro_batch), ("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep),
-                        ("micro_batches", micro_batches), ("cp", cp)):
-        _check_positive(name, value)
-    if cp > 1 and task not in ("train", "infer"):
-        raise ConfigError(f"cp: context parallelism is modelled for the train and infer tasks, got cp={cp} "
-                          f"for task {task}")
-    if task in ("train", "infer", "prefill") and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
-                                                  or seq_len < 1):
-        raise ConfigError(f"seq_len: must be an integer >= 1 for task {task}, got {seq_len!r}")
-    if task in ("decode", "generate") and (isinstance(context, bool) or not isinstance(context, int)
-                                           or context < 1):
-        raise ConfigError(f"context: must be an integer >= 1 for task {task}, got {context!r}")
-    if pp > model.layers:
-        raise ConfigError(f"pp: must be <= layers={model.layers}, got {pp}")
+    _check_pass(model, task, recompute, optimizer, sharding, seq_len, context,
+                {"micro_batch": micro_batch, "tp": tp, "pp": pp, "dp": dp, "ep": ep, "micro_batches": micro_batches,
+                 "cp": cp})
     ws = stack(framework).workspace_bytes if workspace_bytes is None else float(workspace_bytes)
     per_gpu, layers = _stage(model, pp, tp, ep)
     best: PassMemory | None = None
