@@ -174,6 +174,18 @@ def test_cross_validate_command_on_real_files(capsys):
     assert document["summary"]["out_of_sample"]["runs"] == 3
 
 
+def test_cross_validate_rows_say_which_micro_batches_were_fitted(capsys):
+    # the CodeLlama-34B Optimized DSChat file fits its generation batch (the script's cannot be held by DeepSpeed's
+    # inference workspace): its row says so, as plain validate's does; a file with published batches says nothing
+    files = [os.path.join(VALIDATION, f) for f in ("deepspeed_chat_optimized_ppo_codellama-34b_32xa800.yaml",
+                                                   "qwen2.5-7b_vllm_batch1_1xa100.yaml")]
+    assert main(["validate", "--cross-validate", "--json", *files]) == 0
+    rows = {r["setup"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["deepspeed_chat_optimized_ppo_codellama-34b_32xa800"]["fitted"] == (
+        "micro-batch not published, fitted as the largest within memory: actor.generate 1")
+    assert rows["qwen2.5-7b_vllm_batch1_1xa100"]["fitted"] == ""
+
+
 #: The OpenRLHF README "Performance" table at commit 391e1de4 (OpenRLHF / Optimized DSChat, seconds per 1,024
 #: prompts): every row the model can express, one file per column, the two columns of a row paired.
 OPENRLHF_TABLE = {"llama2-7b_16xa800": (471.11, 855.09), "llama2-13b_32xa800": (608.93, 1528.93),

@@ -38,6 +38,7 @@ from packplace.placement.checking.calibrate import PROFILE_KNOBS, fit_published,
 from packplace.placement.checking.validate import (
     BELOW_FLOOR,
     check_distinct_files,
+    fitted_note,
     floor_reason,
     framework,
     load_setup,
@@ -154,7 +155,9 @@ class CrossRow:
     fitted value) or set to the median of the other groups' fitted values of the fold (``pooled``,
     ``{knob[group]: value}``: no other publication has that GPU type or framework); ``not_fitted``: why
     the file never trains a fold (declared, or a figure below its datasheet floor; its figures are still
-    scored and summarised)."""
+    scored and summarised); ``fitted``: the sentence naming the micro-batches ``validate`` fitted because the
+    source does not give them (:func:`~packplace.placement.checking.validate.fitted_note`; empty when all are
+    published)."""
 
     setup: str
     figure: str
@@ -170,6 +173,7 @@ class CrossRow:
     unfitted: list[str] = field(default_factory=list)
     not_fitted: str = ""
     pooled: dict[str, float] = field(default_factory=dict)
+    fitted: str = ""
 
     def ratio(self, which: str = "out_of_sample") -> float:
         """``predicted / published`` of ``which`` (``in_sample`` or ``out_of_sample``)."""
@@ -185,7 +189,7 @@ class CrossRow:
                 "in_sample_ratio": self.ratio("in_sample") if scored else None,
                 "out_of_sample_ratio": self.ratio() if scored else None, "memory_ok": self.memory_ok,
                 "primary": self.primary, "skipped": self.skipped, "unfitted": self.unfitted,
-                "not_fitted": self.not_fitted, "pooled": self.pooled}
+                "not_fitted": self.not_fitted, "pooled": self.pooled, "fitted": self.fitted}
 
 
 def _component_table(setup) -> str:
@@ -256,7 +260,7 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
             oos = out_pred.get(s.name, predicted).get(fig, math.nan)
             rows.append(CrossRow(s.name, fig, s.publication, s.framework, s.gpu, float(pub_s), predicted[fig], oos,
                                  fits, fig == s.primary, s.skipped, unfitted.get(s.name, []), s.not_fitted,
-                                 pooled.get(s.name, {})))
+                                 pooled.get(s.name, {}), fitted_note(s.section.get("_fitted", {}))))
     in_step = {s.name: base[s.name][0][s.primary] for s in scored}
     out_step = {s.name: out_pred[s.name][s.primary] for s in scored}
     return {"rows": rows, "folds": folds, "pairs": pair_rows(setups, in_step, out_step),
