@@ -81,6 +81,21 @@ def test_deepspeed_tensor_parallelism_from_0_7_4(name, kind):
     assert strategy_refusal(ctx("0.2.7"), GENERATE, "generate", tp8) is None
 
 
+@pytest.mark.parametrize("name, kind", [(TRAIN, "train"), (CRITIC_TRAIN, "train"), (CRITIC_INFER, "infer")])
+def test_deepspeed_tensor_parallelism_runs_with_zero_stage_2_at_most(name, kind):
+    # DeepSpeed's AutoTP asserts zero_optimization_stage() <= 2 (runtime/engine.py, v0.16.7): a trained model's
+    # tensor parallelism is refused under zero3 at every release that has it, allowed under zero2
+    tp8 = Strategy(4, 1, 8, 1)
+    for sharding, refused in (("zero3", True), ("zero2", False)):
+        opts = TrainingOptions(sharding=sharding)
+        for version in ("0.7.4", "0.8.0", None):
+            context = Context("openrlhf", "ppo", {"actor": opts, "critic": opts}, True,
+                              release=None if version is None else table_release(version))
+            why = strategy_refusal(context, name, kind, tp8)
+            assert (why is not None and "ZeRO stage 2 at most" in why) is refused, (sharding, version, why)
+            assert strategy_refusal(context, name, kind, Strategy(32, 1, 1, 1)) is None
+
+
 def test_staleness_by_release():
     assert [openrlhf_most_stale(None if v is None else table_release(v))
             for v in ("0.6.0", "0.7.5", "0.8.0", "0.9.0", "0.9.1", None)] == [0, 0, 1, 1, None, None]

@@ -501,7 +501,8 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
     trainer's pad multiple, within both packs
     (:func:`~packplace.placement.model.sequence_packing.packing_refusal`). OpenRLHF: vLLM engines take a
     tensor-parallel size only, DeepSpeed trains without pipeline parallelism (and before v0.7.4,
-    :data:`OPENRLHF_DS_TENSOR_PARALLEL`, without tensor parallelism), the reference and reward
+    :data:`OPENRLHF_DS_TENSOR_PARALLEL`, without tensor parallelism; from it, tensor parallelism only with ZeRO
+    stage 2 at most, DeepSpeed's AutoTP assertion), the reference and reward
     forwards run data-parallel only. Generation in verl
     and NeMo RL: every strategy (vLLM's tensor, pipeline and expert parallelism). OpenRLHF's DeepSpeed models
     have no expert parallelism either (``openrlhf/utils/deepspeed/deepspeed.py`` ``DeepspeedStrategy``: ZeRO,
@@ -528,6 +529,10 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
         if kind != "generate" and s.tp > 1 and ctx.release is not None and ctx.release < OPENRLHF_DS_TENSOR_PARALLEL:
             return (f"OpenRLHF {ctx.release} trains with DeepSpeed ZeRO and no tensor parallelism "
                     f"(--ds_tensor_parallel_size from 0.7.4)")
+        if kind != "generate" and s.tp > 1 and any(o.sharding == "zero3" for o in ctx.training.values()):
+            return ("DeepSpeed's tensor parallelism (AutoTP, OpenRLHF's --ds.tensor_parallel_size) runs with ZeRO "
+                    "stage 2 at most (deepspeed/runtime/engine.py _configure_tensor_parallel_states, v0.16.7: "
+                    "assert zero_optimization_stage() <= 2), and these models train with sharding zero3")
         if kind != "generate" and s.ep > 1:
             return ("OpenRLHF's DeepSpeed strategy (openrlhf/utils/deepspeed/deepspeed.py DeepspeedStrategy: ZeRO, "
                     "ring attention, --ds.tensor_parallel_size) has no expert parallelism")
