@@ -62,10 +62,10 @@ def test_openrlhf_ppo_is_searched_from_the_greedy_hint_without_a_false_infeasibl
     # actor's training options run at each chunk: 473 once the options another one on the same block
     # dominates are dropped and the tensor-parallel ones refused, DeepSpeed's AutoTP running with ZeRO stage 2
     # at most and this config training with zero3; 916 before that rule), so it is no longer restricted, and
-    # OpenRLHF's layout rules between tasks (the rules module), so its optimum is one of the rule-keeping plans: CP-SAT proves it from the greedy hint
-    # (898.3714 s). (Before the rules were encoded the model relaxed them: its optimum, 487.2083 s, broke them,
-    # so the answer was the hint, its bound that relaxed optimum; before the one rectangle per task and block it
-    # was not proven within 120 s on a 2-core machine: bound 341.6 s.)
+    # OpenRLHF's layout rules between tasks (the rules module), so its optimum is one of the rule-keeping plans:
+    # CP-SAT proves it from the greedy hint (898.3714 s). (Before the rules were encoded the model relaxed them:
+    # its optimum, 487.2083 s, broke them, so the answer was the hint, its bound that relaxed optimum; before the
+    # one rectangle per task and block it was not proven within 120 s on a 2-core machine: bound 341.6 s.)
     assert result.info["cp_status"] == "OPTIMAL", result.message
     assert not result.info.get("solver_fault") and not result.info["restricted"]
     assert not result.info.get("layout_rules_broken")
