@@ -64,30 +64,42 @@ def test_out_of_time_carries_its_detail_and_pickles():
         _ = cut.missing
 
 
-def test_call_runs_another_backend_with_its_budget():
+@pytest.fixture
+def backend():
+    """``backend(name)``: the decorator that registers a balance backend for this test; each is unregistered
+    after it."""
+    names = []
+
+    def register(name):
+        names.append(name)
+        return packplace.registry.register("balance", name)
+
+    yield register
+    for name in names:
+        packplace.registry.unregister("balance", name)
+
+
+def test_call_runs_another_backend_with_its_budget(backend):
     seen = []
 
-    @packplace.registry.register("balance", "probe")
+    @backend("probe")
     def probe(instance, run):
         seen.append((run.time_limit_s, run.seed, run.instance is instance))
         return Proposal(None, "unknown")
 
-    try:
-        inst = make_instance([3, 2, 1], seq_len=10, data_parallel_size=2)
-        run = Run("balance", inst, time_limit_s=10, seed=3)
-        run.call("probe", time_limit_s=2)
-        run.call("probe", time_limit_s=None)
-        assert seen == [(2, 3, True), (None, 3, True)]
-        proposal = run.call("lpt")
-        assert proposal.status == FEASIBLE
-    finally:
-        packplace.registry.unregister("balance", "probe")
+    inst = make_instance([3, 2, 1], seq_len=10, data_parallel_size=2)
+    run = Run("balance", inst, time_limit_s=10, seed=3)
+    run.call("probe", time_limit_s=2)
+    run.call("probe", time_limit_s=None)
+    assert seen == [(2, 3, True), (None, 3, True)]
+    proposal = run.call("lpt")
+    assert proposal.status == FEASIBLE
 
 
-def test_a_call_until_found_keeps_its_budget_until_an_answer_is_offered(clock):
+def test_a_call_until_found_keeps_its_budget_until_an_answer_is_offered(clock, backend):
     deadlines = []
 
-    @packplace.registry.register("balance", "finder")
+    @backend("finder")
     def finder(instance, run):
         deadlines.append(run.deadline)
         clock[0] += 5.0   # past the 2 s: no answer yet, so the run goes on
@@ -97,52 +109,43 @@ def test_a_call_until_found_keeps_its_budget_until_an_answer_is_offered(clock):
         assert run.expired() and run.left() == 0.0
         return Proposal(None, "unknown")
 
-    try:
-        run = Run("balance", None, time_limit_s=10)
-        run.call("finder", time_limit_s=8, until_found_s=2)
-        assert deadlines == [108.0, 102.0]
-        assert run.deadline == 110.0 and run.found_deadline is None   # the caller's run is untouched
-        run.offer("answer")
-        assert run.deadline == 110.0
-    finally:
-        packplace.registry.unregister("balance", "finder")
+    run = Run("balance", None, time_limit_s=10)
+    run.call("finder", time_limit_s=8, until_found_s=2)
+    assert deadlines == [108.0, 102.0]
+    assert run.deadline == 110.0 and run.found_deadline is None   # the caller's run is untouched
+    run.offer("answer")
+    assert run.deadline == 110.0
 
 
-def test_a_call_until_found_keeps_its_whole_budget_where_the_answer_comes_past_found_by(clock):
-    deadlines = []
+def test_a_call_until_found_keeps_its_whole_budget_where_the_answer_comes_past_found_by(clock, backend):
+    deadlines, step = [], [4.0]
 
-    @packplace.registry.register("balance", "late_finder")
+    @backend("late_finder")
     def late_finder(instance, run):
         clock[0] += step[0]
         run.offer("answer")
         deadlines.append(run.deadline)
         return Proposal(None, "unknown")
 
-    try:
-        run = Run("balance", None, time_limit_s=10)
-        step = [4.0]   # offered 4 s after the call, past found_by (3 s): the budget stays whole (8 s from the call)
-        run.call("late_finder", time_limit_s=8, until_found_s=2, found_by_s=3)
-        step = [2.5]   # offered 2.5 s after the call, before found_by: down to until_found_s (2 s from the call)
-        run.call("late_finder", time_limit_s=8, until_found_s=2, found_by_s=3)
-        assert deadlines == [108.0, 104.0 + 2.0]
-        assert run.deadline == 110.0
-    finally:
-        packplace.registry.unregister("balance", "late_finder")
+    run = Run("balance", None, time_limit_s=10)
+    # offered 4 s after the call, past found_by (3 s): the budget stays whole (8 s from the call)
+    run.call("late_finder", time_limit_s=8, until_found_s=2, found_by_s=3)
+    step[0] = 2.5   # offered 2.5 s after the call, before found_by: down to until_found_s (2 s from the call)
+    run.call("late_finder", time_limit_s=8, until_found_s=2, found_by_s=3)
+    assert deadlines == [108.0, 104.0 + 2.0]
+    assert run.deadline == 110.0
 
 
-def test_a_backend_in_the_keyword_form_still_runs():
-    @packplace.registry.register("balance", "keywords")
+def test_a_backend_in_the_keyword_form_still_runs(backend):
+    @backend("keywords")
     def keywords(instance, *, time_limit_s=None, seed=0):
         return Proposal(instance.reference_bins, FEASIBLE, message=f"{time_limit_s} {seed}")
 
-    try:
-        inst = make_instance([3, 2, 1], seq_len=10, data_parallel_size=2, reference_bins="auto")
-        result = packplace.balance(inst, "keywords", time_limit_s=5, seed=4)
-        assert result.ok and result.message.endswith(" 4") and result.params["seed"] == 4
-        with pytest.raises(packplace.ConfigError, match="unknown parameter 'nope'"):
-            packplace.balance(inst, "keywords", nope=1)
-    finally:
-        packplace.registry.unregister("balance", "keywords")
+    inst = make_instance([3, 2, 1], seq_len=10, data_parallel_size=2, reference_bins="auto")
+    result = packplace.balance(inst, "keywords", time_limit_s=5, seed=4)
+    assert result.ok and result.message.endswith(" 4") and result.params["seed"] == 4
+    with pytest.raises(packplace.ConfigError, match="unknown parameter 'nope'"):
+        packplace.balance(inst, "keywords", nope=1)
 
 
 def test_the_former_registry_path_reexports_and_warns_once():
