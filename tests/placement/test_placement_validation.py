@@ -284,6 +284,9 @@ def test_calibrate_flags_a_knob_pressed_against_its_limit_and_refuses_no_knob(ca
     # 1 s for 2,048 decode steps of 15.2 GB: faster than the HBM allows, so decode_bw_eff hits its bound
     result = calibrate(instance, plan, {"actor.generate": 1.0}, ("decode_bw_eff",), ("actor.generate",))
     assert result["at_limit"] == ["decode_bw_eff"] and result["residuals"]["actor.generate"] > 1.0
+    # no GPU type given: the default bound, the largest sourced one (GB200's 0.8828)
+    assert result["knobs"]["decode_bw_eff"] == pytest.approx(0.88276, abs=1e-5)
+    assert result["limits"]["decode_bw_eff"]["side"] == "upper"
     assert calibrate(instance, plan, {"actor.generate": 24.3}, ("decode_bw_eff",),
                      ("actor.generate",))["at_limit"] == []
     with pytest.raises(ConfigError, match="no knob to fit"):
@@ -291,7 +294,9 @@ def test_calibrate_flags_a_knob_pressed_against_its_limit_and_refuses_no_knob(ca
     assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--knobs", ""]) == 2
     assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--knobs", "gemm_peak_fraction"]) == 0
     captured = capsys.readouterr()
-    assert "gemm_peak_fraction ended at its physical limit" in captured.err
+    # a batch-1 decode hardly depends on the GEMM rate: the fit runs to the A100's MAMF bound, 271.2 / 312
+    assert "gemm_peak_fraction ended at its physical upper bound 0.869231" in captured.err
+    assert "stas00/ml-engineering MAMF table" in captured.err
     assert "the fit is exact" not in captured.out
 
 

@@ -6,8 +6,10 @@ step ran with) and a YAML of measured seconds per task, flat (``actor.generate: 
 each including ``phase_overhead``) or ``{source: ..., times: {...}, engine_only: [tasks measured on the
 engine alone, without phase_overhead], knobs: [knobs to fit]}`` (:func:`read_measured`).
 
-The knobs of :data:`KNOB_BOUNDS` (default :data:`DEFAULT_KNOBS`) are fitted with
-:func:`scipy.optimize.least_squares` (trust-region reflective, within the physical bounds) on the
+The knobs of :data:`~packplace.placement.checking.knob_bounds.KNOB_BOUNDS` (default :data:`DEFAULT_KNOBS`) are
+fitted with :func:`scipy.optimize.least_squares` (trust-region reflective, within the bounds of
+:func:`~packplace.placement.checking.knob_bounds.knob_bound`: the knob's range, and for an efficiency fraction the
+GPU type's physical upper bound, each with its source) on the
 residuals ``log(predicted / measured)`` of each task's time from
 :meth:`~packplace.placement.model.cost.CostModel.vertex_time`. A knob the measurements do not determine (its
 Jacobian column vanishes or is a combination of the others, or fewer measurements than knobs) is refused
@@ -31,19 +33,9 @@ import numpy as np
 from packplace.contract import key_shown
 from packplace.errors import ConfigError, show, show_kind
 from packplace.placement.candidates import cost_model, vertex_parts
+from packplace.placement.checking.knob_bounds import DEFAULT_GPU, KNOB_BOUNDS, KnobBound, knob_bound
 from packplace.placement.problem.hardware import Hardware
 
-#: Knobs that can be fitted and their physical bounds (fractions of peak in (0, 1]; seconds ≥ 0).
-KNOB_BOUNDS: dict[str, tuple[float, float]] = {
-    "gemm_peak_fraction": (0.02, 1.0),
-    "gemm_m_half": (0.01, 200.0),
-    "decode_bw_eff": (0.02, 1.0),
-    "decode_step_overhead": (0.0, 0.5),
-    "phase_overhead": (0.0, 600.0),
-    "moe_decode_bw_eff": (0.02, 1.0),
-    "moe_gemm_peak_fraction": (0.01, 1.0),
-    "inprocess_host_per_sequence": (0.0, 0.002),
-}
 #: Knobs that only some frameworks' runs depend on, and the framework-profile flag that says which
 #: (:class:`~packplace.placement.model.framework.FrameworkProfile`): a run whose profile lacks the flag gets no
 #: parameter for the knob (it keeps the configured value, 0), so the knob is fitted only where runs can determine it.
@@ -107,14 +99,17 @@ def read_measured(document: Any, where: str = "measured") -> dict[str, Any]:
 
 
 def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...] = DEFAULT_KNOBS,
-              engine_only: tuple[str, ...] = ()) -> dict[str, Any]:
+              engine_only: tuple[str, ...] = (), gpu: str = DEFAULT_GPU) -> dict[str, Any]:
     """Fit ``knobs`` so that the predicted task times match ``measured`` (seconds per task); the tasks of
-    ``engine_only`` are compared without ``phase_overhead``.
+    ``engine_only`` are compared without ``phase_overhead``. Each knob stays within
+    :func:`~packplace.placement.checking.knob_bounds.knob_bound` of ``gpu`` (the config's preset name; a custom
+    GPU: the default bounds).
 
     Returns:
         ``{"knobs": {name: value}, "fixed": {name: value} (the other knobs of KNOB_BOUNDS, as configured),
-        "residuals": {task: predicted/measured − 1}, "hardware": Hardware, "cost": ½·Σ log-residual²,
-        "status": least_squares message}``.
+        "residuals": {task: predicted/measured − 1}, "at_limit": [knobs at a bound], "limits": {knob: {"side",
+        "bound", "source"}} (of those knobs), "bounds": {knob: (lower, upper)}, "hardware": Hardware,
+        "cost": ½·Σ log-residual², "status": least_squares message}``.
 
     Raises:
         ConfigError: an unknown knob or task, a knob named twice, a non-positive measurement, fewer
@@ -147,8 +142,9 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
     tasks = sorted(measured)
     target = np.log([float(measured[t]) for t in tasks])
     base = instance.hardware
-    lower = np.array([KNOB_BOUNDS[k][0] for k in knobs])
-    upper = np.array([KNOB_BOUNDS[k][1] for k in knobs])
+    bounds = {k: knob_bound(k, gpu) for k in knobs}
+    lower = np.array([bounds[k].lower for k in knobs])
+    upper = np.array([bounds[k].upper for k in knobs])
     start = np.clip([getattr(base, k) for k in knobs], lower, upper)
     # overheads may start at 0: move the start inside the box so the solver can leave the bound
     start = np.where(start <= lower, lower + 0.01 * (upper - lower), start)
@@ -176,12 +172,12 @@ def calibrate(instance, plan, measured: dict[str, float], knobs: tuple[str, ...]
     hw = hardware_at(fit.x)
     times = task_times(instance, plan, hw, engine_only)
     # a knob pressed against its physical limit: the measurements ask for a value outside the bounds
-    at_limit = [k for k, x, lo, hi in zip(knobs, fit.x, lower, upper)
-                if math.isclose(x, lo, rel_tol=1e-9, abs_tol=1e-12) or math.isclose(x, hi, rel_tol=1e-9, abs_tol=1e-12)]
+    limits = {k: side for k, x in zip(knobs, fit.x) if (side := bounds[k].limit(float(x))) is not None}
     return {"knobs": dict(zip(knobs, map(float, fit.x))),
             "fixed": {k: float(getattr(hw, k)) for k in KNOB_BOUNDS if k not in knobs},
             "residuals": {t: times[t] / measured[t] - 1.0 for t in tasks},
-            "at_limit": at_limit,
+            "at_limit": list(limits), "limits": limits,
+            "bounds": {k: (b.lower, b.upper) for k, b in bounds.items()},
             "hardware": hw, "cost": float(fit.cost), "status": fit.message}
 
 
@@ -250,6 +246,41 @@ def knob_applies(setup, knob: str) -> bool:
     return uses is None or bool(uses(knob))
 
 
+#: Why a value whose setups' GPU type has a component table for the knob is not fitted (:func:`fit_published`).
+TABLE_REPLACED_REASON = ("its GPU type's component table prices the dense passes and decode steps this knob "
+                         "would; the knob prices only the rest (mixture-of-experts and LoRA passes, recompute), "
+                         "where a fitted value absorbs what the model lacks there and is never pooled")
+
+
+def _parameters(setups, scoped_knobs) -> tuple[dict[tuple[str, str, str], list[float]],
+                                               dict[tuple[str, str, str], KnobBound],
+                                               dict[tuple[str, str, str], tuple[float, str]]]:
+    """:func:`fit_published`'s parameters: each ``(knob, scope, group)`` with its setups' configured values,
+    its bounds (over the setups' GPU types) and those fixed with the reason (fewer than
+    :data:`MIN_RUNS_PER_VALUE` runs, or a knob every setup's component table replaces), at their median."""
+    params: dict[tuple[str, str, str], list[float]] = {}
+    gpus: dict[tuple[str, str, str], set[str]] = {}
+    replaced: dict[tuple[str, str, str], bool] = {}
+    for st in setups:
+        for knob, scope in scoped_knobs:
+            if not knob_applies(st, knob):
+                continue
+            key = (knob, scope, st.group(scope))
+            params.setdefault(key, []).append(float(st.base_value(knob)))
+            gpus.setdefault(key, set()).add(str(st.group("gpu")))
+            table = getattr(st, "table_replaces", None)
+            replaced[key] = replaced.get(key, True) and table is not None and bool(table(knob))
+    bounds = {k: knob_bound(k[0], frozenset(g)) for k, g in gpus.items()}
+    fixed: dict[tuple[str, str, str], tuple[float, str]] = {}
+    for k, v in params.items():
+        if len(v) < MIN_RUNS_PER_VALUE:
+            fixed[k] = (float(np.median(v)), f"only {len(v)} run of its group: a value fitted on one run is a "
+                                             f"per-run value")
+        elif replaced[k]:
+            fixed[k] = (float(np.median(v)), TABLE_REPLACED_REASON)
+    return params, bounds, fixed
+
+
 def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     """Fit ``scoped_knobs`` (``(knob, scope)`` pairs) to the published figures of ``setups`` jointly.
 
@@ -262,26 +293,23 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
     normalised Jacobian below :data:`IDENTIFIABILITY_TOLERANCE`) are fixed at their start value,
     one at a time, and the fit repeated.
 
+    Each parameter is fitted within :func:`~packplace.placement.checking.knob_bounds.knob_bound` of the GPU
+    types of its setups (``group("gpu")``; a framework-scoped value spanning several: the tightest). A
+    parameter whose every setup says ``table_replaces(knob)`` (optional: a GPU type whose component table
+    prices the dense passes the knob would) is fixed at its start value, with the reason.
+
     Returns:
         ``{"knobs": {(knob, scope, group): value}, "fixed": {(knob, scope, group): (value, reason)},
-        "at_limit": [(knob, scope, group)], "residuals": {(setup, figure): predicted/published − 1},
-        "cost": ½·Σ log-residual²}``.
+        "at_limit": [(knob, scope, group)], "limits": {(knob, scope, group): {"side", "bound", "source"}} (of
+        those at a limit), "bounds": {(knob, scope, group): (lower, upper)}, "residuals": {(setup, figure):
+        predicted/published − 1}, "cost": ½·Σ log-residual²}``.
     """
     from scipy.optimize import least_squares  # start-up time: scipy loads only when a fit runs
 
-    params: dict[tuple[str, str, str], list[float]] = {}
-    for st in setups:
-        for knob, scope in scoped_knobs:
-            if not knob_applies(st, knob):
-                continue
-            key = (knob, scope, st.group(scope))
-            params.setdefault(key, []).append(float(st.base_value(knob)))
+    params, bounds, fixed = _parameters(setups, scoped_knobs)
     keys = sorted(params)
     start = {k: float(np.median(v)) for k, v in params.items()}
     figures = [(st, f, float(p)) for st in setups for f, p in st.published.items()]
-    fixed: dict[tuple[str, str, str], tuple[float, str]] = {
-        k: (start[k], f"only {len(v)} run of its group: a value fitted on one run is a per-run value")
-        for k, v in params.items() if len(v) < MIN_RUNS_PER_VALUE}
 
     def values_for(st, x: dict) -> dict[str, float]:
         return {knob: x[(knob, scope, st.group(scope))] for knob, scope in scoped_knobs if knob_applies(st, knob)}
@@ -309,8 +337,8 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
         free = [k for k in keys if k not in fixed]
         if not free or not figures:
             break
-        lower = np.array([KNOB_BOUNDS[k[0]][0] for k in free])
-        upper = np.array([KNOB_BOUNDS[k[0]][1] for k in free])
+        lower = np.array([bounds[k].lower for k in free])
+        upper = np.array([bounds[k].upper for k in free])
         x0 = np.clip([start[k] for k in free], lower, upper)
         x0 = np.where(x0 <= lower, lower + 0.01 * (upper - lower), x0)
 
@@ -328,10 +356,8 @@ def fit_published(setups, scoped_knobs) -> dict[str, Any]:
         knobs = {k: float(v) for k, v in zip([k for k in keys if k not in fixed], fit.x)}
     x = {**knobs, **{k: val for k, (val, _) in fixed.items()}}
     res = residual_vector(x) if figures else np.array([])
-    span = {k: KNOB_BOUNDS[k[0]][1] - KNOB_BOUNDS[k[0]][0] for k in knobs}
-    at_limit = [k for k, v in knobs.items()
-                if math.isclose(v, KNOB_BOUNDS[k[0]][0], rel_tol=1e-6, abs_tol=1e-6 * span[k])
-                or math.isclose(v, KNOB_BOUNDS[k[0]][1], rel_tol=1e-6, abs_tol=1e-6 * span[k])]
-    return {"knobs": knobs, "fixed": fixed, "at_limit": at_limit,
+    limits = {k: side for k, v in knobs.items() if (side := bounds[k].limit(v)) is not None}
+    return {"knobs": knobs, "fixed": fixed, "at_limit": list(limits), "limits": limits,
+            "bounds": {k: (b.lower, b.upper) for k, b in bounds.items()},
             "residuals": {(st.name, f): math.exp(r) - 1.0 for (st, f, _), r in zip(figures, res)},
             "cost": float(0.5 * np.sum(res ** 2))}

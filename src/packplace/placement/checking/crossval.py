@@ -9,9 +9,11 @@ the fold is not fitted (a per-run knob; :data:`~packplace.placement.checking.cal
 GPU type or framework that no other publication determines takes the median of the same knob's fitted values
 over the fold's other groups (those not at a physical limit), so no preset enters an out-of-sample figure
 unless no group was fitted; the row says which. A GPU type whose dense passes a component table prices
-(``hardware.component_table``, :data:`TABLE_REPLACED_KNOBS`) gives no value of those knobs to that median:
-there they price only what the table does not (mixture-of-experts and LoRA passes, a preempted sequence's
-recompute), so their fitted value is not the dense-pass fraction the other groups fit. Files with
+(``hardware.component_table``, :data:`TABLE_REPLACED_KNOBS`) has no value of those knobs fitted
+(:meth:`Setup.table_replaces`): there they price only what the table does not (mixture-of-experts and LoRA
+passes, a preempted sequence's recompute), so a fitted value would not be the dense-pass fraction the other
+groups fit, and its rows take the other groups' median when their publication is left out. Every value is
+fitted within its physical bounds (:mod:`packplace.placement.checking.knob_bounds`). Files with
 ``validation.not_fitted`` are scored and summarised but never train a fold, and so are files with a published
 figure below its inputs' datasheet floor (:func:`~packplace.placement.checking.validate.floor_reason`: no
 efficiency at or below 1 reproduces it).
@@ -111,6 +113,12 @@ class Setup:
         """Predicted seconds per figure with ``values`` (for :func:`fit_published`)."""
         return self.score(values)[0]
 
+    def table_replaces(self, knob: str) -> bool:
+        """Whether the setup's GPU type has a component table that prices the dense passes and decode steps
+        ``knob`` would (:data:`TABLE_REPLACED_KNOBS`): :func:`fit_published` then does not fit the knob's value
+        for the GPU type (the rows take the other groups' median when their publication is left out)."""
+        return knob in TABLE_REPLACED_KNOBS and _component_table(self) != "none"
+
 
 def load_setups(paths: list[str], refused: dict[str, str] | None = None, *,
                 one_file: bool | None = None) -> list[Setup]:
@@ -209,7 +217,9 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
     :func:`packplace.progress.report` (stderr unless ``--quiet``): a run over the shipped set takes minutes.
 
     Returns:
-        ``{"rows": [CrossRow], "folds": [{"left_out", "knobs", "fixed", "at_limit", "train_setups"}],
+        ``{"rows": [CrossRow], "folds": [{"left_out", "knobs", "fixed", "at_limit", "limits" (each at-limit
+        knob's side, bound and the bound's source), "bounds" (each fitted value's ``[lower, upper]``),
+        "train_setups"}],
         "pairs": [pair dicts, :func:`pair_rows`], "summary": {"in_sample": ..., "out_of_sample": ...}}``.
     """
     started = time.perf_counter()
@@ -230,7 +240,9 @@ def cross_validate(setups: list[Setup], scoped_knobs) -> dict[str, Any]:
         folds.append({"left_out": pub, "train_setups": [s.name for s in train],
                       "knobs": {_label(k): v for k, v in fit["knobs"].items()},
                       "fixed": {_label(k): {"value": v, "reason": r} for k, (v, r) in fit["fixed"].items()},
-                      "at_limit": [_label(k) for k in fit["at_limit"]]})
+                      "at_limit": [_label(k) for k in fit["at_limit"]],
+                      "limits": {_label(k): v for k, v in fit["limits"].items()},
+                      "bounds": {_label(k): list(v) for k, v in fit["bounds"].items()}})
         for s in scored:
             if s.publication != pub:
                 continue
@@ -375,7 +387,9 @@ def format_cross_validation(result: dict[str, Any]) -> str:
         for k, info in fold["fixed"].items():
             lines.append(f"    {k} kept at {info['value']:.3g}: {info['reason']}")
         for k in fold["at_limit"]:
-            lines.append(f"    warning: {k} ended at its physical limit")
+            limit = fold["limits"][k]
+            lines.append(f"    warning: {k} ended at its physical {limit['side']} bound {limit['bound']:.3g} "
+                         f"({limit['source']})")
     return "\n".join(lines)
 
 

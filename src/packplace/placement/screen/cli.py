@@ -585,7 +585,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                               f"a document) and takes the GPU from the config's [hardware]")
     if not args.config or not args.measured:
         raise ConfigError("calibrate: needs --config and --measured (or --measurements for a component table)")
-    instance, plan, _ = load_setup(args.config)
+    instance, plan, section = load_setup(args.config)
     # the measured file is task -> seconds, not a config: its errors name it as the measured file
     text = yamlio.read_regular_text(args.measured, "measured")
     measured = read_measured(yamlio.loads_yaml(text, str(args.measured)), f"measured {str(args.measured)!r}")
@@ -593,7 +593,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
     else:
         knobs = DEFAULT_KNOBS if measured["knobs"] is None else measured["knobs"]   # knobs: [] is no knob
-    result = calibrate(instance, plan, measured["times"], knobs, measured["engine_only"])
+    result = calibrate(instance, plan, measured["times"], knobs, measured["engine_only"], gpu=section["_gpu"])
     if measured["source"]:
         print(f"measured: {measured['source']}")
     print("fitted knobs:")
@@ -608,9 +608,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(f"  {t}: {r:+.3%}{note}")
     worst = max(abs(r) for r in result["residuals"].values())
     for k in result["at_limit"]:
-        print(f"warning: {k} ended at its physical limit {result['knobs'][k]:.6g} "
-              f"(bounds {KNOB_BOUNDS[k][0]:g}..{KNOB_BOUNDS[k][1]:g}): the measurements ask for a value outside "
-              f"them; check the measured times and the config before trusting the fit", file=sys.stderr)
+        lower, upper = result["bounds"][k]
+        limit = result["limits"][k]
+        print(f"warning: {k} ended at its physical {limit['side']} bound {result['knobs'][k]:.6g} "
+              f"(bounds {lower:.4g}..{upper:.4g}; {limit['side']} bound: {limit['source']}): the measurements ask "
+              f"for a value outside them; check the measured times and the config before trusting the fit",
+              file=sys.stderr)
     if len(result["residuals"]) == len(knobs) and not result["at_limit"] and worst < 1e-6:
         print("as many measurements as knobs: the fit is exact and does not test the model")
     print("hardware:")
@@ -620,5 +623,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print(f"  {k}: {value:.6g}" if isinstance(value, float) else f"  {k}: {value}")
     args.json_document = {"knobs": result["knobs"], "fixed": result["fixed"], "residuals": result["residuals"],
                           "hardware": {k: getattr(hw, k) for k in Hardware.__dataclass_fields__},
-                          "at_limit": result["at_limit"], "status": result["status"]}
+                          "at_limit": result["at_limit"], "limits": result["limits"],
+                          "bounds": {k: list(v) for k, v in result["bounds"].items()}, "status": result["status"]}
     return 0
