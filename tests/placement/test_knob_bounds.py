@@ -10,7 +10,7 @@ import os
 import pytest
 
 from packplace.placement.checking.calibrate import TABLE_REPLACED_REASON, calibrate, fit_published
-from packplace.placement.checking.crossval import cross_validate
+from packplace.placement.checking.crossval import cross_validate, format_cross_validation
 from packplace.placement.checking.knob_bounds import (
     DECODE_UPPER,
     DEFAULT_GPU,
@@ -106,6 +106,13 @@ def test_a_fit_that_would_exceed_a_bound_stops_at_it_and_names_its_source():
     assert fit["knobs"][key] == pytest.approx(271.2 / 312, rel=1e-9)
     assert fit["at_limit"] == [key] and fit["bounds"][key] == (0.02, pytest.approx(271.2 / 312))
     assert fit["limits"][key]["side"] == "upper" and "MAMF" in fit["limits"][key]["source"]
+    # the cross-validation's folds carry it, and its report names the bound and its source
+    runs = [Run("a", "P1", 9.5, 10.0, "a800"), Run("b", "P2", 9.7, 10.0, "a800"), Run("c", "P3", 9.6, 10.0, "a800")]
+    result = cross_validate(runs, KNOB)
+    assert all(f["at_limit"] == ["gemm_peak_fraction[a800]"] for f in result["folds"])
+    assert result["folds"][0]["limits"]["gemm_peak_fraction[a800]"]["bound"] == pytest.approx(271.2 / 312)
+    assert ("warning: gemm_peak_fraction[a800] ended at its physical upper bound 0.869 (271.2 of 312 TFLOP/s: the "
+            "best BF16 matmul measured on a100-80gb-sxm") in format_cross_validation(result)
     # the same runs on a GPU type without a source stop at the default bound, the A100's too
     fit = fit_published([Run("a", "P1", 9.5, 10.0, "x"), Run("b", "P2", 9.7, 10.0, "x")], KNOB)
     assert fit["limits"][("gemm_peak_fraction", "gpu", "x")]["source"].startswith("no source for this GPU type")
