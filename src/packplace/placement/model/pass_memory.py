@@ -44,10 +44,12 @@ The model follows what the tensors of a Hugging Face decoder layer are (``LlamaD
 
 Peak: a pass's memory rises and falls, so the peak is the largest of its phases (:func:`pass_memory`):
 the end of the forward (every activation saved, the loss's logits), the start of the backward (the
-loss's gradient over the vocabulary), under full recomputation the first recomputed layer (every checkpoint and
-that layer's activations) and the end of the backward (every gradient, the last layer's
-working set, a tied embedding's second gradient). The gradients are in every phase with several micro-batches
-and where the layout keeps them as training state (:func:`resident_gradients`). Units: bytes, tokens.
+loss's gradient over the vocabulary), the first layer back-propagated (every saved tensor and that layer's backward
+working set, :func:`backward_working_bytes_per_token`; under full recomputation every checkpoint and that layer's
+recomputed activations as well), a bare loop's output-head backward (its gradients) and the end of the backward
+(every gradient, the last layer's saved activations and working set, a tied embedding's second gradient). The
+gradients are in every phase with several micro-batches and where the layout keeps them as training state
+(:func:`resident_gradients`). Units: bytes, tokens.
 """
 
 from __future__ import annotations
@@ -977,8 +979,8 @@ def _recomputed_layer(a_layer: float, tensors: int, beside: float) -> float:
     ``--recompute-granularity full`` (the whole transformer layer recomputed, ``--recompute-num-layers 1`` a
     layer at a time); Korthikanti et al. 2022 (arXiv 2205.05198): full recomputation stores each layer's input
     only, and the layer being recomputed holds the per-layer activations of its formula
-    (:func:`saved_activation_bytes_per_token` follows it). Its gradients' working set is priced as the
-    backward's end prices its last layer's (``end``): by its saved activations."""
+    (:func:`saved_activation_bytes_per_token` follows it). Its backward's gradients are added beside it by
+    :func:`train_transient` (:func:`backward_working_bytes_per_token`), as at the backward's end (``end``)."""
     return a_layer + _slack(tensors, a_layer / tensors) + beside
 
 
