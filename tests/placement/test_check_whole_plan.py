@@ -225,7 +225,9 @@ def test_no_proof_where_a_legal_block_size_is_not_proposed():
     assert 10 not in block_counts(11)
     actor = dict(layers=40, hidden_dim=2048, ffn_dim=8192, vocab_size=32000, head_dim=128)
     reward = dict(layers=1, hidden_dim=12288, ffn_dim=49152, vocab_size=32000, head_dim=128)
-    cfg = {"hardware": dict(HW, nodes_per_rack=11, gpus_per_node=1, memory_per_gpu=7.942867756154881e9),
+    # the GPU holds the plan below with 0.01 % to spare (7,968,025,804.8 bytes on the actor's GPUs, with the first
+    # layer's backward working set; 7.942867756154881e9 had been that GPU before it was priced)
+    cfg = {"hardware": dict(HW, nodes_per_rack=11, gpus_per_node=1, memory_per_gpu=7.968822687068707e9),
            "models": {"actor": actor, "reward": reward},
            # the engine holds its whole fraction: 0.82 of the GPU holds its 6 GB need, no CUDA graphs beside it
            # (at 0.78, the value this test had, vLLM would refuse to start it: its pool leaves the KV cache nothing

@@ -66,9 +66,11 @@ def test_a_cp8_training_pass_by_hand():
     assert part.logits_forward == 10 * 1000 * share and part.logits_backward == 12 * 1000 * share
     # ring: 8832 per token, 25 tensors of > 10 MiB each, 1 MiB slack each
     assert part.ring_forward == 8832 * share + 25 * MIB == 315_639_040
-    # the backward's end: the first layer's saved tensors (9744/token) and its ring's backward buffers
-    # (3584/token, 6 tensors of > 10 MiB: 6 MiB of slack)
-    assert part.end == 9744 * share + 3584 * share + 6 * MIB
+    # the backward's end: the first layer's saved tensors (9744/token), its ring's backward buffers (3584/token,
+    # 6 tensors of > 10 MiB: 6 MiB of slack) and its backward's working set (residual 2 × 2d = 1024 and the gated
+    # MLP's 8f = 4096, above the attention's 12q + 4k + 4h = 3600: 5120/token; 8 tensors of > 10 MiB)
+    assert part.layer_backward == 5120 * share + 8 * MIB == 176_171_008
+    assert part.end == 9744 * share + 3584 * share + 6 * MIB + part.layer_backward
     resident_whole, transient_whole = vertex_memory(
         SHAPE, "train", dp=8, pp=1, tp=1, micro_batch=1, micro_batches=1, seq_len=262_144, prompt_len=0,
         live_len=0, options=TrainingOptions(recompute="none"), workspace_bytes=0.0)

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from packplace.errors import ConfigError
 from packplace.placement.checking.validate import load_setup
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.deepspeed_zero3 import (
@@ -24,7 +25,7 @@ from packplace.placement.model.deepspeed_zero3 import (
     zero3_turn_gathered,
 )
 from packplace.placement.model.memory import TrainingOptions, vertex_memory, zero3_kept_bytes
-from packplace.shape import TransformerShape
+from packplace.shape import TransformerShape, from_hf_config
 
 #: One layer, d 4, d_ff 8, V 10, LayerNorm, biases everywhere, tied head.
 TINY = TransformerShape(layers=1, hidden_dim=4, ffn_dim=8, vocab_size=10, head_dim=2, mlp="plain", bias="all",
@@ -209,6 +210,20 @@ def test_kept_bytes_beyond_the_counted_layer_by_hand():
     # FSDP (no DeepSpeed fetch settings) and ZeRO-2 keep nothing extra
     assert zero3_kept_bytes(TINY, None, NO_RECOMPUTE) == 0
     assert zero3_kept_bytes(TINY, fetch, TrainingOptions(sharding="zero2")) == 0
+
+
+def test_expert_parallelism_is_refused_not_counted_as_every_expert():
+    """DeepSpeed's ZeRO-3 runs no expert parallelism (engine.py: "MoE not supported with Stage 3"): an ``ep`` above 1
+    had counted every expert as kept against a layer of ``1/ep`` of them; it is refused naming the field."""
+    moe = from_hf_config({"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 64,
+                          "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 8,
+                          "num_experts_per_tok": 2, "vocab_size": 100, "num_attention_heads": 4,
+                          "num_key_value_heads": 2, "head_dim": 16})
+    fetch = Zero3Prefetch(0, 0, 10**9, 1000)
+    with pytest.raises(ConfigError, match=r"^ep: DeepSpeed ZeRO-3 runs no expert parallelism .*got ep=2$"):
+        zero3_kept_bytes(moe, fetch, NO_RECOMPUTE, 1, 2)
+    assert zero3_kept_bytes(moe, None, NO_RECOMPUTE, 1, 2) == 0.0      # FSDP: nothing kept, nothing refused
+    assert zero3_kept_bytes(moe, fetch, NO_RECOMPUTE, 1, 1) >= 0.0
 
 
 @pytest.mark.parametrize("sharding", ["zero3", "zero2"])

@@ -100,3 +100,24 @@ def test_check_counts_minimum_and_skipped_none():
     with pytest.raises(ValueError, match=r"^hybrid_lora_fuse_seconds: lora_rank must be a non-negative integer, "
                                          r"got 0.5$"):
         framework.hybrid_lora_fuse_seconds(None, None, 0.5, 1, 1, zero3=False)
+
+
+@pytest.mark.parametrize("pp", [2.5, True, float("nan"), 0, "2"])
+def test_stage_params_refuses_a_pp_that_is_no_count(setup, pp):
+    """``memory.stage_params`` (and ``stage_layers``) had raised a bare ``TypeError`` for a fractional ``pp``
+    (``[base] * pp``); a bool had been served ``pp`` 1's cached answer."""
+    from packplace.placement.model.memory import stage_layers, stage_params
+    model = setup[1]
+    stage_params(model, 1)          # a cached ``pp`` 1 must not answer ``True``
+    with pytest.raises(ValueError, match=rf"^stage_params: pp must be a positive integer, got {pp!r}$"):
+        stage_params(model, pp)
+    with pytest.raises(ValueError, match=rf"^stage_layers: pp must be a positive integer, got {pp!r}$"):
+        stage_layers(model.layers, pp)
+
+
+def test_stage_params_prices_an_integral_count_as_the_int(setup):
+    from packplace.placement.model.memory import stage_params
+    model = setup[1]
+    assert stage_params(model, 4.0) == stage_params(model, np.int64(4)) == stage_params(model, 4)
+    # OPT-6.7B's tied head: at pp 2 the last stage holds its copy of the 50,272 × 4,096 embedding
+    assert sum(stage_params(model, 2)) - sum(stage_params(model, 1)) == 50272 * 4096

@@ -234,13 +234,14 @@ def test_host_offloaded_zero3_reference_streams_its_partition_every_micro_batch(
     # nothing resident: the partition lives on the host; the pass holds one gathered layer,
     # 2·(4·4096² + 3·4096·11008 + 2·4096) = 2·202,383,360 bytes, the larger of the logits of 8·2048 tokens
     # (10 bytes each, with the bf16 final hidden states: 328,192 bytes a token) and one layer's no-grad working set
-    # with its eager attention's scores (4d + 6f = 82,432 bytes a token, plus 8 bytes · 32 heads · 2048 = 524,288:
-    # 606,720 a token, the larger), the allocator slack of 32 x 7 + 2 matrices and the workspace
+    # with its eager attention's scores (4d + 6f = 82,432 bytes a token, plus 10 bytes · 32 heads · 2048 = 655,360:
+    # the bf16 input, its fp32 copy and the fp32 softmax; 737,792 a token, the larger), the allocator slack of
+    # 32 x 7 + 2 matrices and the workspace
     layer = 4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096
     assert ref.resident_bytes == 0.0
     tokens = 8 * 2048
     logits = tokens * (10 * 32000 + 2 * 4096)
-    working = tokens * (4 * 4096 + 6 * 11008 + 8 * 32 * 2048)
+    working = tokens * (4 * 4096 + 6 * 11008 + 10 * 32 * 2048)
     assert working > logits
     slack = (32 * 7 + 2) * 2**20
     assert ref.transient_bytes == pytest.approx(2 * layer + working + slack + instance.hardware.memory_workspace,

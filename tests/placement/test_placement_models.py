@@ -80,8 +80,11 @@ def test_memory_formulas_by_hand():
     # training, pp = 2: stage 0 = 1 layer + embedding, 2 micro-batches of 32 tokens in flight (1F1B);
     # stage 1 = 1 layer + final norm + LM head, 1 micro-batch in flight + the loss's backward over the
     # vocabulary, 12 bytes per logit
+    # stage 0's first layer's backward also holds its working set beside them: the residual's gradients 2 × 2d
+    # and the gated MLP's 8f (above the attention's 12q + 4h), 2,560 bytes per token of one micro-batch
     layer = MODEL.block_params // 2
-    first = 16 * (layer + 100 * 128) + act * 32 * 2
+    working = 4 * 128 + 8 * 256
+    first = 16 * (layer + 100 * 128) + act * 32 * 2 + working * 32
     last = 16 * (layer + 128 + 128 * 100) + act * 32 + 12 * 32 * 100
     assert sum(memory("train", pp=2)) == pytest.approx(max(first, last))
     # log-prob forward, tp = 2: one layer's working set (4d + max(8d + 4q + 4k, 6f) bytes per token) over

@@ -167,9 +167,13 @@ def test_estimate_prices_verls_logits():
     common = dict(micro_batch=1, seq_len=32768, recompute="full", optimizer="none", framework="verl")
     verl = pass_memory(model, "train", logit_bytes=VERL_LOGIT_BYTES, **common)
     default = pass_memory(model, "train", **common)
-    assert (verl.phase, default.phase) == ("loss_backward", "loss_backward")
-    assert verl.logits == 4 * V * 32768 and default.logits == 12 * V * 32768
-    assert default.peak_bytes - verl.peak_bytes == pytest.approx(8 * V * 32768)
+    assert default.phase == "loss_backward" and default.logits == 12 * V * 32768
+    # with verl's 4 bytes a token the loss's phase falls below the backward's end (every bf16 gradient and the first
+    # layer's activations and backward working set)
+    tt = train_transient(model, tokens=32768, n_layers=model.layers, last=True, first=True, recompute="full", tp=1,
+                         inflight=1, autocast=False, logit_bytes=VERL_LOGIT_BYTES)
+    assert tt.logits_backward == 4 * V * 32768
+    assert verl.phase == "backward_end" and verl.peak_bytes < default.peak_bytes
     logprob = pass_memory(model, "infer", micro_batch=1, seq_len=32768, framework="verl", logit_bytes=VERL_LOGIT_BYTES)
     assert logprob.logits == 2 * V * 32768
 

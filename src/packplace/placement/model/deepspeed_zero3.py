@@ -43,6 +43,7 @@ from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 
+from packplace.errors import ConfigError
 from packplace.placement.problem.models import ModelSpec
 
 
@@ -271,9 +272,19 @@ def zero3_kept_bytes(model: ModelSpec, fetch: Zero3Prefetch | None, full_recompu
     beyond the one gathered layer the memory model counts: ``2·max(0, G/tp − p_L)``, ``G`` the elements of
     :func:`zero3_turn_gathered`, ``p_L`` that layer's elements (its routed experts over ``ep``). The one formula
     of ``place`` (:func:`~packplace.placement.model.memory.zero3_kept_bytes`) and ``estimate``
-    (:func:`~packplace.placement.model.pass_memory.pass_memory`)."""
+    (:func:`~packplace.placement.model.pass_memory.pass_memory`).
+
+    Raises:
+        ConfigError: ``ep`` above 1 with ``fetch``: DeepSpeed's ZeRO-3 runs no expert parallelism
+            (``deepspeed/runtime/engine.py`` ``_configure_zero_optimizer``, v0.9.0 to v0.16.x: ``assert not
+            self.has_moe_layers, "MoE not supported with Stage 3"``; a Hugging Face MoE model under ZeRO-3 holds
+            every expert, sharded as any other parameter, ``ep`` 1), so no rank holds a subset of the experts whose
+            kept parameters this could count."""
     if fetch is None:
         return 0.0
-    layer = (model.block_params - model.expert_params) / model.layers / tp
-    layer += model.expert_params / model.layers / (tp * ep)
+    if ep != 1:
+        raise ConfigError(f"ep: DeepSpeed ZeRO-3 runs no expert parallelism (deepspeed/runtime/engine.py: "
+                          f"\"MoE not supported with Stage 3\"), so its kept parameters are priced at ep 1, "
+                          f"got ep={ep}")
+    layer = model.block_params / model.layers / tp
     return 2.0 * max(0.0, zero3_turn_gathered(model, fetch, full_recompute) / tp - layer)

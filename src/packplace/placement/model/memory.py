@@ -543,14 +543,14 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     best, scores = (-1.0, 0.0, 0.0), eager_score_bytes_per_token(model, seq_len, framework, False)
     inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
     for i in range(pp):
-        p = params[i] / tp if split is None else split[i][0] + split[i][1]
-        last = i == pp - 1
+        p, last = (params[i] / tp if split is None else split[i][0] + split[i][1]), i == pp - 1
         if kind == "train":
             resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
             late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
             resident, transient = resident - late, loaded + _train_vertex_transient(
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, in_flight(pp, i, inflight), ep,
-                cp.ring, framework, workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype, seq_len)
+                cp.ring, framework, workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype, seq_len,
+                bare_loop and not cp.active)
             transient += zero3_kept_bytes(model, zero3_fetch, options, tp, ep)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
@@ -630,7 +630,7 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
                             framework: str, workspace: float,
                             logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0,
                             fused_kernels: bool = False, fused_swiglu: bool = False,
-                            router_dtype: str = "bf16", seq_len: float = 0.0) -> float:
+                            router_dtype: str = "bf16", seq_len: float = 0.0, bare: bool = False) -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
@@ -643,7 +643,9 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
     MoE combine's transient (:func:`~packplace.placement.model.pass_memory.megatron_combine_bytes_per_token`);
     ``seq_len``: tokens per sequence, which sizes an eager attention's scores on a framework that runs one
     (:func:`~packplace.placement.model.pass_memory.eager_score_bytes_per_token`: saved in the training pass,
-    one layer's no-grad transient in the old-log-prob forward)."""
+    one layer's no-grad transient in the old-log-prob forward); ``bare``: a bare PyTorch loop, whose head's backward
+    and first layer's weight gradients the pass prices (``train_transient``'s ``bare``; its gradients allocated in
+    the backward where ``end_gradients`` is non-zero, else held)."""
     kv_cache, expert_tp = framework == "none", megatron_expert_tensor_parallel(framework, tp)
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
@@ -652,7 +654,7 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
                                 fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
                                 router_dtype=router_dtype, expert_tp=expert_tp,
                                 score_bytes=eager_score_bytes_per_token(model, seq_len, framework, True),
-                                ).peak(workspace, end_gradients)
+                                bare=bare, held_gradients=not end_gradients).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,

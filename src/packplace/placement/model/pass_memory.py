@@ -44,10 +44,12 @@ The model follows what the tensors of a Hugging Face decoder layer are (``LlamaD
 
 Peak: a pass's memory rises and falls, so the peak is the largest of its phases (:func:`pass_memory`):
 the end of the forward (every activation saved, the loss's logits), the start of the backward (the
-loss's gradient over the vocabulary), under full recomputation the first recomputed layer (every checkpoint and
-that layer's activations) and the end of the backward (every gradient, the last layer's
-working set, a tied embedding's second gradient). The gradients are in every phase with several micro-batches
-and where the layout keeps them as training state (:func:`resident_gradients`). Units: bytes, tokens.
+loss's gradient over the vocabulary), the first layer back-propagated (every saved tensor and that layer's backward
+working set, :func:`backward_working_bytes_per_token`; under full recomputation every checkpoint and that layer's
+recomputed activations as well), a bare loop's output-head backward (its gradients) and the end of the backward
+(every gradient, the last layer's saved activations and working set, a tied embedding's second gradient). The
+gradients are in every phase with several micro-batches and where the layout keeps them as training state
+(:func:`resident_gradients`). Units: bytes, tokens.
 """
 
 from __future__ import annotations
@@ -99,16 +101,31 @@ EAGER_ATTENTION_FRAMEWORKS = ("deepspeed-chat",)
 #: ``maximum``'s backward reads both inputs), ``softmax(..., dtype=float32)`` on fp16 CUDA input is
 #: ``_softmax(half_to_float=True)``, which keeps its fp32 output (4), and ``bmm(attn_probs, V)`` keeps the fp16
 #: probabilities (2); attention dropout is 0 (OPT's ``attention_dropout``; DeepSpeed-Chat sets ``dropout`` 0),
-#: so no mask is kept: 8. ``llama`` (transformers 4.34.1 ``LlamaAttention.forward`` eager: matmul, scale,
-#: ``+ attention_mask`` without a clamp, ``softmax(dtype=float32).to(dtype)``, matmul): the fp32 softmax output
-#: (4) and the 16-bit probabilities (2): 6. Any other ``model_type``: the larger, 8.
+#: so no mask is kept: 8. ``llama``: transformers v4.34.1 (the fork's pin; the release's
+#: ``models/llama/modeling_llama.py`` lines 373-390, ``LlamaAttention.forward``, the eager path whenever
+#: ``use_flash_attention_2`` is not passed) runs ``torch.matmul(q, k.transpose(2, 3)) / math.sqrt(head_dim)``,
+#: ``+ attention_mask`` (no clamp, no attention dropout in that release), ``softmax(attn_weights, dim=-1,
+#: dtype=torch.float32).to(query_states.dtype)`` and ``torch.matmul(attn_weights, value_states)``. Autograd keeps
+#: no score tensor for the scale (a division by a Python number keeps the number only) or the mask's addition; the
+#: upcast is ``_softmax(half_to_float=True)`` on fp16 CUDA input and ``_softmax`` of an fp32 copy of a bf16 input
+#: (ATen ``softmax(input, dim, dtype)``: the copy is not kept), which keeps its fp32 output (4); the second matmul
+#: keeps the 16-bit probabilities (2): 6 under fp16 and bf16 alike. Any other ``model_type``: the larger, 8.
 EAGER_SAVED_SCORE_BYTES = {"opt": 8.0, "llama": 6.0}
 #: :data:`EAGER_SAVED_SCORE_BYTES` of a ``model_type`` the table does not name: its largest.
 EAGER_SAVED_SCORE_BYTES_DEFAULT = 8.0
 #: Bytes per score element live at once in one layer's eager attention under ``torch.no_grad`` (an experience
-#: forward): while ``attn_weights = softmax(attn_weights, dtype=float32).to(fp16)`` runs, its 16-bit input (still
-#: bound to the name), the fp32 softmax output and the 16-bit cast: ``2 + 4 + 2`` (both source files above).
-EAGER_FORWARD_SCORE_BYTES = 8.0
+#: forward), by ``model_type``: while ``attn_weights = softmax(attn_weights, dtype=float32).to(dtype)`` runs, its
+#: 16-bit input (still bound to the name) and the fp32 softmax output, then the 16-bit cast beside both: ``2 + 4 +
+#: 2`` = 8 on fp16 input (``_softmax(half_to_float=True)``); on bf16 input ATen's ``softmax(input, dim, dtype)``
+#: first makes an fp32 copy of the input and runs ``_softmax`` on it, so the softmax holds ``2 + 4 + 4`` = 10 (the
+#: copy freed before the cast). ``llama`` (4.34.1, above): 10, the trainer's dtype (DeepSpeed-Chat's ``--dtype``,
+#: fp16 by default, bf16 allowed) not known from a validation file: the larger. ``opt`` (April 2023
+#: ``OPTAttention.forward``: the fp32 upcast only for fp16 weights, a plain 16-bit softmax otherwise, ``2 + 2``):
+#: 8. Source: ATen ``aten/src/ATen/native/SoftMax.cpp`` (``softmax``: ``input_.toType(dtype)`` unless fp16 CUDA
+#: input and an fp32 ``dtype``).
+EAGER_FORWARD_SCORE_BYTES = {"opt": 8.0, "llama": 10.0}
+#: :data:`EAGER_FORWARD_SCORE_BYTES` of a ``model_type`` the table does not name: its largest.
+EAGER_FORWARD_SCORE_BYTES_DEFAULT = 10.0
 #: Bytes per score element an eager attention's backward holds beyond its saved tensors while one layer's softmax
 #: backward runs: the gradient of the 16-bit probabilities (2, from the matmul's backward; the probabilities it
 #: kept are freed), its fp32 cast (4, the backward of ``.to``) and the softmax's input gradient (fp32 for Llama's
@@ -129,6 +146,9 @@ EAGER_SAVED_SCORE_TENSORS = 3
 #: every GPU. Charged under full recomputation only, as :func:`head_input_bytes_per_token` is (its docstring says
 #: why).
 BACKWARD_BLAS_WORKSPACE = 33 * (1 << 20)
+#: Tensors of one layer's backward working set for the slack count (:func:`backward_working_bytes_per_token`: the
+#: residual's two gradients, ``dO``, ``dQ``, ``dq_accum``, ``softmax_d``, ``dK`` and ``dV``): an upper count.
+BACKWARD_WORKING_TENSORS = 8
 
 
 @dataclass(frozen=True)
@@ -171,8 +191,9 @@ class PassMemory:
     ``gradients``; ``optimizer``: Adam moments (and the fp32 master copy when the weights are bf16);
     ``activations``: saved activations or the no-grad working set; ``logits``; ``kv_cache``;
     ``workspace``: the stack's workspace plus allocator slack. ``phase`` names the phase that sets the
-    peak (``forward``, ``loss_backward``, ``backward_end``, ``ring_forward``, ``ring_backward``, ``layer``,
-    ``logits``, ``decode``).
+    peak (``forward``, ``loss_backward``, ``backward_end``, ``layer_backward``, ``head_backward``,
+    ``ring_forward``, ``ring_backward``, ``moe_combine_forward``, ``moe_combine_backward``, ``layer``, ``logits``,
+    ``prefill``, ``decode``).
     """
 
     peak_bytes: float
@@ -392,6 +413,46 @@ def working_set_bytes_per_token(model: ModelSpec) -> float:
     return 4.0 * d + max(8.0 * d + 4.0 * q + 4.0 * k, mlp)
 
 
+def backward_working_bytes_per_token(model: ModelSpec, autocast: bool, fused_kernels: bool = False,
+                                     fused_swiglu: bool = False) -> float:
+    """Bytes per token the backward of one layer holds beyond its saved activations (``tp = 1``): the gradients
+    its largest step has live at once, the attention's or the MLP's (they run one after the other), plus the
+    residual stream's gradient. With ``d`` hidden, ``q`` attention width, ``k`` key/value width, ``h`` heads,
+    ``f`` MLP width:
+
+    * residual: the gradient entering the layer and the one it returns for its input, ``2·2d`` (fp32 residual
+      stream under ``autocast``: ``2·4d``);
+    * attention (a flash kernel's backward, flash-attn 2 ``csrc/flash_attn/flash_api.cpp`` ``mha_bwd``, the
+      kernel PyTorch's SDPA flash backend vendors): the output's gradient ``dO`` (``2q``), ``dQ`` (``2q``), the
+      fp32 ``dq_accum`` (``[b, s, h, d]``, ``4q``), the fp32 ``softmax_d`` statistics (``[b, h, s]``, ``4h``),
+      ``dK`` and ``dV`` at the query's head count (``dk_expanded`` / ``dv_expanded`` where the key/value heads are
+      fewer, ``4q``) and, with grouped key/value heads, their sum over each group (``4k``): ``12q + 4h``, plus
+      ``4k`` when ``k < q``;
+    * MLP: a gated MLP's gradients of its four saved ``f``-wide tensors (the product's, ``act(gate)``'s, up's and
+      gate's, bf16: ``8f``; autograd runs them one node at a time and frees each incoming gradient after its node,
+      so at most three are live in PyTorch's order, four counted); Megatron-Core's fused SwiGLU
+      (``fused_kernels`` and ``fused_swiglu``: ``SwiGLUFunction.backward`` in megatron/core/fusions/
+      fused_bias_swiglu.py takes the output's gradient, ``2f``, and returns the gradient of its ``[gate | up]``
+      input, ``4f``): ``6f``; a plain MLP the gradients of fc2's input and fc1's output, ``4f``; a MoE layer the
+      same of its routed experts' ``experts_per_token`` tokens and shared experts, and the gradients of the
+      dispatched and combined token copies (``4d`` per routed expert); the larger of a dense and a MoE layer.
+
+    Llama-3.1-8B (``d`` 4,096, ``q`` 4,096, ``k`` 1,024, ``h`` 32, ``f`` 14,336, bf16): ``4d + max(12q + 4k + 4h,
+    8f)`` = 16,384 + 114,688 = 131,072 bytes per token. Sources: PyTorch autograd (``torch/csrc/autograd/
+    engine.cpp``: a node's inputs are released once it has run; ``derivatives.yaml``); flash-attn 2 and
+    Megatron-LM as above."""
+    d, q, k, h = model.hidden_dim, model.attention_dim, model.kv_dim, model.heads
+    residual = 2.0 * (4.0 if autocast else 2.0) * d
+    attention = 12.0 * q + 4.0 * h + (4.0 * k if k < q else 0.0)
+    gated = model.mlp == "gated"
+    per = (6.0 if fused_kernels and fused_swiglu and not autocast else 8.0) if gated else 4.0
+    mlp = per * model.ffn_dim if model.dense_layers or not model.is_moe else 0.0
+    if model.is_moe:
+        routed = per * model.experts_per_token * model.expert_ffn_dim + per * model.shared_expert_ffn_dim
+        mlp = max(mlp, routed + 4.0 * d * model.experts_per_token)
+    return residual + max(attention, mlp)
+
+
 def eager_score_bytes_per_token(model: ModelSpec, seq_len: float, framework: str, saved: bool) -> float:
     """Bytes per token per layer of an eager attention's ``b·h·s·s`` scores on a framework that runs one
     (:data:`EAGER_ATTENTION_FRAMEWORKS`), 0 on any other: ``saved`` true, what autograd keeps for the backward
@@ -404,7 +465,7 @@ def eager_score_bytes_per_token(model: ModelSpec, seq_len: float, framework: str
     if saved:
         per = EAGER_SAVED_SCORE_BYTES.get(model.model_type or "", EAGER_SAVED_SCORE_BYTES_DEFAULT)
     else:
-        per = EAGER_FORWARD_SCORE_BYTES
+        per = EAGER_FORWARD_SCORE_BYTES.get(model.model_type or "", EAGER_FORWARD_SCORE_BYTES_DEFAULT)
     return per * model.heads * float(seq_len)
 
 
@@ -673,7 +734,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
                                 fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp), saved,
-                                kept)
+                                kept, bare_loop(sharding, framework, trainer_backend, (tp, pp, ep, cp)))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward)
@@ -757,9 +818,13 @@ class TrainTransient:
     Megatron-Core MoE layer's combine over an expert tensor-parallel group above 1 while it runs
     (:func:`megatron_combine_bytes_per_token`), never live with the logits or the ring's buffers (another step of
     the layer, or after the last layer), so it is the third term of each phase's larger-of. ``layer_backward``: what the
-    first layer's backward holds beside every saved tensor once the logits are freed: under full recomputation its
-    recomputed activations (:func:`_recomputed_layer`, every framework), and with an eager attention
-    (``score_bytes``) its score gradients, a fourth phase."""
+    first layer's backward holds beside every saved tensor once the logits are freed: its backward's working set
+    (:func:`backward_working_bytes_per_token`), under full recomputation its recomputed activations
+    (:func:`_recomputed_layer`, every framework), with an eager attention (``score_bytes``) its score gradients, and
+    in a bare loop the weight gradients produced by then (:func:`_bare_loop_backward`), a fourth phase.
+    ``head_gradient``: a bare loop's output-head backward on the last stage, beside every saved tensor (and
+    ``head_backward``): the logits' 16-bit gradient, the head input's and the head's weight gradient, a fifth phase
+    (:func:`_bare_loop_backward`)."""
 
     copies_forward: float
     copies_backward: float
@@ -775,6 +840,7 @@ class TrainTransient:
     head_backward: float = 0.0
     combine: float = 0.0
     layer_backward: float = 0.0
+    head_gradient: float = 0.0
 
     def peak(self, workspace: float, end_gradients: float = 0.0) -> float:
         """Largest transient bytes over the phases, workspace included; ``end_gradients``: gradient bytes
@@ -785,14 +851,16 @@ class TrainTransient:
             self.copies_backward + self.saved
             + max(self.logits_backward + self.head_backward, self.ring_backward, self.combine) + self.slack_forward,
             self.end + self.slack_end + end_gradients,
-            self.copies_backward + self.saved + self.layer_backward + self.slack_forward)
+            self.copies_backward + self.saved + self.layer_backward + self.slack_forward,
+            self.copies_backward + self.saved + self.head_backward + self.head_gradient + self.slack_forward)
 
 
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
                     recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1,
                     cp: int = 1, logit_bytes: tuple[float, float] | None = None,
                     fused_kernels: bool = False, fused_swiglu: bool = False,
-                    router_dtype: str = "bf16", expert_tp: int = 1, score_bytes: float = 0.0) -> TrainTransient:
+                    router_dtype: str = "bf16", expert_tp: int = 1, score_bytes: float = 0.0,
+                    bare: bool = False, held_gradients: bool = True) -> TrainTransient:
     """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
     (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
     ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
@@ -814,7 +882,11 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     ``full`` only the layer being recomputed holds them, in the backward (``end``). While a layer's attention
     backward runs it holds :data:`EAGER_BACKWARD_SCORE_BYTES` per score beyond them beside every saved tensor
     (``layer_backward``). Under ``full`` that phase holds the recomputed layer's activations beside every
-    checkpoint on every framework (:func:`_recomputed_layer`)."""
+    checkpoint on every framework (:func:`_recomputed_layer`). That phase and the backward's end hold the layer's
+    backward working set (:func:`backward_working_bytes_per_token`, every framework and recomputation mode).
+    ``bare``: a bare PyTorch loop (:func:`bare_loop`), whose output head's backward and first layer's weight gradients
+    are priced (``head_gradient``, :func:`_bare_loop_backward`); ``held_gradients``: its gradients are held through
+    the step (several micro-batches), else they are allocated from the head's backward on."""
     head = model.head_gemm_params / tp if last else 0.0
     layer_gemm = (model.gemm_params - model.head_gemm_params) / model.layers / tp
     gemm = layer_gemm * n_layers + head
@@ -845,19 +917,55 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     blas = BACKWARD_BLAS_WORKSPACE if full else 0.0
     combine = megatron_combine_bytes_per_token(model, router_dtype, expert_tp) * t if fused_kernels else 0.0
     combine += _slack(3, combine / 4.0) if combine else 0.0   # the cast, the stacked copy and the output
+    working = backward_working_bytes_per_token(model, autocast, fused_kernels, fused_swiglu) * t
+    working += _slack(BACKWARD_WORKING_TENSORS, working / BACKWARD_WORKING_TENSORS)
+    head_gradient, layer_gradients = _bare_loop_backward(model, t, head, model.block_params / model.layers / tp,
+                                                         autocast, held_gradients) if bare else (0.0, 0.0)
     return TrainTransient(
         copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
         logits_forward=logit_bytes_per_token(model, False, logit_bytes) * t if last else 0.0,
         logits_backward=logit_bytes_per_token(model, True, logit_bytes) * t if last else 0.0,
-        end=max(embed_grad, a_layer + max(ring_backward, combine)),
+        end=max(embed_grad, a_layer + max(ring_backward, combine) + working),
         slack_forward=weights + _slack(saved_tensors, saved_each) + blas,
         slack_end=2 * weights + _slack(layer_tensors, a_layer / layer_tensors) + blas,
         ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward,
         head_forward=_head_bytes(model, autocast, False, t) if last and full else 0.0,
         head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0, combine=combine,
-        layer_backward=_score_backward(model, score_bytes, t)
+        layer_backward=_score_backward(model, score_bytes, t) + working + layer_gradients
         + (_recomputed_layer(a_layer, layer_tensors, (2.0 * layer_gemm if autocast else 0.0)
-                             + max(ring_backward, combine)) if full else 0.0))
+                             + max(ring_backward, combine)) if full else 0.0),
+        head_gradient=head_gradient if last else 0.0)
+
+
+def _bare_loop_backward(model: ModelSpec, tokens: float, head: float, layer: float, autocast: bool,
+                        held: bool) -> tuple[float, float]:
+    """``(head, layer)``: bytes a bare PyTorch loop's backward holds beside its saved tensors on the last stage
+    while the output head's backward runs, and while its first layer's backward runs, for ``tokens`` tokens per GPU,
+    ``head`` head and ``layer`` layer parameters per GPU; ``held``: the gradients exist from an earlier micro-batch
+    (accumulated in place), else each is allocated by this backward and stays (``zero_grad(set_to_none=True)``).
+
+    * head: the loss's gradient cast back to the logits' 16-bit dtype (``2·V`` per token; the fp32 log-softmax's
+      and its gradients freed: ``ToCopyBackward`` of ``logits.float()``), the matmul's gradients for the head's
+      input (``2d`` per token) and for its weight (``2·head``; under ``torch.autocast`` the weight's bf16 cast, whose
+      backward then makes the fp32 gradient, ``4·head``, with the bf16 one still live: ``6·head``, the incoming
+      ``2·V`` freed by then): ``max(2V·t + 2d·t + 2·head, 6·head)`` under autocast, ``2V·t + 2d·t + 2·head`` with
+      bf16 weights. The fp32 gradient becomes ``.grad`` (or is added to it in place).
+    * layer: the layer's weight gradients (bf16, ``2·layer``; under autocast also their fp32 casts, ``4·layer``),
+      all counted at once, and, unless ``held``, the head's gradient made before (``4·head`` or ``2·head``).
+
+    Sources: transformers ``LlamaForCausalLM.forward`` and ``loss_utils.ForCausalLMLoss`` (``logits.float()``
+    then ``cross_entropy``), PyTorch ``derivatives.yaml`` (``_to_copy``: the gradient cast back to the input's
+    dtype; ``mm``: ``grad.mm(mat2.t())``, ``self.t().mm(grad)``), ``torch/csrc/autograd/functions/accumulate_grad.h``
+    (a new gradient is stolen as ``.grad`` when none exists, added in place otherwise),
+    docs.pytorch.org/docs/stable/amp.html (autocast casts a weight for its matmul; its gradient flows back through
+    the cast)."""
+    g = 4.0 if autocast else 2.0
+    head_phase = 2.0 * model.output_dim * tokens + 2.0 * model.hidden_dim * tokens + 2.0 * head
+    if autocast:
+        head_phase = max(head_phase, 6.0 * head)
+    head_phase += _slack(3, head_phase / 3.0)
+    layer_phase = (2.0 + (4.0 if autocast else 0.0)) * layer + (0.0 if held else g * head)
+    return head_phase, layer_phase
 
 
 def _recomputed_layer(a_layer: float, tensors: int, beside: float) -> float:
@@ -871,8 +979,8 @@ def _recomputed_layer(a_layer: float, tensors: int, beside: float) -> float:
     ``--recompute-granularity full`` (the whole transformer layer recomputed, ``--recompute-num-layers 1`` a
     layer at a time); Korthikanti et al. 2022 (arXiv 2205.05198): full recomputation stores each layer's input
     only, and the layer being recomputed holds the per-layer activations of its formula
-    (:func:`saved_activation_bytes_per_token` follows it). Its gradients' working set is priced as the
-    backward's end prices its last layer's (``end``): by its saved activations."""
+    (:func:`saved_activation_bytes_per_token` follows it). Its backward's gradients are added beside it by
+    :func:`train_transient` (:func:`backward_working_bytes_per_token`), as at the backward's end (``end``)."""
     return a_layer + _slack(tensors, a_layer / tensors) + beside
 
 
@@ -934,7 +1042,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False,
                  fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16",
-                 expert_tp: int = 1, score_bytes: float = 0.0, kept: float = 0.0) -> PassMemory:
+                 expert_tp: int = 1, score_bytes: float = 0.0, kept: float = 0.0, bare: bool = False) -> PassMemory:
     """One pipeline stage of a training micro-batch, with the activations of ``inflight`` micro-batches saved
     (:func:`in_flight`): the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
@@ -944,13 +1052,16 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     ``fused_swiglu`` / ``router_dtype``: a Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`);
     ``expert_tp``: its expert tensor-parallel size, whose MoE combine adds the ``moe_combine`` phases
     (:func:`megatron_combine_bytes_per_token`); ``score_bytes``: an eager attention's saved scores
-    (:func:`train_transient`)."""
+    (:func:`train_transient`); ``bare``: a bare PyTorch loop (:func:`bare_loop`; its head's backward, phase
+    ``head_backward``)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
+    held_gradients = micro_batches > 1 or keep_gradients
     part = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first, recompute=recompute,
                            tp=tp, inflight=inflight, autocast=autocast, ep=ep, cp=cp,
                            logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
-                           router_dtype=router_dtype, expert_tp=expert_tp, score_bytes=score_bytes)
+                           router_dtype=router_dtype, expert_tp=expert_tp, score_bytes=score_bytes, bare=bare,
+                           held_gradients=held_gradients)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
@@ -966,7 +1077,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
         if sharding in ("zero2", "zero3"):
             grads = 2.0 * (dense / states + expert / expert_states)
     weights += kept   # DeepSpeed ZeRO-3's parameters kept gathered into the backward (zero3_kept_bytes), every phase
-    held = grads if micro_batches > 1 or keep_gradients else 0.0
+    held = grads if held_gradients else 0.0
     forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved + part.head_forward,
                         part.logits_forward, 0.0, ws + part.slack_forward)
     loss_backward = _assemble("loss_backward", weights + part.copies_backward, held, moments,
@@ -978,9 +1089,12 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                              part.saved + part.ring_forward, 0.0, 0.0, ws + part.slack_forward),
                    _assemble("ring_backward", weights + part.copies_backward, held, moments,
                              part.saved + part.ring_backward, 0.0, 0.0, ws + part.slack_forward)]
-    if part.layer_backward > 0.0:
-        phases.append(_assemble("layer_backward", weights + part.copies_backward, held, moments,
-                                part.saved + part.layer_backward, 0.0, 0.0, ws + part.slack_forward))
+    phases.append(_assemble("layer_backward", weights + part.copies_backward, held, moments,
+                            part.saved + part.layer_backward, 0.0, 0.0, ws + part.slack_forward))
+    if part.head_gradient > 0.0:
+        phases.append(_assemble("head_backward", weights + part.copies_backward, held, moments,
+                                part.saved + part.head_backward + part.head_gradient, 0.0, 0.0,
+                                ws + part.slack_forward))
     if part.combine > 0.0:
         phases += [_assemble("moe_combine_forward", weights + part.copies_forward, held, moments,
                              part.saved + part.combine, 0.0, 0.0, ws + part.slack_forward),

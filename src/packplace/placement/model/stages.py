@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from packplace.placement.model.counts import check_counts
 from packplace.placement.problem.models import ModelSpec
 
 #: Adam state bytes per parameter: fp32 master weights, first and second moments (ZeRO paper's K = 12).
@@ -14,7 +15,7 @@ ADAM_BYTES = 12
 SHARDING = ("none", "zero1", "zero2", "zero3")
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)   # typed: a bool is refused, not served pp 1's entry
 def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
     """Layers of each of the ``pp`` pipeline stages (``pp ≤ layers``).
 
@@ -23,7 +24,13 @@ def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
     logits), then to the first stage — the shape Megatron-LM's ``decoder_first_pipeline_num_layers`` /
     ``decoder_last_pipeline_num_layers`` produce when set to the smaller size. 61 layers on 4 stages:
     ``(15, 16, 15, 15)``; on 2 stages ``(31, 30)``.
+
+    Raises:
+        ValueError: ``layers`` or ``pp`` not a whole number of at least 1 (:func:`~packplace.placement.model.counts.
+            check_counts`), naming the field and the value.
     """
+    check_counts("stage_layers", layers=layers, pp=pp)
+    layers, pp = int(layers), int(pp)
     base, extra = divmod(layers, pp)
     counts = [base] * pp
     order = list(range(1, pp - 1)) + [0, pp - 1]
@@ -56,11 +63,18 @@ def stage_gemm_share(model: ModelSpec, pp: int) -> float:
     return max(max(counts[:-1]) * per_layer, counts[-1] * per_layer + head) / model.gemm_params
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)   # typed: a bool is refused, not served pp 1's entry
 def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
     """Parameters of each pipeline stage (all tensor-parallel ranks together): its layers, the input
     embedding on the first, the final norm and output head on the last (a tied LM head with ``pp > 1``
-    is a copy of the embedding matrix there)."""
+    is a copy of the embedding matrix there).
+
+    Raises:
+        ValueError: ``pp`` not a whole number of at least 1 (a fraction, a bool, ``nan``), naming the field and the
+            value (:func:`~packplace.placement.model.counts.check_counts`).
+    """
+    check_counts("stage_params", pp=pp)
+    pp = int(pp)
     per_layer = model.block_params / model.layers
     out = []
     for i, n in enumerate(stage_layers(model.layers, pp)):
