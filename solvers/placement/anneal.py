@@ -590,6 +590,7 @@ class _Annealing:
         proposals = plateau = stale_plateaus = last_new = 0
         max_proposals = PROPOSALS_PER_EVALUATION * span
         next_report = run.started + settings.progress_s
+        read_at = search.evaluations   # the evaluation count at the last clock reading
         while True:
             if search.evaluations >= end:
                 break
@@ -597,7 +598,10 @@ class _Annealing:
                 self.stopped_by = "proposals" if proposals >= max_proposals else "exhausted"
                 break
             proposals += 1
-            if proposals % 64 == 0:
+            # the clock after every evaluation (so at most the one under way runs past the deadline), and every 64
+            # proposals that the cache answered
+            if proposals % 64 == 0 or search.evaluations != read_at:
+                read_at = search.evaluations
                 now = run.now()
                 if now >= anneal_deadline:
                     self.hit_time_limit, self.stopped_by = True, "time"
@@ -643,6 +647,8 @@ class _Annealing:
         polish has scored ``e_max`` distinct plans of its own (a count, so a run that ends by it repeats
         exactly on any machine) or the time limit; none when the best plan meets the analytic lower bound."""
         improved = not self.run.at_bound
+        if improved and self.run.expired():   # not one evaluation past the deadline
+            self.hit_time_limit, improved = True, False
         budget_end = self.search.evaluations + self.settings.e_max
         out_of_budget = False
         while improved:

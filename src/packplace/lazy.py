@@ -6,6 +6,8 @@ backends bind ``cp_model`` this way: the solver registry imports every backend m
 solvers (``packplace place --help`` names them), and OR-Tools with pandas would otherwise load for every
 command that lists or runs any solver. Nothing changes for a caller: the first ``cp_model.CpModel()``
 loads OR-Tools as a plain import would, and an import error surfaces there.
+:func:`loaded` tells whether such a module's code has run (a backend that must not start a slow import
+past its deadline asks it first, e.g. the placement ``cpsat``'s model build).
 Performance: docs/performance.md ("Start-up time").
 """
 
@@ -36,3 +38,11 @@ def lazy_module(name: str) -> types.ModuleType:
     sys.modules[name] = module
     loader.exec_module(module)
     return module
+
+
+def loaded(module: types.ModuleType) -> bool:
+    """``module``'s code has run: False for a :func:`lazy_module` whose attributes nothing has read yet (its
+    first read runs the import), True for any other module. Reads no attribute of ``module``."""
+    # a lazy module's class intercepts attribute reads until the first one loads it and restores the plain
+    # module class (importlib.util.LazyLoader)
+    return type(module).__getattribute__ is types.ModuleType.__getattribute__

@@ -4,6 +4,7 @@ not a whole number with one ``ValueError`` naming the function, the field and th
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import numpy as np
@@ -121,3 +122,78 @@ def test_stage_params_prices_an_integral_count_as_the_int(setup):
     assert stage_params(model, 4.0) == stage_params(model, np.int64(4)) == stage_params(model, 4)
     # OPT-6.7B's tied head: at pp 2 the last stage holds its copy of the 50,272 × 4,096 embedding
     assert sum(stage_params(model, 2)) - sum(stage_params(model, 1)) == 50272 * 4096
+
+
+# -- every public CostModel method checks its counts and token amounts by parameter name (counts.guard_counts)
+def _public_methods():
+    """``name -> (parameters checked as counts, as amounts)`` of every public CostModel method that takes one."""
+    from packplace.placement.model.cost import CostModel
+    from packplace.placement.model.counts import AMOUNT_PARAMETERS, COUNT_PARAMETERS, NONNEGATIVE_COUNT_PARAMETERS
+
+    out = {}
+    for name, member in vars(CostModel).items():
+        function = member.__func__ if isinstance(member, staticmethod) else member
+        if name.startswith("_") or not inspect.isfunction(function):
+            continue
+        parameters = inspect.signature(function).parameters
+        counts = [p for p in parameters if p in COUNT_PARAMETERS | NONNEGATIVE_COUNT_PARAMETERS]
+        amounts = [p for p in parameters if p in AMOUNT_PARAMETERS]
+        if counts or amounts:
+            out[name] = (counts, amounts)
+    return out
+
+
+def test_the_public_methods_with_counts_are_the_ones_expected():
+    methods = _public_methods()
+    # the ones the model's callers use most, by hand: a method renamed or a parameter renamed away shows here
+    for name, counts in {"pass_time": {"dp", "pp", "tp", "micro_batch", "ep", "lora_rank"},
+                         "generate_time": {"dp", "pp", "tp", "micro_batch", "ep"},
+                         "pipeline": {"pp"}, "tp_allreduce": {"tp"}, "engine_kv_budget": {"tp", "pp", "ep"},
+                         "shard_ranks": {"dp"}, "update_shard": {"pp", "tp", "lora_rank"}}.items():
+        assert set(methods[name][0]) == counts, name
+    assert methods["pipeline"][1] == ["micro_batches"] and methods["recompute_time"][1] == ["tokens"]
+    assert len(methods) >= 50
+
+
+@pytest.mark.parametrize("value, shown", [(2.5, "2.5"), (0, "0"), (-1, "-1"), (float("nan"), "nan"),
+                                          (True, "True"), ("2", "'2'"), (np.float64(1.5), r"np.float64\(1.5\)")])
+def test_every_public_cost_model_method_refuses_a_bad_count(setup, value, shown):
+    cost = setup[0]
+    for name, (counts, _) in _public_methods().items():
+        for field in counts:
+            if field == "lora_rank" and value == 0:
+                continue   # no adapter: a count of 0 is allowed there
+            kind = "a non-negative integer" if field == "lora_rank" else "a positive integer"
+            with pytest.raises(ValueError, match=rf"^{name}: {field} must be {kind}, got {shown}$"):
+                getattr(cost, name)(**{field: value})   # refused before the method runs (no other argument needed)
+
+
+@pytest.mark.parametrize("value, shown", [(-1.0, r"-1\.0"), (float("inf"), "inf"), (float("nan"), "nan"),
+                                          (True, "True"), ("8", "'8'")])
+def test_every_public_cost_model_method_refuses_a_bad_token_amount(setup, value, shown):
+    cost = setup[0]
+    for name, (_, amounts) in _public_methods().items():
+        for field in amounts:
+            with pytest.raises(ValueError, match=rf"^{name}: {field} must be a finite number >= 0, got {shown}$"):
+                getattr(cost, name)(**{field: value})
+
+
+def test_a_fractional_tp_or_pp_no_longer_prices_a_number(setup):
+    # these returned plausible numbers for a fraction of a ring or of a pipeline
+    cost, model = setup
+    with pytest.raises(ValueError, match=r"^tp_allreduce: tp must be a positive integer, got 1.5$"):
+        cost.tp_allreduce(1e9, 1.5, EXTENT)
+    with pytest.raises(ValueError, match=r"^pipeline: pp must be a positive integer, got 2.5$"):
+        cost.pipeline(4, 2.5, 1.0)
+    with pytest.raises(ValueError, match=r"^pass_time: micro_batch must be a positive integer, got 0$"):
+        cost.pass_time(model, True, 8, 1, 1, 0, EXTENT)
+    with pytest.raises(ValueError, match=r"^recompute_time: tokens must be a finite number >= 0, got -512.0$"):
+        cost.recompute_time(model, 1, -512.0)
+
+
+def test_whole_counts_of_any_type_price_the_public_methods_as_the_int(setup):
+    cost, model = setup
+    expected = cost.pass_time(model, True, 8, 1, 1, 4, EXTENT)
+    assert cost.pass_time(model, True, np.int64(8), 1.0, np.int32(1), 4.0, EXTENT) == expected
+    assert cost.pass_time(model, True, dp=8, pp=1, tp=1, micro_batch=4, extent=EXTENT) == expected
+    assert cost.pipeline(42.5, 2, 1.0) == pytest.approx(43.5)   # micro_batches: a mean over the packing draws

@@ -234,8 +234,9 @@ def test_fixed_seed_repeats_exactly_and_a_time_cut_returns_a_prefix_of_the_same_
     assert len({(r.info["evaluations"], r.info["proposals"], r.objective) for r in runs}) == 1
     assert [(e["evaluations"], e["best_s"]) for e in runs[0].info["trace"]] == \
         [(e["evaluations"], e["best_s"]) for e in runs[1].info["trace"]]
-    # where the cut falls, exactly: the annealing reads the clock once every 64 proposals (Run.now, its only
-    # caller in a placement call) and stops at the first reading past its chain's deadline, run.started +
+    # where the cut falls, exactly: the annealing reads the clock after every evaluation and every 64 proposals the
+    # cache answered (Run.now, its only caller in a placement call; once every 64 proposals before, so up to 63
+    # evaluations ran past the deadline) and stops at the first reading past its chain's deadline, run.started +
     # ANNEAL_TIME_SHARE x the limit x (chain + 1) / chains (two chains here: concurrent's plan and its own
     # partition plan). An uncut run of the same seed (e_max 4,000: chain 1 ends at 2,000 evaluations) records
     # every reading; the limit puts chain 1's deadline halfway between the two readings around the 1,000th
@@ -255,10 +256,12 @@ def test_fixed_seed_repeats_exactly_and_a_time_cut_returns_a_prefix_of_the_same_
         patch.setattr(Run, "now", staticmethod(recording_now))
         full = packplace.place(inst, "anneal", time_limit_s=600, seed=5, e_max=4000)
     chains = len(full.info["starts"])
-    assert chains == 2 and [p for _, _, p in checks[:3]] == [64, 128, 192]
+    assert chains == 2
+    # at most one evaluation between two readings, and no more than 64 proposals
+    assert all(0 <= b[1] - a[1] <= 1 and 0 < b[2] - a[2] <= 64 for a, b in zip(checks, checks[1:]) if b[2] > a[2])
     j = next(i for i, (_, evaluations, _) in enumerate(checks) if evaluations >= 1000)
     (before_s, _, _), (at_s, at_evaluations, at_proposals) = checks[j - 1], checks[j]
-    assert 1000 <= at_evaluations < 2000 and at_proposals == 64 * (j + 1)   # inside chain 1
+    assert 1000 <= at_evaluations < 2000   # inside chain 1
     cut = packplace.place(inst, "anneal", seed=5, e_max=4000,
                           time_limit_s=(before_s + at_s) / 2 * chains / ANNEAL_TIME_SHARE)
     assert cut.info["warm_start_s"] == full.info["warm_start_s"]

@@ -36,7 +36,7 @@ from packplace.placement.model.components import (
     pass_times,
     weight_update_kernels,
 )
-from packplace.placement.model.counts import check_counts
+from packplace.placement.model.counts import check_counts, guard_counts
 from packplace.placement.model.deepspeed_zero2 import zero2_collective_calls
 from packplace.placement.model.deepspeed_zero3 import zero3_forward_prefetches, zero3_gathers_per_pass
 from packplace.placement.model.dp_balance import VertexBalance
@@ -166,8 +166,15 @@ def vllm_decode_table(table: ComponentTable, hardware: Hardware) -> ComponentTab
     return table if fraction == 1.0 else replace(table, kv_bandwidth=table.kv_bandwidth * fraction)
 
 
+@guard_counts
 class CostModel:
     """Analytic time model of the vertices of one instance.
+
+    Every public method checks its counts and token amounts by parameter name before it runs
+    (:func:`~packplace.placement.model.counts.guard_counts`): ``dp``, ``pp``, ``tp``, ``ep``, ``micro_batch``,
+    ``shard``, ``ranks`` and the like must be positive integers (``lora_rank`` >= 0), ``tokens``, ``sequences``,
+    ``batch``, ``seq_len``, ``kv_tokens`` and ``micro_batches`` finite numbers >= 0; else ``ValueError`` naming
+    the method, the field and the value.
 
     Args:
         hardware, cluster, workload: The instance's figures.

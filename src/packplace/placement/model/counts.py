@@ -4,12 +4,22 @@
 A count is a whole number: an ``int``, a numpy integer or an integral float (``64.0``), never a bool, a fraction,
 ``nan`` or an infinity. A fractional ``tp`` would price a fraction of a ring or a copy and return a plausible
 number; the cost functions refuse it with a ``ValueError`` naming the function, the field and the value.
+:class:`~packplace.placement.model.cost.CostModel` checks every public method's counts and token amounts by
+parameter name (:func:`guard_counts`).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
 
 
 def is_count(value: object, minimum: int = 1) -> bool:
@@ -37,3 +47,77 @@ def check_counts(function: str, minimum: int = 1, **values: object) -> None:
         if value is not None and not is_count(value, minimum):
             kind = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
             raise ValueError(f"{function}: {name} must be {kind}, got {value!r}")
+
+
+#: The parameters of :class:`~packplace.placement.model.cost.CostModel`'s public methods that are counts of at least 1
+#: (:func:`guard_counts`): degrees of parallelism, micro-batches, ranks and groups.
+COUNT_PARAMETERS = frozenset({"dp", "pp", "tp", "ep", "micro_batch", "ranks", "per_node", "stride", "shard",
+                              "ulysses", "slots", "dst_dp"})
+#: Counts that may be 0 (no LoRA adapter).
+NONNEGATIVE_COUNT_PARAMETERS = frozenset({"lora_rank"})
+#: Token, sequence and micro-batch amounts: real numbers (a mean over a batch or over the packing draws may be
+#: fractional: ``micro_batches``), finite and >= 0 (an empty pass prices 0); an array of them is left to the caller
+#: (the vectorised decode terms).
+AMOUNT_PARAMETERS = frozenset({"tokens", "sequences", "batch", "kv_tokens", "seq_len", "micro_batches"})
+
+
+def is_amount(value: object) -> bool:
+    """Whether ``value`` is a finite real number >= 0 (not a bool)."""
+    return (not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
+            and float(value) >= 0)
+
+
+def counts_checked(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` with its count and amount parameters (by name: :data:`COUNT_PARAMETERS`,
+    :data:`NONNEGATIVE_COUNT_PARAMETERS`, :data:`AMOUNT_PARAMETERS`) checked at every call, positional or keyword
+    (``None`` skipped, as :func:`check_counts`; an array amount skipped); ``function`` itself where it has none.
+    The parameters' positions are read once, here, so a call pays a few comparisons.
+
+    The wrapper raises ``ValueError``: ``NAME: FIELD must be a positive integer, got VALUE`` (``a non-negative
+    integer`` for ``lora_rank``; ``a finite number >= 0`` for an amount)."""
+    parameters = list(inspect.signature(function).parameters)
+    plan = [(name, index, 0 if name in NONNEGATIVE_COUNT_PARAMETERS else 1 if name in COUNT_PARAMETERS else None)
+            for index, name in enumerate(parameters)
+            if name in COUNT_PARAMETERS or name in NONNEGATIVE_COUNT_PARAMETERS or name in AMOUNT_PARAMETERS]
+    if not plan:
+        return function
+    label = function.__name__
+
+    @functools.wraps(function)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for name, index, minimum in plan:
+            value = args[index] if index < len(args) else kwargs.get(name)
+            kind = type(value)
+            if kind is int:   # the common cases first: a plain int count or amount, a plain float amount
+                if value >= (0 if minimum is None else minimum):
+                    continue
+            elif kind is float and minimum is None:
+                if 0.0 <= value < math.inf:
+                    continue
+            elif value is None:
+                continue
+            if minimum is None:
+                if not is_amount(value) and not isinstance(value, np.ndarray):
+                    raise ValueError(f"{label}: {name} must be a finite number >= 0, got {value!r}")
+            elif not is_count(value, minimum):
+                check_counts(label, minimum, **{name: value})
+        return function(*args, **kwargs)
+
+    return checked
+
+
+def guard_counts(cls: type[T]) -> type[T]:
+    """Class decorator: every public method (and static method) of ``cls`` that takes a count or an amount by name
+    checks it (:func:`counts_checked`), so a fractional ``tp`` or a ``dp`` of 0 is refused with the method's name,
+    the field and the value instead of pricing a plausible number."""
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_"):
+            continue
+        static = isinstance(member, staticmethod)
+        function = member.__func__ if static else member
+        if not inspect.isfunction(function):
+            continue
+        wrapped = counts_checked(function)
+        if wrapped is not function:
+            setattr(cls, name, staticmethod(wrapped) if static else wrapped)
+    return cls
