@@ -222,6 +222,7 @@ def resplit(
     seed: int = 0,
     every_partner: bool = False,
     settle: tuple[float, int] | None = None,
+    patience: int | None = None,
 ) -> tuple[list[list[int]], int, int, bool]:
     """Exact pair re-splits (module docstring) until every rank load is at most ``target``.
 
@@ -236,12 +237,16 @@ def resplit(
         every_partner: Pair each leader with every lighter rank, lightest first, instead of the
             :data:`LIGHT_PARTNERS` lightest and :data:`RANDOM_PARTNERS` drawn ones (``lns`` uses this where
             the ranks hold few samples and a pair check is cheap; ``repair`` does not).
+        settle: (level, count): once the largest load is at most ``level``, stop after ``count`` pair checks in
+            a row that leave it where it was.
+        patience: Stop after this many pair checks in a row that leave the largest load where it was, at any
+            level (None: no such stop).
 
     Returns:
         (bins, pair checks, accepted splits, stopped by the deadline).
     """
     search = _Resplit(bins, tokens, costs, ranks, per_rank, capacity, seed)
-    return search.run(target, max_checks, deadline, every_partner, settle)
+    return search.run(target, max_checks, deadline, every_partner, settle, patience)
 
 
 class _Resplit:
@@ -363,14 +368,15 @@ class _Resplit:
         return {r for r, good in zip(small, possible.tolist()) if not good}
 
     def run(self, target: float, max_checks: int, deadline: float | None, every_partner: bool,
-            settle: tuple[float, int] | None = None) -> tuple[list[list[int]], int, int, bool]:
+            settle: tuple[float, int] | None = None, patience: int | None = None
+            ) -> tuple[list[list[int]], int, int, bool]:
         """The leader/partner loop of :func:`resplit`: (bins, pair checks, accepted splits, cut by the deadline)."""
         loads, locked, versions, members = self.loads, self.locked, self.versions, self.members
         ranks, per_rank, rng = self.ranks, self.per_rank, self.rng
         checked: set[tuple[int, int, int, int]] = set()
         checks = accepted = 0
         timed_out = False
-        stall = _Stall(settle, float(loads.max()))
+        stall = _Stall(settle, float(loads.max()), patience)
         while checks < max_checks and not stall.settled:
             order = np.argsort(-loads, kind="stable").tolist()  # heaviest first, ties by index
             if loads[order[0]] <= target:
@@ -423,11 +429,13 @@ class _Resplit:
 
 
 class _Stall:
-    """The ``settle`` rule of :func:`resplit`: counts the pair checks in a row that leave the largest load
-    where it was, once it is at most the level; :attr:`settled` when they reach the count."""
+    """The ``settle`` and ``patience`` rules of :func:`resplit`: counts the pair checks in a row that leave the
+    largest load where it was; :attr:`settled` when they reach the settle count once the load is at most the
+    level, or the patience at any level."""
 
-    def __init__(self, settle: tuple[float, int] | None, top: float) -> None:
+    def __init__(self, settle: tuple[float, int] | None, top: float, patience: int | None = None) -> None:
         self.level, self.limit = settle if settle is not None else (-math.inf, 0)
+        self.patience = patience
         self.top, self.still, self.settled = top, 0, False
 
     def check(self, top: float) -> bool:
@@ -436,5 +444,6 @@ class _Stall:
             self.top, self.still = top, 0
         else:
             self.still += 1
-        self.settled = self.top <= self.level and self.still >= self.limit
+        self.settled = (self.top <= self.level and self.still >= self.limit) or (
+            self.patience is not None and self.still >= self.patience)
         return self.settled

@@ -14,7 +14,8 @@ still above the bound is then re-split pair by pair (:mod:`.resplit`; ``makespan
 budgets, at most :data:`RESPLIT_MAX_SAMPLES_PER_RANK` samples per rank on average) when it is better
 than the best answer of an earlier start. The first answer proven optimal (with ``tie_break="lockstep"``, at
 most :func:`_tie_level`) ends the search (on the
-per-step path also the first within its ``STEP_GAP``, where the re-split settles: :mod:`.step`). Otherwise
+per-step path also the first within its ``STEP_GAP``, where the re-split settles, and before the starts
+the re-split of its fine-tuned answer where that is near the level: :mod:`.step`). Otherwise
 ``karmarkar_karp`` runs on the time left and is improved the same way; the best answer is returned.
 Options: ``max_repair_pairs`` (a positive int; default max(:data:`DEFAULT_MAX_REPAIR_PAIRS`, 2·D)),
 ``tie_break`` (None, or ``"lockstep"``: among answers at no more than the answer's ``makespan``, the
@@ -27,6 +28,7 @@ Performance: docs/performance.md
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -62,7 +64,15 @@ from packplace.solvers.balance.repair.start import (
     rank_key,
     rank_lpt_bins,
 )
-from packplace.solvers.balance.repair.step import SETTLE_CHECKS_PER_RANK, step_answer, step_level, step_starts
+from packplace.solvers.balance.repair.step import (
+    FIRST_RESPLIT_CHECKS_PER_RANK,
+    FIRST_RESPLIT_GAP,
+    FIRST_RESPLIT_PATIENCE_PER_RANK,
+    SETTLE_CHECKS_PER_RANK,
+    step_answer,
+    step_level,
+    step_starts,
+)
 
 #: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
 #: tied at the maximum).
@@ -262,6 +272,7 @@ class _Repair:
         self.starts: list[tuple] = []
         self.kk_run = self.kk_cut = False
         self.stepped: tuple | None = None  # the per-step path's fine-tuned answer: (key, bins, messages)
+        self.step_exchanges = 0  # the exchanges of that fine-tuning
         # the per-step path's fine-tuning of its best start, uncut: (that start's bins, _fine_tune's answer), so
         # that _improve does not run the same deterministic fine-tuning of the same start again
         self.step_tuned: tuple | None = None
@@ -294,6 +305,7 @@ class _Repair:
             return Proposal(answer, FEASIBLE, iterations=0, hit_time_limit=timed_out or self.kk_cut or tie_cut,
                             message="; ".join([*self.messages, *notes, *cut, *tie]))
         self.stepped = (tuned_key, tuned, (self.messages if name == "lpt" else []) + notes)
+        self.step_exchanges = steps
         if not timed_out:
             self.step_tuned = (self.starts[0][3], (tuned, tuned_key, steps, timed_out))
         return None
@@ -339,7 +351,12 @@ class _Repair:
         iterations = 0
         hit_time_limit = False
         stop = self.levels.stop
-        while True:
+        settled = False  # the per-step answer, re-split, is kept: no full search
+        if self.stepped is not None:
+            iterations, hit_time_limit = self.resplit_stepped()
+            settled = hit_time_limit or self.stepped[0][0] <= step_level(self.proven)
+            best = self.stepped if settled else None
+        while not settled:
             for _, _, name, start_bins in starts:
                 known = self.step_tuned[1] if self.step_tuned is not None and self.step_tuned[0] is start_bins else None
                 bins, key, checks, hit_time_limit, notes = _improve(
@@ -368,6 +385,29 @@ class _Repair:
         answer, tie, tie_cut = self.lockstep_tie(bins, key)
         return Proposal(answer, FEASIBLE, iterations=iterations,
                         hit_time_limit=hit_time_limit or tie_cut, message="; ".join([*messages, *tie]))
+
+    def resplit_stepped(self) -> tuple[int, bool]:
+        """Before the full search, re-split the per-step path's fine-tuned answer (:attr:`stepped`) where it is
+        within :data:`~.step.FIRST_RESPLIT_GAP` of the proven level and the fine-tuning made an exchange (one
+        that stalls at once is held by capacity, where the re-split's splits rarely pack either): at most
+        :data:`~.step.FIRST_RESPLIT_CHECKS_PER_RANK`·D pair checks, given up (or, within ``STEP_GAP``, settled)
+        after :data:`~.step.FIRST_RESPLIT_PATIENCE_PER_RANK`·D (at least one) in a row that leave the makespan
+        where it was. Updates :attr:`stepped` when the evaluator scores the re-split better: (pair checks, hit the
+        deadline)."""
+        assert self.stepped is not None
+        key, bins, notes = self.stepped
+        if (not _resplittable(self.instance) or not self.step_exchanges
+                or key[0] > self.proven * (1 + FIRST_RESPLIT_GAP)):
+            return 0, False
+        ranks = self.instance.data_parallel_size
+        patience = max(1, math.ceil(FIRST_RESPLIT_PATIENCE_PER_RANK * ranks))
+        bins, key, checks, timed_out, note = _resplit(
+            self.instance, self.prepared, bins, key, self.run.deadline, self.bound, step_level(self.proven),
+            self.levels.ties, max_checks=FIRST_RESPLIT_CHECKS_PER_RANK * ranks, settle_checks=patience,
+            patience=patience)
+        if note:
+            self.stepped = (key, bins, [*notes, note + (" reached the bound" if key[0] <= self.levels.claim else "")])
+        return checks, timed_out
 
     def lockstep_tie(self, bins: list[list[int]], key: tuple[float, float], origin: str | None = None
                      ) -> tuple[list[tuple], list[str], bool]:
@@ -534,15 +574,19 @@ def _resplittable(instance: BalanceInstance) -> bool:
 
 
 def _resplit(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]],
-             key: tuple[float, float], deadline: float | None, bound: float, level: float, ties: bool = False):
+             key: tuple[float, float], deadline: float | None, bound: float, level: float, ties: bool = False,
+             max_checks: int | None = None, settle_checks: int | None = None, patience: int | None = None):
     """:func:`resplit` of ``bins`` towards :func:`_fine_target` (with ``ties``), settling once the makespan is at
-    most ``level`` (:data:`~.step.SETTLE_CHECKS_PER_RANK`): (bins, key, pair checks, hit the deadline, message);
-    the given bins when the evaluator would not score the result better."""
+    most ``level`` (after ``settle_checks``, default :data:`~.step.SETTLE_CHECKS_PER_RANK`·D, checks in a row that
+    leave it; at most ``max_checks``, default max(:data:`RESPLIT_MIN_CHECKS`, :data:`RESPLIT_CHECKS_PER_RANK`·D);
+    ``patience``: :func:`resplit`'s): (bins, key, pair checks, hit the deadline, message); the given bins when the
+    evaluator would not score the result better."""
     ranks = instance.data_parallel_size
     new_bins, checks, accepted, timed_out = resplit(
         bins, prepared.tokens, prepared.costs, ranks, instance.local_batch_size, instance.constraints.seq_len,
-        _fine_target(instance, bound, ties), max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK * ranks), deadline,
-        settle=(level, SETTLE_CHECKS_PER_RANK * ranks))
+        _fine_target(instance, bound, ties),
+        max(RESPLIT_MIN_CHECKS, RESPLIT_CHECKS_PER_RANK * ranks) if max_checks is None else max_checks, deadline,
+        settle=(level, SETTLE_CHECKS_PER_RANK * ranks if settle_checks is None else settle_checks), patience=patience)
     if not accepted:
         return bins, key, checks, timed_out, ""
     new_key = rank_key(instance, prepared, new_bins)

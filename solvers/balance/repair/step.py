@@ -10,9 +10,11 @@ than ``RANK_LPT_START_GAP`` above the bound), and with several bins per rank the
 start (it meets the count bound where one dominant sample sets it, and stays near the bound where
 capacity binds). :func:`step_answer` fine-tunes the best of them (a bounded number of exchanges,
 :mod:`.fine_tune`) and keeps the result when it is within :data:`STEP_GAP` of the proven level;
-otherwise ``repair`` goes on with its full search from the same starts, under the same level: the
-first improved start within :data:`STEP_GAP` ends it, and the pair re-split stops once the makespan
-is within it and :data:`SETTLE_CHECKS_PER_RANK`·D pair checks in a row leave it where it was. Every choice is by the
+otherwise ``repair`` goes on with its full search, under the same level: where the fine-tuning made
+exchanges and ended within :data:`FIRST_RESPLIT_GAP`, first a bounded re-split of its answer, kept when
+within :data:`STEP_GAP`; else the same starts, where the first improved start within :data:`STEP_GAP`
+ends it, and the pair re-split stops once the makespan is within it and
+:data:`SETTLE_CHECKS_PER_RANK`·D pair checks in a row leave it where it was. Every choice is by the
 evaluator's (objective, Σℓ²), so the answer is never worse than any start. Work is bounded by
 counts (exchanges), not by the clock: the same input gives the same answer on a loaded machine;
 the deadline only stops it early.
@@ -37,6 +39,17 @@ STEP_GAP = 1e-4
 #: the makespan where it was, and no further start is improved: the search past the level the per-step
 #: path accepts buys amounts it would not have searched for. A count, so the same input gives the same plan.
 SETTLE_CHECKS_PER_RANK = 2
+#: Where the per-step answer is not kept but its fine-tuning made exchanges and ended within this relative gap
+#: of the proven level, the full search first re-splits it: a fine-tuned answer that near is a few re-splits
+#: from the level, where the rank local search and a second fine-tuning of the best start cost several times
+#: as much. Further away, or where the fine-tuning stalled at once (capacity binding), the re-split rarely
+#: reaches the level and the full search runs from the starts as before.
+FIRST_RESPLIT_GAP = 2e-3
+#: Most pair checks of that first re-split, per rank.
+FIRST_RESPLIT_CHECKS_PER_RANK = 4
+#: That first re-split stops after this many pair checks per rank (at least one) in a row that leave the
+#: makespan where it was, at any level: it gives up above :data:`STEP_GAP`, settles within it.
+FIRST_RESPLIT_PATIENCE_PER_RANK = 0.5
 
 #: A start: (evaluator key, tie order, name, rank-major bins of sample indices).
 Start = tuple[tuple[float, float], int, str, list[list[int]]]
