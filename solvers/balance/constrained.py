@@ -38,6 +38,9 @@ from packplace.run import Run, clock, passed
 PARTNERS = 8
 #: Candidate transfers re-packed per partner before giving up on it.
 ATTEMPTS = 8
+#: :func:`improve` builds a rank pair's table of moves this many rows (units of the heavy rank) at a time,
+#: looking at the deadline between blocks.
+SCORE_ROWS = 256
 
 
 #: What the message says when the cost-first construction dead-ended, by what answered instead.
@@ -161,7 +164,7 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
         return [i for u in rank_units for i in units[u]]
 
     while accepted < max_rounds:
-        if deadline is not None and clock() > deadline:
+        if passed(deadline):
             break
         a = int(np.argmax(load))
         moved = False
@@ -174,20 +177,17 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
             give_cost, give_size = unit_cost[give], unit_size[give]
             take_cost = np.where(take >= 0, unit_cost[np.maximum(take, 0)], 0.0)
             take_size = np.where(take >= 0, unit_size[np.maximum(take, 0)], 0)
-            transfer = give_cost[:, None] - take_cost[None, :]
-            delta = give_size[:, None] - take_size[None, :]
-            new_a, new_b = count[a] - delta, count[b] + delta
-            ok = (transfer > 0) & (transfer < gap) & (new_a >= rules.lo) & (new_a <= rules.hi)
-            ok &= (new_b >= rules.lo) & (new_b <= rules.hi)
             above = int((count > rules.lo).sum()) - int(count[a] > rules.lo) - int(count[b] > rules.lo)
-            ok &= above + (new_a > rules.lo) + (new_b > rules.lo) <= rules.spare
-            if not ok.any():
+            score = _move_scores(give_cost, give_size, take_cost, take_size, (int(count[a]), int(count[b])), gap,
+                                 rules, above, deadline)
+            if score is None:  # the deadline passed while the table was built
+                break
+            if not np.isfinite(score).any():
                 continue
-            score = np.where(ok, np.abs(transfer - gap / 2), np.inf)
             flat = _first_cells(score, ATTEMPTS)
             for cell in flat.tolist():
                 gi, ti = divmod(cell, take.size)
-                if not np.isfinite(score[gi, ti]):
+                if not np.isfinite(score[gi, ti]) or passed(deadline):
                     break
                 u, v = int(give[gi]), int(take[ti])
                 units_a = [w for w in members[a] if w != u] + ([v] if v >= 0 else [])
@@ -200,9 +200,11 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
                     continue
                 members[a], members[b] = sorted(units_a), sorted(units_b)
                 packed[a], packed[b] = bins_a, bins_b
-                load[a] -= transfer[gi, ti]
-                load[b] += transfer[gi, ti]
-                count[a], count[b] = new_a[gi, ti], new_b[gi, ti]
+                transfer = give_cost[gi] - take_cost[ti]  # the table's value, bit for bit
+                delta = give_size[gi] - take_size[ti]
+                load[a] -= transfer
+                load[b] += transfer
+                count[a], count[b] = count[a] - delta, count[b] + delta
                 moved = True
                 break
             if moved:
@@ -211,6 +213,30 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
             break
         accepted += 1
     return [b for rank_bins in packed for b in rank_bins], accepted
+
+
+def _move_scores(give_cost: np.ndarray, give_size: np.ndarray, take_cost: np.ndarray, take_size: np.ndarray,
+                 counts: tuple[int, int], gap: float, rules: RankRules, above: int, deadline: float | None
+                 ) -> np.ndarray | None:
+    """:func:`improve`'s table for one rank pair: ``score[g, t]`` = |transfer − gap/2| of giving unit g of the
+    heavy rank and taking back unit t of the light one (t = 0: nothing), ``inf`` where the transfer does not
+    lower the pair's maximum or breaks a count rule (``counts``: the two ranks' sample counts; ``above``: the
+    other ranks above ``rules.lo``). Built :data:`SCORE_ROWS` rows at a time, the deadline looked at before
+    each block (the table is O(units × units)); None once it has passed."""
+    count_a, count_b = counts
+    blocks = []
+    for first in range(0, give_cost.size, SCORE_ROWS):
+        if passed(deadline):
+            return None
+        rows = slice(first, first + SCORE_ROWS)
+        transfer = give_cost[rows, None] - take_cost[None, :]
+        delta = give_size[rows, None] - take_size[None, :]
+        new_a, new_b = count_a - delta, count_b + delta
+        ok = (transfer > 0) & (transfer < gap) & (new_a >= rules.lo) & (new_a <= rules.hi)
+        ok &= (new_b >= rules.lo) & (new_b <= rules.hi)
+        ok &= above + (new_a > rules.lo) + (new_b > rules.lo) <= rules.spare
+        blocks.append(np.where(ok, np.abs(transfer - gap / 2), np.inf))
+    return np.concatenate(blocks) if blocks else np.zeros((0, take_cost.size))
 
 
 def repair_proposal(instance: BalanceInstance, run: Run) -> Proposal:

@@ -73,6 +73,7 @@ from packplace.solvers.balance.repair.step import (
     step_level,
     step_starts,
 )
+from packplace.table import format_objective
 
 #: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
 #: tied at the maximum).
@@ -139,7 +140,32 @@ def _says_tie_break(solve: Any) -> Any:
     return wrapper
 
 
+def _no_worse_than_held(solve: Any) -> Any:
+    """``solve`` whose answer the evaluator never scores worse than the answer the run held when it began (the
+    front end's quick packing or the reference grouping, offered before the backend runs; or a calling
+    backend's answer): where that one scores strictly lower (the deadline cut the search before it got there) it
+    is returned instead, and the message says so."""
+
+    @functools.wraps(solve)
+    def wrapper(instance: BalanceInstance, run: Run, **params: Any) -> Proposal:
+        held = run.best
+        proposal: Proposal = solve(instance, run, **params)
+        if held is None or proposal.solution is None:
+            return proposal
+        evaluator = run.evaluator
+        held_value, value = evaluator.objective(held), evaluator.objective(proposal.solution)
+        if held_value >= value:
+            return proposal
+        note = (f"the answer held before the search (the quick packing or the reference grouping) scores lower "
+                f"({format_objective(held_value)} < {format_objective(value)}): returned it")
+        return replace(proposal, solution=held, status=FEASIBLE,
+                       message=f"{proposal.message}; {note}" if proposal.message else note)
+
+    return wrapper
+
+
 @register("balance", "repair")
+@_no_worse_than_held
 @_says_tie_break
 @lockstep_aware
 def solve(
@@ -323,7 +349,7 @@ class _Repair:
         if small and instance.local_batch_size > 1 and lpt_value > proven:
             # several bins per rank: the count-aware rank-level LPT meets the count bound where a dominant
             # sample sets it; taken when it proves itself optimal
-            rank_bins = rank_lpt_bins(instance, prepared)
+            rank_bins = rank_lpt_bins(instance, prepared, self.run)
             if rank_bins is not None and rank_key(instance, prepared, rank_bins)[0] <= proven:
                 return Proposal(keys_of(prepared, rank_bins), FEASIBLE, iterations=0,
                                 message="; ".join([*self.messages, "rank-level LPT start meets the bound"]))
@@ -332,7 +358,7 @@ class _Repair:
             if kk_bins is not None:
                 self.starts.append((rank_key(instance, prepared, kk_bins), 1, "karmarkar_karp", kk_bins))
         elif lpt_value > self.bound * (1 + RANK_LPT_START_GAP):
-            rank_bins = rank_lpt_bins(instance, prepared)
+            rank_bins = rank_lpt_bins(instance, prepared, self.run)  # None once the deadline passes
             if rank_bins is not None:
                 self.starts.append((rank_key(instance, prepared, rank_bins), 1, "rank-level LPT", rank_bins))
         if not self.kk_run and min(start[0][0] for start in self.starts) > proven:
@@ -357,11 +383,11 @@ class _Repair:
             settled = hit_time_limit or self.stepped[0][0] <= step_level(self.proven)
             best = self.stepped if settled else None
         while not settled:
-            for _, _, name, start_bins in starts:
+            for start_key, _, name, start_bins in starts:
                 known = self.step_tuned[1] if self.step_tuned is not None and self.step_tuned[0] is start_bins else None
                 bins, key, checks, hit_time_limit, notes = _improve(
                     self.instance, self.prepared, start_bins, self.levels, self.max_repair_pairs, self.run.deadline,
-                    None if best is None else best[0], known)
+                    None if best is None else best[0], known, start_key)
                 iterations += checks
                 if best is None or key < best[0]:
                     head = [] if name == "lpt" else [f"started from {name}'s answer"]
@@ -533,21 +559,26 @@ class _Levels(NamedTuple):
 
 def _improve(instance: BalanceInstance, prepared: PreparedSamples, bins: list[list[int]], levels: _Levels,
              max_repair_pairs: int, deadline: float | None, best: tuple[float, float] | None = None,
-             tuned: tuple | None = None):
+             tuned: tuple | None = None, key: tuple[float, float] | None = None):
     """Fine-tune ``bins``; if that does not reach ``levels.stop``, repair ``bins`` and fine-tune the repaired answer,
     then, where it applies (:func:`_resplittable`) and the answer is better than ``best`` (the best key of
     an earlier start, already re-split), re-split it: (bins, key, pair checks of the repair and the
     re-split, hit the deadline, messages). A message says "reached the bound" only at ``levels.claim``.
     ``tuned``: :func:`_fine_tune`'s answer for these very ``bins``, uncut (the per-step path's), used instead of
-    running the same deterministic fine-tuning again."""
+    running the same deterministic fine-tuning again. ``key``: :func:`rank_key` of ``bins`` where known.
+    Past the deadline no phase starts: ``bins`` are returned as they are."""
     bound, stop, claim, ties = levels
-    key = rank_key(instance, prepared, bins)
+    key = rank_key(instance, prepared, bins) if key is None else key
+    if tuned is None and passed(deadline):  # no time for any phase: the start as it is
+        return bins, key, 0, True, []
     if key[0] <= stop * (1 + FINE_TUNE_FIRST_GAP):
         tuned, tuned_key, steps, timed_out = (
             tuned if tuned is not None else _fine_tune(instance, prepared, bins, key, deadline, bound, ties))
         if tuned_key[0] <= stop or timed_out:
             notes = [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= claim else "")]
             return tuned, tuned_key, 0, timed_out, notes if steps else []
+    if passed(deadline):  # the repair's set-up alone is O(n): not started past the deadline
+        return bins, key, 0, True, []
     # Not at the bound: repair the start itself (the fine-tuned answer is a worse start for the repair),
     # then fine-tune the repaired answer.
     bins, checks, timed_out, note = _repair(instance, prepared, bins, max_repair_pairs, deadline, bound)

@@ -24,18 +24,58 @@ from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, Proposal
 from packplace.run import Run
-from packplace.solvers.balance._common import PreparedSamples, first_fit_decreasing, integer_makespan_bound, proof_level
+from packplace.solvers.balance._common import (
+    PreparedSamples,
+    first_fit_decreasing,
+    first_fit_ranks,
+    integer_makespan_bound,
+    proof_level,
+)
 from packplace.solvers.balance.repair.acceptance import power_of_two_above
 
+#: :func:`rank_lpt_bins` packs this many ranks' bins in one numpy pass (:func:`first_fit_ranks`) and looks at
+#: the deadline between passes: enough ranks for the array operations to pay, few enough that a pass is a
+#: small part of a large instance's packing.
+FIRST_FIT_RANKS_AT_ONCE = 16
+#: :func:`rank_lpt_bins` looks at the deadline once per this many samples of its LPT over ranks.
+DEADLINE_CHECK_SAMPLES = 4096
 
-def rank_lpt_bins(instance: BalanceInstance, prepared: PreparedSamples) -> list[list[int]] | None:
+
+def rank_lpt_bins(instance: BalanceInstance, prepared: PreparedSamples, run: Run | None = None
+                  ) -> list[list[int]] | None:
     """LPT over ranks ignoring bins (each sample, in LPT order, to the least-loaded rank, lowest index on
     ties), then each rank's samples into its m bins by first-fit decreasing
-    (:func:`~packplace.solvers.balance._common.first_fit_decreasing`); None if some rank's samples
-    do not fit. Every rank needs m samples: once the samples left are exactly as many as the ranks
-    still lack, each goes to the least-loaded rank that lacks one (so a dominant sample's rank gets
-    the m − 1 smallest, the structure of the count bound of :mod:`packplace.balance.bounds`).
-    Padding plays no part. O(n log D + n·m)."""
+    (:func:`~packplace.solvers.balance._common.first_fit_decreasing`; without budgets
+    :func:`~packplace.solvers.balance._common.first_fit_ranks`, :data:`FIRST_FIT_RANKS_AT_ONCE` ranks at a
+    time); None if some rank's samples do not fit, or when ``run``'s deadline passes first (checked every
+    :data:`DEADLINE_CHECK_SAMPLES` samples of the LPT and before each group of ranks is packed). Every rank
+    needs m samples: once the samples left are exactly as many as the ranks still lack, each goes to the
+    least-loaded rank that lacks one (so a dominant sample's rank gets the m − 1 smallest, the structure of
+    the count bound of :mod:`packplace.balance.bounds`). Padding plays no part. O(n log D + n·m)."""
+    members = _rank_lpt_members(instance, prepared, run)
+    if members is None:
+        return None
+    ranks = instance.data_parallel_size
+    at_once = 1 if instance.constraints.budgets else FIRST_FIT_RANKS_AT_ONCE
+    bins: list[list[int]] = []
+    for first in range(0, ranks, at_once):
+        if run is not None and run.expired():
+            return None
+        group = members[first:first + at_once]
+        if at_once == 1:
+            packed = [first_fit_decreasing(group[0], instance, prepared, first)[0]]
+        else:
+            packed = first_fit_ranks(group, instance, prepared)
+        for rank_bins in packed:
+            if rank_bins is None:
+                return None
+            bins.extend(rank_bins)
+    return bins
+
+
+def _rank_lpt_members(instance: BalanceInstance, prepared: PreparedSamples, run: Run | None
+                      ) -> list[list[int]] | None:
+    """The samples of each rank of :func:`rank_lpt_bins`' LPT over ranks; None when ``run``'s deadline passes."""
     ranks, per_rank = instance.data_parallel_size, instance.local_batch_size
     costs = prepared.costs.tolist()
     heap = [(0.0, r) for r in range(ranks)]
@@ -43,6 +83,8 @@ def rank_lpt_bins(instance: BalanceInstance, prepared: PreparedSamples) -> list[
     order = prepared.order.tolist()
     lacking = ranks * per_rank  # Σ_r max(0, m − samples on r)
     for step, i in enumerate(order):
+        if run is not None and step % DEADLINE_CHECK_SAMPLES == 0 and run.expired():
+            return None
         if len(order) - step == lacking:  # from here on every sample fills a lacking rank
             loads = {rank: load for load, rank in heap}
             for j in order[step:]:
@@ -55,13 +97,7 @@ def rank_lpt_bins(instance: BalanceInstance, prepared: PreparedSamples) -> list[
             lacking -= 1
         members[rank].append(i)
         heapq.heapreplace(heap, (load + costs[i], rank))
-    bins: list[list[int]] = []
-    for rank in range(ranks):
-        rank_bins, _ = first_fit_decreasing(members[rank], instance, prepared, rank)
-        if rank_bins is None:
-            return None
-        bins.extend(rank_bins)
-    return bins
+    return members
 
 
 def kk_start_bins(instance: BalanceInstance, prepared: PreparedSamples, run: Run):
@@ -88,10 +124,13 @@ def proven_level(evaluator: BalanceEvaluator, bound: float) -> float:
 def better_of_kk(instance: BalanceInstance, proposal: Proposal, run: Run) -> Proposal:
     """``proposal`` (the rule-keeping repair), or ``karmarkar_karp``'s answer (run on what is left of
     ``run``) where that is feasible and scores a strictly lower objective; kk is not run when ``proposal``
-    is optimal within the tolerance."""
+    is optimal within the tolerance, nor once the deadline has passed (``hit_time_limit`` is then set)."""
     evaluator = run.evaluator
     if proposal.solution is not None and (evaluator.objective(proposal.solution)
                                           <= proof_level(evaluator, evaluator.lower_bound())):
+        return proposal
+    if run.expired():  # no time left for karmarkar_karp: the repair's answer, cut
+        proposal.hit_time_limit = True
         return proposal
     other = run.call("karmarkar_karp", time_limit_s=None if run.deadline is None else run.left())
     if other.solution is None:

@@ -74,7 +74,7 @@ def step_starts(instance: BalanceInstance, prepared: PreparedSamples, lpt: list[
     kk_built = kk_cut = False
     if per_rank > 1 or not small:
         if small or starts[0][0][0] > bound * (1 + rank_lpt_gap):
-            rank_bins = rank_lpt_bins(instance, prepared)
+            rank_bins = rank_lpt_bins(instance, prepared, run)  # None once the deadline passes
             if rank_bins is not None:
                 starts.append((rank_key(instance, prepared, rank_bins), 2, "rank-level LPT", rank_bins))
     if small:
