@@ -113,3 +113,18 @@ def test_min_gain_without_a_reference_fails_before_solving(capsys):
     assert main(["balance", "--config", config, "--min-gain", "0.02"]) == 2
     captured = capsys.readouterr()
     assert "list the bins you run today" in captured.err and captured.out == ""
+
+
+def test_json_quiet_out_leaves_stderr_empty(tmp_path, capsys):
+    # --quiet: no progress line, "wrote FILE" included (place and compare print none either); without it the
+    # line is a progress line on stderr, and stdout holds the JSON document alone either way
+    config = str(ROOT / "configs/balance/two_way_small.yaml")
+    out = tmp_path / "o.json"
+    assert main(["balance", "--config", config, "--json", "--quiet", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert json.loads(captured.out)["solver"] == json.loads(out.read_text())["solver"] == "repair"
+    assert main(["balance", "--config", config, "--json", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == f"wrote {out}\n"
+    json.loads(captured.out)

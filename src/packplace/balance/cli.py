@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from packplace import interrupt
+from packplace import interrupt, progress
 from packplace.balance.api import DEFAULT_SOLVER, solve_balance
 from packplace.balance.config import build_context_parallel_instance, is_context_parallel, load_config
 from packplace.balance.evaluator import BalanceEvaluator, BalanceScore
@@ -253,11 +253,11 @@ def run(args: argparse.Namespace) -> int:
         _report_planner(plan, score, instance, document)
     if args.plot and landing is not None and score is not None:
         plot_rank_loads(instance, landing, args.plot, title=name)
-        print(f"wrote {args.plot}", file=sys.stderr)
+        progress.report(f"wrote {args.plot}")  # a progress line: none under --quiet
     args.json_document = document
     if args.out:
         write_atomic(args.out, json_text(document) + "\n", "--out")
-        print(f"wrote {args.out}", file=sys.stderr)
+        progress.report(f"wrote {args.out}")  # a progress line: none under --quiet
     return 0 if result.ok or plan is not None else 1  # with the planner the reference lands at worst
 
 
@@ -377,5 +377,5 @@ def _run_context_parallel(args: argparse.Namespace, config: Any, started: float)
         return interrupt.exit_code(interrupt.requested() or signal.SIGINT)
     if args.out:
         write_atomic(args.out, json_text(document) + "\n", "--out")
-        print(f"wrote {args.out}", file=sys.stderr)
+        progress.report(f"wrote {args.out}")  # a progress line: none under --quiet
     return 0 if result.ok else 1

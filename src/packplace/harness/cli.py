@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from packplace import progress
 from packplace.cli import add_common_options
 from packplace.harness.bench import DEFAULT_FLOOR_S, DEFAULT_SLOWDOWN, DEFAULT_TOLERANCE, run_benches
 from packplace.harness.comparison import compare
@@ -50,7 +51,7 @@ def run_compare(args: argparse.Namespace) -> int:
     args.json_document = report.to_dict()
     if args.plot:
         plot_compare_gaps(report, args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+        progress.report(f"wrote {args.plot}")  # a progress line: none under --quiet
     errors = [(row.name, cell) for row in report.rows for cell in row.cells.values() if cell.status == "error"]
     if errors:
         first_instance, first = errors[0]
