@@ -128,3 +128,35 @@ def test_json_quiet_out_leaves_stderr_empty(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err == f"wrote {out}\n"
     json.loads(captured.out)
+
+
+def test_a_load_that_takes_the_limit_is_named_in_the_note(tmp_path, capsys, monkeypatch):
+    # the load counts against --time-limit but cannot be cut: where it leaves the solve less than its least
+    # share, the note says how long it took and, under local_batch_size: auto, which count skips the search.
+    # The command's clock (time.monotonic) moves 10 s while the config loads, and not otherwise
+    import time as clock_module
+
+    from packplace.balance import cli as balance_cli
+
+    config = tmp_path / "auto.yaml"
+    config.write_text("seq_len: 10\ndata_parallel_size: 2\nlocal_batch_size: auto\nreference: none\n"
+                      "samples:\n  lengths: [6, 5, 4, 3, 2]\n")
+    fake = [1000.0]
+    monkeypatch.setattr(clock_module, "monotonic", lambda: fake[0])
+    loader = balance_cli.load_config
+
+    def slow_load(path):
+        fake[0] += 10.0
+        return loader(path)
+
+    monkeypatch.setattr(balance_cli, "load_config", slow_load)
+    assert main(["balance", "--config", str(config), "--time-limit", "2", "--json"]) == 0
+    message = json.loads(capsys.readouterr().out)["message"]
+    # 20 tokens in bins of 10 on 2 ranks: m = 1 is 2 bins, and {6, 4} {5, 3, 2} fills them
+    assert message.endswith("loading the config took 10 s of --time-limit 2 (local_batch_size: auto: the search for "
+                            "the fewest bins per rank, which the limit does not cut; local_batch_size: 1 skips it)")
+    fake[0] = 1000.0
+    assert balance_cli._load_note(2.0, 1.0, 0.0, {"local_batch_size": "auto"}, None) == ""  # the solve has 1 s
+    assert balance_cli._load_note(None, 60.0, 0.0, {}, None) == ""  # no limit
+    assert balance_cli._load_note(2.0, 1.95, 0.0, {"local_batch_size": 4}, None) == (
+        "loading the config took 1.95 s of --time-limit 2")  # 0.05 s left: under the least share, 0.1 s

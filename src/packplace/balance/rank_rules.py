@@ -492,13 +492,14 @@ def exact_packing(columns: PackingColumns, deterministic_time: float = EXACT_DET
         True)`` when CP-SAT proved that none exists; ``(None, False)`` when it could not tell within the
         limit, the model would exceed ``max_booleans``, or a budget has non-integral usages.
     """
-    from ortools.sat.python import cp_model  # local: only local_batch_size "auto" needs it
-
     tokens = columns.tokens
     n, ranks, m, seq_len = len(tokens), columns.ranks, columns.per_rank, columns.seq_len
     bins = ranks * m
     if n * bins > max_booleans or n < bins:
         return None, n < bins
+    # local, and after the size test: only a model small enough to build needs it (a large "auto" instance
+    # does not pay for the import)
+    from ortools.sat.python import cp_model
     usage, limits = columns.usage, columns.limits
     if limits.size and not (np.all(usage == np.round(usage)) and np.all(np.abs(usage) < 2**40)):
         return None, False
