@@ -195,6 +195,8 @@ def improve(instance: BalanceInstance, bins: list[list[int]], deadline: float | 
                 bins_a = pack_rank(columns, samples_of(units_a))
                 if bins_a is None:
                     continue
+                if passed(deadline):  # the other rank's packing is not started past it
+                    break
                 bins_b = pack_rank(columns, samples_of(units_b))
                 if bins_b is None:
                     continue

@@ -189,3 +189,26 @@ def test_rule_keeping_repair_cut_in_its_move_table_starts_nothing_after(monkeypa
     assert "karmarkar_karp" not in called
     assert result.hit_time_limit and result.status == "feasible"
     assert not BalanceEvaluator(inst).violations(result.solution)
+
+
+def test_the_kk_start_is_not_begun_with_less_left_than_its_sort_takes(monkeypatch):
+    # karmarkar_karp sorts the samples first: with less left than the floor lpt keeps for that sort
+    # (PREPARE_FINISH_SHARE of the finish, here 0.25 x 100 s against a 1 s limit) it is not called and the
+    # start counts as cut; with the floor met (a finish of 0 s) it runs and its bins come back
+    inst = make_instance(_lognormal(300, 2), seq_len=8192, data_parallel_size=4, local_batch_size="auto",
+                         objective="balance")
+    prepared = _common.prepare(inst)
+    called: list[str] = []
+    original_call = Run.call
+
+    def call(self, name, **kwargs):
+        called.append(name)
+        return original_call(self, name, **kwargs)
+
+    monkeypatch.setattr(Run, "call", call)
+    assert start.kk_start_bins(inst, prepared, run_for("balance", inst, time_limit_s=1.0, finish_s=100.0)) == (
+        None, True)
+    assert called == []
+    bins, cut = start.kk_start_bins(inst, prepared, run_for("balance", inst, time_limit_s=UNHURRIED_S, finish_s=0.0))
+    assert called == ["karmarkar_karp"] and not cut
+    assert sorted(i for b in bins for i in b) == list(range(300))

@@ -31,6 +31,7 @@ from packplace.solvers.balance._common import (
     integer_makespan_bound,
     proof_level,
 )
+from packplace.solvers.balance.lpt import PREPARE_FINISH_SHARE
 from packplace.solvers.balance.repair.acceptance import power_of_two_above
 
 #: :func:`rank_lpt_bins` packs this many ranks' bins in one numpy pass (:func:`first_fit_ranks`) and looks at
@@ -102,8 +103,10 @@ def _rank_lpt_members(instance: BalanceInstance, prepared: PreparedSamples, run:
 
 def kk_start_bins(instance: BalanceInstance, prepared: PreparedSamples, run: Run):
     """``karmarkar_karp``'s answer, run on what is left of ``run``, as bins of sample indices: (bins or None,
-    cut off by the deadline)."""
-    if run.expired():
+    cut off by the deadline). Not started when less is left than its sort of the samples takes
+    (:data:`~packplace.solvers.balance.lpt.PREPARE_FINISH_SHARE` of :attr:`~packplace.run.Run.finish_s`, the
+    floor ``lpt`` keeps): it could not answer before the deadline."""
+    if run.expired() or (run.deadline is not None and run.left() < PREPARE_FINISH_SHARE * run.finish_s):
         return None, True
     proposal = run.call("karmarkar_karp", time_limit_s=None if run.deadline is None else run.left())
     if proposal.solution is None:
