@@ -364,9 +364,9 @@ class CostModel:
         LoRA adapters, or a GPU type without a table; the efficiency knobs price it), else the table's kernels
         of :meth:`pass_kernels` (``megatron`` or ``hf``). The names of ``estimate``'s ``pass_kernels`` input;
         what ``place`` reports for a training vertex."""
-        if self.components_for(model, lora_rank) is None:
+        if self._components_for_unchecked(model, lora_rank) is None:
             return "knobs"
-        return self.pass_kernels(pp, tp, ep)
+        return self._pass_kernels_unchecked(pp, tp, ep)
 
     def bare_loop_table(self, model: ModelSpec, pp: int, tp: int, ep: int = 1,
                         lora_rank: int = 0) -> ComponentTable | None:
@@ -380,7 +380,7 @@ class CostModel:
         ``packplace estimate --framework none`` prices it."""
         if not self._holds(self.bare_loop_models, model) or (int(pp), int(tp), int(ep)) != (1, 1, 1) or lora_rank:
             return None
-        return self.components_for(model)
+        return self._components_for_unchecked(model)
 
     @staticmethod
     def bare_loop_weight_kernels(model: ModelSpec, casts: bool, recompute: bool) -> list[tuple]:
@@ -418,10 +418,10 @@ class CostModel:
         if self.packed(model):
             assert self.packing is not None
             steps = self.options(model).optimizer_steps if kind == "train" else 1
-            m, tokens, _ = self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
+            m, tokens, _ = self.packing.shape(kind, dp, pp, tp, self._pass_kernels_unchecked(pp, tp, ep) == "megatron",
                                               self.shards(model), steps)
             return m, tokens
-        dynamic = self.dynamic_chunk(model, kind, dp)
+        dynamic = self._dynamic_chunk_unchecked(model, kind, dp)
         if dynamic is not None:
             sequences, budget, chunks = dynamic
             m = dynamic_micro_batches(sequences, w.train_seq_len, budget)
@@ -459,10 +459,10 @@ class CostModel:
         if self.packed(model):
             assert self.packing is not None
             steps = self.options(model).optimizer_steps if kind == "train" else 1
-            return self.packing.shape(kind, dp, pp, tp, self.pass_kernels(pp, tp, ep) == "megatron",
+            return self.packing.shape(kind, dp, pp, tp, self._pass_kernels_unchecked(pp, tp, ep) == "megatron",
                                       self.shards(model), steps)[2]
         s = float(self.workload.train_seq_len)
-        if self.padding == "none" or not micro_batch or self.dynamic_chunk(model, kind, dp) is not None:
+        if self.padding == "none" or not micro_batch or self._dynamic_chunk_unchecked(model, kind, dp) is not None:
             return s
         padded = self.workload.padded_seq_len(micro_batch)
         return s * s / padded if self.padding == "varlen" else padded
@@ -478,9 +478,9 @@ class CostModel:
         pack = None
         if self.packed(model):
             assert self.packing is not None
-            megatron = self.pass_kernels(pp, tp, ep) == "megatron"
+            megatron = self._pass_kernels_unchecked(pp, tp, ep) == "megatron"
             pack = self.packing.packing.peak_tokens(kind, megatron)
-        dynamic = self.dynamic_chunk(model, kind, dp) if pack is None else None
+        dynamic = self._dynamic_chunk_unchecked(model, kind, dp) if pack is None else None
         if dynamic is not None:
             assert self.dynamic_bsz is not None
             return dynamic_peak_tokens(self.workload, dynamic[0], dynamic[1], self.dynamic_bsz[2])
@@ -511,7 +511,7 @@ class CostModel:
         framework profile with an ``engine_generation``: not DeepSpeed's hybrid engine) with its KV read at
         ``kv_bandwidth × vllm_kv_bandwidth_fraction`` (:func:`vllm_decode_table`; below 1 on Blackwell only;
         the knob model's KV read takes the same fraction, :meth:`kv_read_fraction`)."""
-        table = self.components_for(model)
+        table = self._components_for_unchecked(model)
         if table is None or self.framework.engine_generation is None:
             return table
         return vllm_decode_table(table, self.hw)
@@ -521,7 +521,7 @@ class CostModel:
         passes: the component table's ``stream_bandwidth`` (the measured device copy) when it prices the
         model (:meth:`components_for`), else the knob model's HBM-streaming rate
         ``memory_bandwidth·decode_bw_eff`` (as :meth:`eager_decode_table` prices elementwise bytes)."""
-        table = self.components_for(model)
+        table = self._components_for_unchecked(model)
         if table is not None:
             return table.stream_bandwidth
         return self.hw.memory_bandwidth * self.hw.decode_bw_eff
@@ -558,7 +558,7 @@ class CostModel:
         (:meth:`link`)."""
         if ranks <= 1:
             return 0.0
-        alpha, beta = self.link(level, per_node)
+        alpha, beta = self._link_unchecked(level, per_node)
         return 2 * (ranks - 1) * (alpha + nbytes / ranks * beta)
 
     def link(self, level: int, per_node: int = 1) -> tuple[float, float]:
@@ -602,7 +602,8 @@ class CostModel:
         0 for ``tp ≤ 1``."""
         if tp <= 1:
             return 0.0 * nbytes
-        alpha, beta = self.link(self.group_level(tp, extent), self.ranks_per_node(tp, 1, extent))
+        alpha, beta = self._link_unchecked(self._group_level_unchecked(tp, extent),
+                                           self._ranks_per_node_unchecked(tp, 1, extent))
         return 2 * (tp - 1) * (alpha + nbytes / tp * beta)
 
     def alltoall(self, nbytes: float | np.ndarray, ranks: int, level: int,
@@ -647,9 +648,9 @@ class CostModel:
         local)."""
         if ep <= 1 or not model.is_moe:
             return 0.0 * tokens
-        level = self.group_level(ep * tp, extent)
+        level = self._group_level_unchecked(ep * tp, extent)
         nbytes = tokens * model.experts_per_token * model.hidden_dim * ACT_BYTES / tp
-        seconds = 2.0 * self.alltoall(nbytes, ep, level, self.ranks_per_node(ep, tp, extent))
+        seconds = 2.0 * self._alltoall_unchecked(nbytes, ep, level, self._ranks_per_node_unchecked(ep, tp, extent))
         return seconds if isinstance(nbytes, np.ndarray) else float(seconds)
 
     def shard_ranks(self, model: ModelSpec, dp: int) -> int:
@@ -682,13 +683,15 @@ class CostModel:
         shard = max(1, min(shard, dp))
         gather = reduce = 0.0
         if shard > 1:
-            alpha, beta = self.link(self.group_level(tp * shard, extent), self.ranks_per_node(shard, tp, extent))
+            alpha, beta = self._link_unchecked(self._group_level_unchecked(tp * shard, extent),
+                                               self._ranks_per_node_unchecked(shard, tp, extent))
             gather = (shard - 1) * (alpha + gather_bytes / shard * beta)
             reduce = (shard - 1) * (alpha + reduce_bytes / shard * beta)
         replicas = -(-dp // shard)
         if replicas > 1:
-            reduce += self.allreduce(reduce_bytes / shard, replicas, self.group_level(tp * dp, extent),
-                                     self.ranks_per_node(replicas, tp * shard, extent))
+            reduce += self._allreduce_unchecked(reduce_bytes / shard, replicas,
+                                                self._group_level_unchecked(tp * dp, extent),
+                                                self._ranks_per_node_unchecked(replicas, tp * shard, extent))
         return gather, reduce
 
     def ulysses_size(self, model: ModelSpec) -> int:
@@ -726,13 +729,13 @@ class CostModel:
         runs the forward's collectives again. 0 for ``u ≤ 1``."""
         if ulysses <= 1:
             return 0.0
-        level = self.group_level(ulysses, extent)
-        per_node = self.ranks_per_node(ulysses, 1, extent)
+        level = self._group_level_unchecked(ulysses, extent)
+        per_node = self._ranks_per_node_unchecked(ulysses, 1, extent)
         q = tokens * model.heads * model.head_dim * ACT_BYTES
         kv = tokens * model.kv_heads * max(ulysses // model.kv_heads, 1) * model.head_dim * ACT_BYTES
-        exchanges = float(2.0 * self.alltoall(q, ulysses, level, per_node)
-                          + 2.0 * self.alltoall(kv, ulysses, level, per_node))
-        alpha, beta = self.link(level, per_node)
+        exchanges = float(2.0 * self._alltoall_unchecked(q, ulysses, level, per_node)
+                          + 2.0 * self._alltoall_unchecked(kv, ulysses, level, per_node))
+        alpha, beta = self._link_unchecked(level, per_node)
         positions = (ulysses - 1) * (alpha + ULYSSES_POSITION_BYTES * tokens * beta)
         return exchanges + positions + (exchanges if backward else 0.0)
 
@@ -746,7 +749,8 @@ class CostModel:
         0 for ``u ≤ 1``."""
         if ulysses <= 1:
             return 0.0
-        alpha, beta = self.link(self.group_level(ulysses, extent), self.ranks_per_node(ulysses, 1, extent))
+        alpha, beta = self._link_unchecked(self._group_level_unchecked(ulysses, extent),
+                                           self._ranks_per_node_unchecked(ulysses, 1, extent))
         return (ulysses - 1) * (alpha + ULYSSES_LOGPROB_BYTES * tokens * beta)
 
     @staticmethod
@@ -771,7 +775,7 @@ class CostModel:
         if not model.is_moe:
             return factor * flops_per_token * tokens / (tp * self.hw.flops_per_gpu * eff)
         expert = 2.0 * model.experts_per_token * model.expert_gemm_params
-        eff_e = self.gemm_efficiency(self.expert_rows(model, tokens, ep), model.hidden_dim / tp)
+        eff_e = self.gemm_efficiency(self._expert_rows_unchecked(model, tokens, ep), model.hidden_dim / tp)
         if trainer and self.hw.moe_gemm_peak_fraction > 0:
             eff_e *= self.hw.moe_gemm_peak_fraction / self.hw.gemm_peak_fraction
         return factor * tokens * ((flops_per_token - expert) / eff + expert / eff_e) / (tp * self.hw.flops_per_gpu)
@@ -864,7 +868,7 @@ class CostModel:
                     lora_rank: int = 0, gradient_allreduce: bool = True, shard: int | None = None) -> float:
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica): the sum of
         :meth:`vertex_phases`."""
-        return sum(self.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep,
+        return sum(self._vertex_phases_unchecked(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep,
                                       sharded=sharded, offloaded=offloaded, balance=balance,
                                       lora_rank=lora_rank, gradient_allreduce=gradient_allreduce,
                                       shard=shard).values())
@@ -901,7 +905,7 @@ class CostModel:
         ZeRO-3 / FSDP trainer, which never runs the step-end data-parallel all-reduce:
         :meth:`update_time`)."""
         if kind == "generate":
-            phases = {"generation": self.generate_time(model, dp, pp, tp, micro_batch, extent, ep)}
+            phases = {"generation": self._generate_time_unchecked(model, dp, pp, tp, micro_batch, extent, ep)}
             if self.framework.refit == "in_place" and self.shards(model):
                 calls = generate_calls(self, dp, micro_batch)
                 hybrid = hybrid_gather_seconds(self, model, dp, pp, tp, calls, extent, offloaded)
@@ -911,16 +915,16 @@ class CostModel:
                 if merge > 0.0:
                     phases["merge"] = merge
         elif kind == "infer":
-            phases = {"forward": self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
+            phases = {"forward": self._pass_time_unchecked(model, False, dp, pp, tp, micro_batch, extent, ep,
                                                 context_parallel=self._holds(self.context_parallel_forwards, model))}
         else:
-            phases = {"train": self.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, lora_rank=lora_rank,
-                                              gradient_allreduce=gradient_allreduce)}
+            phases = {"train": self._pass_time_unchecked(model, True, dp, pp, tp, micro_batch, extent, ep,
+                                                        lora_rank=lora_rank, gradient_allreduce=gradient_allreduce)}
             if old_log_prob:
-                phases["old_log_prob"] = self.pass_time(model, False, dp, pp, tp, micro_batch, extent, ep,
+                phases["old_log_prob"] = self._pass_time_unchecked(model, False, dp, pp, tp, micro_batch, extent, ep,
                                                         lora_rank=lora_rank, context_parallel=True)
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
-            passes = self.pass_shape(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
+            passes = self._pass_shape_unchecked(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
             # a trained role's forwards (the old log-probs, the critic's values) run on its training engine
             engine = kind != "infer" or self.role in self.training
             phases["gather"] = gather_seconds(self, model, dp, pp, tp, passes, extent, shard, engine)
@@ -929,7 +933,7 @@ class CostModel:
                 phases["gather"] = exposed_gather_seconds(phases["gather"], compute,
                                                           max(stage_layers(model.layers, pp)))
         if offloaded and kind == "infer":
-            passes = self.pass_shape(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
+            passes = self._pass_shape_unchecked(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
             phases["onload"] = onload_seconds(self, model, dp, pp, tp, passes, sharded)
         if balance is not None:
             extra = balance.seconds(self, model, kind, dp, pp, tp, micro_batch, extent, ep, phases)
@@ -1015,9 +1019,9 @@ class CostModel:
         and the Adam update cover the trainable parameters only
         (:func:`~packplace.placement.model.memory.trainable_stage_params`).
         """
-        micro_batches, tokens = self.pass_shape(model, pack or ("train" if train else "logprob"), dp, pp, tp,
+        micro_batches, tokens = self._pass_shape_unchecked(model, pack or ("train" if train else "logprob"), dp, pp, tp,
                                                 micro_batch, ep)
-        s = self.attention_length(model, pack or ("train" if train else "logprob"), dp, pp, tp, ep,
+        s = self._attention_length_unchecked(model, pack or ("train" if train else "logprob"), dp, pp, tp, ep,
                                   micro_batch=micro_batch)
         stage = self._stage_seconds(model, train, dp, pp, tp, tokens, s, extent, ep, lora_rank, layers_only)
         # context parallelism (not NeMo RL's packs, which pass_shape splits already): a CP group of ring ranks runs
@@ -1028,9 +1032,9 @@ class CostModel:
             share = self._stage_seconds(model, train, dp, pp, tp, tokens / ring, s, extent, ep, lora_rank, layers_only)
             total = micro_batches * stage + (pp - 1) * share
         else:
-            total = self.pipeline(micro_batches, pp, stage)
+            total = self._pipeline_unchecked(micro_batches, pp, stage)
         if train and include_update:
-            total += self.update_time(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce)
+            total += self._update_time_unchecked(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce)
         return total
 
     def _stage_seconds(self, model: ModelSpec, train: bool, dp: int, pp: int, tp: int, tokens: float, s: float,
@@ -1045,27 +1049,27 @@ class CostModel:
             frozen, adapter = lora_params(model, lora_rank)
             block_flops = factor * block_flops + model.layers * (factor * 2.0 * adapter
                                                                  - (2.0 * frozen if train else 0.0))
-            layer_compute = self.compute_time(model, block_flops, 1.0, tokens, tp, ep) / model.layers
+            layer_compute = self._compute_time_unchecked(model, block_flops, 1.0, tokens, tp, ep) / model.layers
         else:
-            layer_compute = self.compute_time(model, block_flops, factor, tokens, tp, ep) / model.layers
+            layer_compute = self._compute_time_unchecked(model, block_flops, factor, tokens, tp, ep) / model.layers
         eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
         head = factor * head_flops * tokens / (tp * self.hw.flops_per_gpu * eff)
-        table = self.components_for(model, lora_rank)
+        table = self._components_for_unchecked(model, lora_rank)
         if table is not None:   # measured components: one layer's kernels, and the head's
             layer_compute, head = self._component_pass(table, model, tokens, s, train, pp, tp, ep)
-        comm = (4 if train else 2) * self.tp_allreduce(tokens * model.hidden_dim * ACT_BYTES, tp, extent)
+        comm = (4 if train else 2) * self._tp_allreduce_unchecked(tokens * model.hidden_dim * ACT_BYTES, tp, extent)
         if ep > 1 and model.is_moe:
-            comm += ((2 if train else 1) * model.moe_layers * self.moe_alltoall(model, tokens, tp, ep, extent)
-                     / model.layers)
-        comm += self.ulysses_layer_seconds(model, tokens, self.ulysses_size(model), extent, backward=train)
-        head += self.ulysses_output_seconds(tokens, self.ulysses_size(model), extent)   # 0 without Ulysses
+            comm += ((2 if train else 1) * model.moe_layers
+                     * self._moe_alltoall_unchecked(model, tokens, tp, ep, extent) / model.layers)
+        comm += self._ulysses_layer_seconds_unchecked(model, tokens, self.ulysses_size(model), extent, backward=train)
+        head += self._ulysses_output_seconds_unchecked(tokens, self.ulysses_size(model), extent)   # 0 without Ulysses
         per_layer = layer_compute + comm + (0.0 if table is not None else factor * self._non_gemm(1, tokens / tp))
         counts = stage_layers(model.layers, pp)
         stage = counts[-1] * per_layer + (0.0 if layers_only else head)
         if pp > 1:
             stage = max(stage, max(counts[:-1]) * per_layer)
         if pp > 1 and not layers_only:
-            level = self.group_level(dp * pp * tp, extent)
+            level = self._group_level_unchecked(dp * pp * tp, extent)
             stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
         return stage
 
@@ -1080,7 +1084,7 @@ class CostModel:
         micro-batch's gradients instead (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`;
         :func:`~packplace.placement.model.training_time.runs_gradient_allreduce` says which trainers), for
         the first global batch of a step as for the others."""
-        total = self.adam_seconds(model, dp, pp, tp, lora_rank, ep)
+        total = self._adam_seconds_unchecked(model, dp, pp, tp, lora_rank, ep)
         for seconds in self._sync_terms(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce):
             total += seconds   # term by term, in this order (the sum is bit-for-bit what it has been)
         return total
@@ -1106,14 +1110,14 @@ class CostModel:
         the ``dp/ep`` ranks holding them comes to the same ``1/dp``). Seconds ≥ 0; 0 for a model without
         parameters. A bare PyTorch loop (:meth:`bare_loop_table`) steps the fused AdamW kernel priced on the
         component table instead (:meth:`bare_loop_weight_kernels`)."""
-        table = self.bare_loop_table(model, pp, tp, ep, lora_rank)
+        table = self._bare_loop_table_unchecked(model, pp, tp, ep, lora_rank)
         if table is not None:
             return table.eager_seconds(self.bare_loop_weight_kernels(model, False, False))
-        ranks = self.optimizer_ranks(model, dp)
+        ranks = self._optimizer_ranks_unchecked(model, dp)
         if ranks == 1 and ep > 1 and model.is_moe:   # LoRA refuses MoE: every parameter trains
             shard = max(dense + expert for dense, expert in stage_split(model, pp, tp, ep))
         else:
-            shard = self.update_shard(model, pp, tp, lora_rank)
+            shard = self._update_shard_unchecked(model, pp, tp, lora_rank)
         return 32.0 * shard / ranks / self.hw.memory_bandwidth
 
     def optimizer_ranks(self, model: ModelSpec, dp: int) -> int:
@@ -1122,7 +1126,7 @@ class CostModel:
         else :meth:`shard_ranks` (``dp``, or ``min(dp, fsdp_size)``)."""
         if self.options(model).sharding == "none":
             return 1
-        return self.shard_ranks(model, dp)
+        return self._shard_ranks_unchecked(model, dp)
 
     def gradient_sync_seconds(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int],
                               ep: int = 1, lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
@@ -1138,20 +1142,21 @@ class CostModel:
         """The all-reduces of :meth:`gradient_sync_seconds`, seconds each, in the order :meth:`update_time` adds
         them."""
         terms = []
-        shard = self.update_shard(model, pp, tp, lora_rank)
+        shard = self._update_shard_unchecked(model, pp, tp, lora_rank)
         if gradient_allreduce:
-            level, per_node = self.group_level(tp * dp, extent), self.ranks_per_node(dp, tp, extent)
+            level = self._group_level_unchecked(tp * dp, extent)
+            per_node = self._ranks_per_node_unchecked(dp, tp, extent)
             if ep > 1 and model.is_moe:
                 experts = model.expert_params / (tp * pp)
-                terms.append(self.allreduce(2.0 * (shard - experts), dp, level, per_node))
-                terms.append(self.allreduce(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep)))
+                terms.append(self._allreduce_unchecked(2.0 * (shard - experts), dp, level, per_node))
+                terms.append(self._allreduce_unchecked(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep)))
             else:
-                terms.append(self.allreduce(2.0 * shard, dp, level, per_node))
+                terms.append(self._allreduce_unchecked(2.0 * shard, dp, level, per_node))
                 if self._bucket_reduces(model, dp, pp, tp, lora_rank):
-                    terms.append(self.zero2_bucket_seconds(model, dp, level, per_node))
+                    terms.append(self._zero2_bucket_seconds_unchecked(model, dp, level, per_node))
         if pp > 1 and model.lm_head and model.tie_word_embeddings:
             tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
-            terms.append(self.allreduce(tied, 2, self.group_level(dp * pp * tp, extent)))
+            terms.append(self._allreduce_unchecked(tied, 2, self._group_level_unchecked(dp * pp * tp, extent)))
         return terms
 
     def _bucket_reduces(self, model: ModelSpec, dp: int, pp: int, tp: int, lora_rank: int) -> bool:
@@ -1174,7 +1179,7 @@ class CostModel:
         optimizer step, as the all-reduce: DeepSpeed-Chat's files train one micro-batch per step; with gradient
         accumulation ZeRO-2 reduces after every micro-batch's backward, which neither term charges."""
         reduces, gathers = zero2_collective_calls(model, dp)
-        alpha, beta = self.link(level, per_node)
+        alpha, beta = self._link_unchecked(level, per_node)
         return max(0, reduces + gathers - 2) * (dp - 1) * alpha + 2.0 * model.params / dp * beta
 
     def zero3_prefetches(self, model: ModelSpec, trained: bool) -> bool:
@@ -1217,11 +1222,11 @@ class CostModel:
         fetch = self.framework.zero3_fetch
         if fetch is None:
             return 0.0, 0.0
-        ranks = max(1, min(dp, self.shard_ranks(model, dp) if shard is None else shard))
+        ranks = max(1, min(dp, self._shard_ranks_unchecked(model, dp) if shard is None else shard))
         if ranks <= 1:
             return 0.0, 0.0
         forward, backward = zero3_gathers_per_pass(model, fetch[0] if trained else fetch[1])
-        alpha = self.link(self.group_level(tp * ranks, extent))[0]
+        alpha = self._link_unchecked(self._group_level_unchecked(tp * ranks, extent))[0]
         return (max(0, forward - 1) * (ranks - 1) * alpha, max(0, backward - 1) * (ranks - 1) * alpha)
 
     def _component_pass(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float, train: bool,
@@ -1232,12 +1237,13 @@ class CostModel:
         :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`, ``..._GB200``); a training pass of
         the Hugging Face kernels at :meth:`train_rate_fraction` of the table's rates; a bare PyTorch loop's
         (:meth:`bare_loop_table`) head adding the micro-batch's weight casts (:meth:`bare_loop_casts`)."""
-        kernels = self.pass_kernels(pp, tp, ep)
-        bare = train and self.bare_loop_table(model, pp, tp, ep) is not None   # fp32 weights under autocast
-        layer = self.component_pass_times(table, model, tokens, seq_len, train, pp, tp, ep, layers=1, head=False)
-        top = self.component_pass_times(table, model, tokens, seq_len, train, pp, tp, ep, layers=0, head=True)
+        kernels = self._pass_kernels_unchecked(pp, tp, ep)
+        bare = train and self._bare_loop_table_unchecked(model, pp, tp, ep) is not None   # fp32 weights under autocast
+        pass_times = self._component_pass_times_unchecked
+        layer = pass_times(table, model, tokens, seq_len, train, pp, tp, ep, layers=1, head=False)
+        top = pass_times(table, model, tokens, seq_len, train, pp, tp, ep, layers=0, head=True)
         factor = self.hw.megatron_pass_factor if kernels == "megatron" else 1.0
-        rate = self.train_rate_fraction(model, pp, tp, ep) if train else 1.0
+        rate = self._train_rate_fraction_unchecked(model, pp, tp, ep) if train else 1.0
         casts = self.bare_loop_casts(table, model) if bare else 0.0   # once per micro-batch, on the one stage
         return (factor * (layer.forward + layer.backward) / rate,
                 factor * (top.forward + top.backward) / rate + casts)
@@ -1252,11 +1258,11 @@ class CostModel:
         :data:`FLASH_ATTN2_ATTENTION_FRACTION` of the table's rate, the forward (and a forward-only pass) at the
         first fraction, the backward at the second. The one path by which ``place`` (:meth:`_component_pass`) and
         ``packplace estimate`` (:func:`~packplace.placement.estimate_trainer.trainer_pass_parts`) price them."""
-        kernels = self.pass_kernels(pp, tp, ep)
+        kernels = self._pass_kernels_unchecked(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
-        bare = train and self.bare_loop_table(model, pp, tp, ep) is not None   # fp32 weights under autocast
+        bare = train and self._bare_loop_table_unchecked(model, pp, tp, ep) is not None   # fp32 weights under autocast
         fwd_table = bwd_table = table
-        fractions = self.flash_attn2_fractions(table, model, pp, tp, ep)
+        fractions = self._flash_attn2_fractions_unchecked(table, model, pp, tp, ep)
         if fractions is not None:
             fwd_frac, bwd_frac = fractions
             fwd_table = replace(table, attention_flops=table.attention_flops * fwd_frac)
@@ -1276,7 +1282,7 @@ class CostModel:
         kernels (:meth:`pass_kernels` ``hf`` and :meth:`runs_flash_attn2`): :data:`FLASH_ATTN2_ATTENTION_FRACTION`
         of the table's GPU type, ``(1, 1)`` on a table without one; ``None`` where the pass runs the table's own
         attention. ``packplace estimate`` names what it returns in its notes."""
-        if self.pass_kernels(pp, tp, ep) != "hf" or not self.runs_flash_attn2(model):
+        if self._pass_kernels_unchecked(pp, tp, ep) != "hf" or not self.runs_flash_attn2(model):
             return None
         return FLASH_ATTN2_ATTENTION_FRACTION.get(table.gpu, (1.0, 1.0))
 
@@ -1299,8 +1305,9 @@ class CostModel:
         ``hf``), else 1 (Megatron-Core's passes, priced with ``megatron_pass_factor`` instead, and the knob
         model, whose ``gemm_peak_fraction`` is a whole-pass efficiency already), and 1 for a bare PyTorch loop's
         passes (:meth:`bare_loop_table`: the one-GPU passes the tables are fitted to)."""
-        if self.components_for(model, lora_rank) is None or self.pass_kernels(pp, tp, ep) != "hf" \
-                or self.bare_loop_table(model, pp, tp, ep, lora_rank) is not None:
+        if self._components_for_unchecked(model, lora_rank) is None \
+                or self._pass_kernels_unchecked(pp, tp, ep) != "hf" \
+                or self._bare_loop_table_unchecked(model, pp, tp, ep, lora_rank) is not None:
             return 1.0
         return PYTORCH_TRAIN_FRACTION
 
@@ -1380,14 +1387,14 @@ class CostModel:
             body = self._knob_decode_body(model, tp, pp, running, context_sum, ep)
         step = body + decode_step_overhead(hw, self.framework) + self.host_per_sequence(synchronous) * running
         if ep > 1 and model.is_moe:
-            step = step + model.moe_layers * self.moe_alltoall(model, running, tp, ep, extent)
+            step = step + model.moe_layers * self._moe_alltoall_unchecked(model, running, tp, ep, extent)
         if tp > 1:
-            allreduce = self.tp_allreduce(running * d * ACT_BYTES, tp, extent)
+            allreduce = self._tp_allreduce_unchecked(running * d * ACT_BYTES, tp, extent)
             step = step + 2 * L * allreduce
             if eager:   # each all-reduce kernel issued from the host too
                 step = step + 2 * L * np.maximum(0.0, self.eager_decode_table().kernel_issue_s - allreduce)
         if pp > 1:
-            alpha, beta = hw.p2p(self.group_level(dp * pp * tp, extent))
+            alpha, beta = hw.p2p(self._group_level_unchecked(dp * pp * tp, extent))
             step = step + (pp - 1) * (alpha + running * d * ACT_BYTES / tp * beta)
         return step
 
@@ -1406,14 +1413,14 @@ class CostModel:
         rate = tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff
         gemm_compute = 2.0 * model.gemm_params * imbalance * running / rate
         attention_compute = 4.0 * L * model.attention_dim * context_sum * layer_share / rate
-        experts = self.decode_expert_weights_read(model, running, ep)
-        dense = self.decode_weights_read(model, running, ep) - experts
+        experts = self._decode_expert_weights_read_unchecked(model, running, ep)
+        dense = self._decode_weights_read_unchecked(model, running, ep) - experts
         weight_memory = 2.0 * dense * imbalance / tp / (hw.memory_bandwidth * hw.decode_bw_eff)
         kv_memory = context_sum * layer_share * model.kv_bytes_per_token(tp, 1) / (   # as decode_table's
             hw.memory_bandwidth * hw.decode_bw_eff * self.kv_read_fraction())
         if model.is_moe:
             weight_memory = weight_memory + 2.0 * experts * imbalance / tp / (
-                hw.memory_bandwidth * hw.expert_decode_bw_eff(self.expert_rows(model, running, ep)))
+                hw.memory_bandwidth * hw.expert_decode_bw_eff(self._expert_rows_unchecked(model, running, ep)))
         body = (np.maximum(gemm_compute, weight_memory) + np.maximum(attention_compute, kv_memory)
                 + self._non_gemm(L, running / tp))
         if self.engine.enforce_eager:   # the host's issue time the kernels of the knob model's step do not cover
@@ -1513,19 +1520,19 @@ class CostModel:
         rows = batch * S
         passes = sequences / batch
         if model.is_moe:
-            compute = self.compute_time(model, self.forward_flops_per_token(model, S), 1.0, rows, tp, ep,
+            compute = self._compute_time_unchecked(model, self.forward_flops_per_token(model, S), 1.0, rows, tp, ep,
                                         trainer=False) * passes
         else:
             eff = self.gemm_efficiency(rows, d / tp)
             compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
-        table = self.components_for(model)
+        table = self._components_for_unchecked(model)
         if table is not None:   # measured components: forward of the layers, the last tokens' logits
             compute = passes * pass_times(table, model, tokens=rows, seq_len=S, train=False, tp=tp,
                                           logits="last").total
-        per_pass = (2 * L * self.tp_allreduce(rows * d * ACT_BYTES, tp, extent)
+        per_pass = (2 * L * self._tp_allreduce_unchecked(rows * d * ACT_BYTES, tp, extent)
                     + (0.0 if table is not None else self._non_gemm(L, rows / tp)))
         if ep > 1 and model.is_moe:
-            per_pass += model.moe_layers * self.moe_alltoall(model, rows, tp, ep, extent)
+            per_pass += model.moe_layers * self._moe_alltoall_unchecked(model, rows, tp, ep, extent)
         return compute + passes * per_pass
 
     def engine_concurrency(self, model: ModelSpec, tp: int, pp: int, micro_batch: int, ep: int = 1) -> int:
@@ -1533,8 +1540,8 @@ class CostModel:
         capacity from :func:`packplace.placement.model.engine.kv_capacity_sequences`."""
         capacity = kv_capacity_sequences(model, self.hw.memory_per_gpu, self.workload, tp, pp,
                                          self.engine.gpu_memory_utilization, ep, self.hw.memory_workspace,
-                                         self.engine_reservation(tp, pp).in_pool,
-                                         self.engine_profile_bytes(model, tp, ep))
+                                         self._engine_reservation_unchecked(tp, pp).in_pool,
+                                         self._engine_profile_bytes_unchecked(model, tp, ep))
         return max(1, min(micro_batch, self.engine.max_num_seqs, capacity))
 
     def engine_profile_bytes(self, model: ModelSpec, tp: int, ep: int = 1) -> float:
@@ -1557,8 +1564,8 @@ class CostModel:
                                      gpu_memory_utilization=self.engine.gpu_memory_utilization,
                                      prompt_len=self.workload.context_length, ep=ep,
                                      workspace_bytes=self.hw.memory_workspace,
-                                     non_torch_bytes=self.engine_reservation(tp, pp).in_pool,
-                                     profile_bytes=self.engine_profile_bytes(model, tp, ep))
+                                     non_torch_bytes=self._engine_reservation_unchecked(tp, pp).in_pool,
+                                     profile_bytes=self._engine_profile_bytes_unchecked(model, tp, ep))
 
     def engine_max_model_len(self, model: ModelSpec | None = None) -> int:
         """``max_model_len`` of the rollout engine of ``model``, tokens.
@@ -1591,7 +1598,7 @@ class CostModel:
         gen = self.engine.engine_generation
         if gen is None:
             return None
-        available = self.engine_kv_budget(model, tp, pp, ep)
+        available = self._engine_kv_budget_unchecked(model, tp, pp, ep)
         needed = one_sequence_kv_bytes(model, tp=tp, pp=pp, max_model_len=self.engine_max_model_len(model),
                                        engine_generation=gen)
         return (available, needed) if vllm_refuses_to_start(available, needed) else None
@@ -1641,21 +1648,21 @@ class CostModel:
         S = w.context_length
         per_replica = w.sequences // dp
         if self.engine.batching == "continuous":
-            slots = self.engine_concurrency(model, tp, pp, micro_batch, ep)
+            slots = self._engine_concurrency_unchecked(model, tp, pp, micro_batch, ep)
             kv = kv_capacity_tokens(model, self.hw.memory_per_gpu, w, tp, pp, self.engine.gpu_memory_utilization,
-                                    ep, self.hw.memory_workspace, self.engine_reservation(tp, pp).in_pool,
-                                    self.engine_profile_bytes(model, tp, ep))
-            prefill = self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent)
+                                    ep, self.hw.memory_workspace, self._engine_reservation_unchecked(tp, pp).in_pool,
+                                    self._engine_profile_bytes_unchecked(model, tp, ep))
+            prefill = self._prefill_time_unchecked(model, tp, per_replica, min(slots, per_replica), ep, extent)
             if (dp > 1 and w.sequences % dp == 0 and w.gen_quantiles   # equal lengths: every share alike
                     and w.sequences <= MAX_SHARE_SEQUENCES):
-                return prefill + self.slowest_share_decode(model, dp, pp, tp, slots, kv, extent, ep)
-            return prefill + self.schedule_decode(model, dp, pp, tp, paged_schedule(w, per_replica, slots, kv),
-                                                  extent, ep)
+                return prefill + self._slowest_share_decode_unchecked(model, dp, pp, tp, slots, kv, extent, ep)
+            return prefill + self._schedule_decode_unchecked(model, dp, pp, tp,
+                                                             paged_schedule(w, per_replica, slots, kv), extent, ep)
         rounds = per_replica // micro_batch
-        prefill = self.prefill_time(model, tp, micro_batch, micro_batch, ep, extent)
+        prefill = self._prefill_time_unchecked(model, tp, micro_batch, micro_batch, ep, extent)
         steps, weight, fraction = w.decode_grid  # (n,) decode steps t, steps each entry stands for, 1 − F(t − 1)
         active = micro_batch * fraction
-        step = self.decode_step_times(model, tp, pp, extent, dp, active, active * (S + steps), ep)
+        step = self._decode_step_times_unchecked(model, tp, pp, extent, dp, active, active * (S + steps), ep)
         round_time = prefill + float((step * weight).sum())
         share = stage_gemm_share(model, pp)
         if self.engine.dispatch == "queue":
@@ -1668,7 +1675,7 @@ class CostModel:
 
             makespan = static_queue_makespan(w, micro_batch, dp, batch_seconds)
             return (makespan + (pp - 1) * round_time) * share
-        return self.pipeline(rounds, pp, round_time * share)
+        return self._pipeline_unchecked(rounds, pp, round_time * share)
 
     def schedule_decode(self, model: ModelSpec, dp: int, pp: int, tp: int,
                         schedule: tuple[np.ndarray, np.ndarray, np.ndarray, float],
@@ -1681,8 +1688,8 @@ class CostModel:
         recompute."""
         iterations, running, generated, recomputed = schedule
         middle = running * (self.workload.context_length + 1.0) + generated + running * (iterations - 1.0) / 2.0
-        steps = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep)
-        return self.recompute_time(model, tp, recomputed, ep) + float((steps * iterations).sum())
+        steps = self._decode_step_times_unchecked(model, tp, pp, extent, dp, running, middle, ep)
+        return self._recompute_time_unchecked(model, tp, recomputed, ep) + float((steps * iterations).sum())
 
     def slowest_share_decode(self, model: ModelSpec, dp: int, pp: int, tp: int, slots: int, kv_tokens: int,
                              extent: tuple[int, int, int], ep: int = 1) -> float:
@@ -1697,9 +1704,9 @@ class CostModel:
         iterations, running, generated, owner, recomputed, draw = straggler_schedules(self.workload, dp, slots,
                                                                                      kv_tokens)
         middle = running * (self.workload.context_length + 1.0) + generated + running * (iterations - 1.0) / 2.0
-        seconds = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep) * iterations
+        seconds = self._decode_step_times_unchecked(model, tp, pp, extent, dp, running, middle, ep) * iterations
         per_schedule = np.bincount(owner, weights=seconds, minlength=len(recomputed))
-        per_schedule = per_schedule + np.array([self.recompute_time(model, tp, t, ep) for t in recomputed])
+        per_schedule = per_schedule + np.array([self._recompute_time_unchecked(model, tp, t, ep) for t in recomputed])
         slowest = np.full(SHARE_DRAWS, -np.inf)
         np.maximum.at(slowest, draw, per_schedule)
         return float(slowest.mean())
@@ -1713,7 +1720,8 @@ class CostModel:
         if tokens <= 0:
             return 0.0
         s = self.workload.train_seq_len
-        per_pass = self.compute_time(model, self.forward_flops_per_token(model, s), 1.0, s, tp, ep, trainer=False)
+        per_pass = self._compute_time_unchecked(model, self.forward_flops_per_token(model, s), 1.0, s, tp, ep,
+                                                trainer=False)
         return per_pass * tokens / s
 
     def stale_generate_time(self, model: ModelSpec, dp: int, pp: int, tp: int, micro_batch: int,
@@ -1742,20 +1750,21 @@ class CostModel:
         per_replica = w.sequences // dp
         group = math.gcd(per_replica, w.samples_per_prompt)
         batches = max(staleness + 3, min(2 * staleness + 4, STREAM_SEQUENCES // per_replica))
-        slots = self.engine_concurrency(model, tp, pp, max(per_replica * (staleness + 1), 1), ep)
+        slots = self._engine_concurrency_unchecked(model, tp, pp, max(per_replica * (staleness + 1), 1), ep)
         if self.framework.stale_engine_max_num_seqs and not self.engine.max_num_seqs_set:
             slots = min(slots, self.framework.stale_engine_max_num_seqs)
         in_flight = staleness * (per_replica // group)
         iterations, running, generated, done = rollout_stream_schedule(w, per_replica, group, in_flight, slots,
                                                                        batches)
         middle = running * (w.context_length + 1.0) + generated + running * (iterations - 1.0) / 2.0
-        seconds = self.decode_step_times(model, tp, pp, extent, dp, running, middle, ep, synchronous=False) * iterations
+        seconds = self._decode_step_times_unchecked(model, tp, pp, extent, dp, running, middle, ep,
+                                                    synchronous=False) * iterations
         clock = np.concatenate([[0.0], np.cumsum(iterations)])
         elapsed = np.concatenate([[0.0], np.cumsum(seconds)])
         first, last = batches // 4, (3 * batches) // 4
         span = np.interp([done[first], done[last]], clock, elapsed)
         decode = float(span[1] - span[0]) / (last - first)
-        return self.prefill_time(model, tp, per_replica, min(slots, per_replica), ep, extent) + decode
+        return self._prefill_time_unchecked(model, tp, per_replica, min(slots, per_replica), ep, extent) + decode
 
     # -- movement between blocks -----------------------------------------------------------------
     @staticmethod
@@ -1852,3 +1861,48 @@ class CostModel:
         level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
         nbytes = w.sequences * (w.context_length + w.max_response) * EDGE_BYTES_PER_TOKEN / dst_dp
         return self.p2p(nbytes, level)
+
+    # The model's own calls go to these unchecked aliases of its public methods: guard_counts wraps only the
+    # public names, so a caller from outside is checked once at its entry and the model's inner loops (most of
+    # the candidate table's calls) pay no check. guard_counts refuses an alias that is not its method's own.
+    _adam_seconds_unchecked = adam_seconds
+    _allreduce_unchecked = allreduce
+    _alltoall_unchecked = alltoall
+    _attention_length_unchecked = attention_length
+    _bare_loop_table_unchecked = bare_loop_table
+    _component_pass_times_unchecked = component_pass_times
+    _components_for_unchecked = components_for
+    _compute_time_unchecked = compute_time
+    _decode_expert_weights_read_unchecked = decode_expert_weights_read
+    _decode_step_times_unchecked = decode_step_times
+    _decode_weights_read_unchecked = decode_weights_read
+    _dynamic_chunk_unchecked = dynamic_chunk
+    _engine_concurrency_unchecked = engine_concurrency
+    _engine_kv_budget_unchecked = engine_kv_budget
+    _engine_profile_bytes_unchecked = engine_profile_bytes
+    _engine_reservation_unchecked = engine_reservation
+    _expert_rows_unchecked = expert_rows
+    _flash_attn2_fractions_unchecked = flash_attn2_fractions
+    _generate_time_unchecked = generate_time
+    _group_level_unchecked = group_level
+    _link_unchecked = link
+    _moe_alltoall_unchecked = moe_alltoall
+    _optimizer_ranks_unchecked = optimizer_ranks
+    _pass_kernels_unchecked = pass_kernels
+    _pass_shape_unchecked = pass_shape
+    _pass_time_unchecked = pass_time
+    _pipeline_unchecked = pipeline
+    _prefill_time_unchecked = prefill_time
+    _ranks_per_node_unchecked = ranks_per_node
+    _recompute_time_unchecked = recompute_time
+    _schedule_decode_unchecked = schedule_decode
+    _shard_ranks_unchecked = shard_ranks
+    _slowest_share_decode_unchecked = slowest_share_decode
+    _tp_allreduce_unchecked = tp_allreduce
+    _train_rate_fraction_unchecked = train_rate_fraction
+    _ulysses_layer_seconds_unchecked = ulysses_layer_seconds
+    _ulysses_output_seconds_unchecked = ulysses_output_seconds
+    _update_shard_unchecked = update_shard
+    _update_time_unchecked = update_time
+    _vertex_phases_unchecked = vertex_phases
+    _zero2_bucket_seconds_unchecked = zero2_bucket_seconds

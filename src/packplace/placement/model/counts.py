@@ -5,7 +5,8 @@ A count is a whole number: an ``int``, a numpy integer or an integral float (``6
 ``nan`` or an infinity. A fractional ``tp`` would price a fraction of a ring or a copy and return a plausible
 number; the cost functions refuse it with a ``ValueError`` naming the function, the field and the value.
 :class:`~packplace.placement.model.cost.CostModel` checks every public method's counts and token amounts by
-parameter name (:func:`guard_counts`).
+parameter name (:func:`guard_counts`); the class's own calls reach the unchecked methods through their
+``_NAME_unchecked`` aliases, so a caller from outside pays the check once at its entry.
 """
 
 from __future__ import annotations
@@ -109,8 +110,22 @@ def counts_checked(function: Callable[..., Any]) -> Callable[..., Any]:
 def guard_counts(cls: type[T]) -> type[T]:
     """Class decorator: every public method (and static method) of ``cls`` that takes a count or an amount by name
     checks it (:func:`counts_checked`), so a fractional ``tp`` or a ``dp`` of 0 is refused with the method's name,
-    the field and the value instead of pricing a plausible number."""
-    for name, member in list(vars(cls).items()):
+    the field and the value instead of pricing a plausible number.
+
+    A class attribute ``_NAME_unchecked`` is the unchecked alias of the public method ``NAME`` for the class's own
+    calls (the caller from outside was checked at its entry): it must be that method itself, as the class body
+    defined it (``_NAME_unchecked = NAME``).
+
+    Raises:
+        TypeError: an ``_unchecked`` alias that names no public method of ``cls`` or is not its unchecked method.
+    """
+    members = dict(vars(cls))
+    for alias, member in members.items():
+        if alias.startswith("_") and alias.endswith("_unchecked"):
+            public = alias[1:-len("_unchecked")]
+            if members.get(public) is not member:
+                raise TypeError(f"{cls.__name__}.{alias} is not the unchecked {cls.__name__}.{public}")
+    for name, member in members.items():
         if name.startswith("_"):
             continue
         static = isinstance(member, staticmethod)
