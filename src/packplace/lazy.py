@@ -7,7 +7,7 @@ solvers (``packplace place --help`` names them), and OR-Tools with pandas would 
 command that lists or runs any solver. Nothing changes for a caller: the first ``cp_model.CpModel()``
 loads OR-Tools as a plain import would, and an import error surfaces there.
 :func:`loaded` tells whether such a module's code has run (a backend that must not start a slow import
-past its deadline asks it first, e.g. the placement ``cpsat``'s model build).
+past its deadline asks it first: the CP-SAT backends' model builds, ``packplace.solvers._ortools``).
 Performance: docs/performance.md ("Start-up time").
 """
 

@@ -6,7 +6,9 @@ Booleans (the start is returned). Otherwise it scales the costs (:mod:`.scaling`
 (:mod:`.model`) with the start (:mod:`.start`) as hint and ceiling, and solves it in the time left;
 the better of CP-SAT's answer and the start is returned, ``optimal`` only when CP-SAT proved the exact
 model optimal within a claim tolerance of at most :data:`MAX_CLAIM_TOLERANCE`. The clock is checked
-after the start, between model-building phases and after the hint. :func:`solve_from_start` solves the
+after the start, between model-building phases and after the hint; the first model of a process loads
+OR-Tools only with :data:`~packplace.solvers._ortools.ORTOOLS_IMPORT_S` of the budget left (an import cannot be
+cut), else the start is the answer (``info["build_stopped_at"]`` says why). :func:`solve_from_start` solves the
 same model from a given start (``lns`` uses it for its neighbourhoods).
 Options: ``num_workers`` (default 1: deterministic for a seed; more workers race strategies and share
 bounds, not reproducible), ``max_booleans`` (default :data:`DEFAULT_MAX_BOOLEANS`), ``formulation``
@@ -36,6 +38,7 @@ from packplace.lazy import lazy_module
 from packplace.registry import register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.run import OutOfTime, Run, passed
+from packplace.solvers._ortools import load_ortools
 from packplace.solvers.balance._common import proof_level
 from packplace.solvers.balance.cpsat.model import (
     FORMULATIONS,
@@ -148,6 +151,10 @@ def solve_from_start(
     floor = None
     if makespan_floor is not None and instance.objective == "makespan":
         floor = math.floor(makespan_floor * scaling.scale - scaling.rank_slack)
+    try:
+        load_ortools(cp_model, deadline)
+    except OutOfTime as stopped:
+        return StartedSolve(None, f"out of time before building: {stopped}", False, run.elapsed())
     try:
         chosen = _choose_formulation(instance) if formulation == "auto" else formulation
         built = _build_model(instance, samples, scaling, ceiling, objective_lower, deadline, floor, chosen)
@@ -346,6 +353,11 @@ class _ExactSolve:
         info.update(scale=scaling.scale, slack=scaling.rank_slack, exact_scaling=scaling.exact)
         chosen = _choose_formulation(instance) if formulation == "auto" else formulation
         info["formulation"] = chosen
+        try:   # the first model of a process imports OR-Tools, which cannot be cut: only with time for it
+            load_ortools(cp_model, self.deadline)
+        except OutOfTime as stopped:
+            info["build_stopped_at"] = str(stopped)
+            return self.fall_back(f"time limit {self.limit:g} s: {stopped}; exact model not built", True)
         if not scaling.exact and self.start is not None and coarse_share > 0:
             # Rounded costs: a coarser model first (it proves its own optimum far sooner), its answer then
             # hints and caps the fine model.

@@ -46,13 +46,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packplace.errors import MAX_CP_WORKERS, ConfigError, check_cp_parameters, cp_status_text, set_cp_parameters
-from packplace.lazy import lazy_module, loaded
+from packplace.lazy import lazy_module
 from packplace.placement.model.layout_rules import conform, plan_refusals
 from packplace.placement.problem.config import OPTIMIZER_DEFAULTS
 from packplace.placement.problem.plan import Plan
 from packplace.registry import available, register
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
-from packplace.run import OutOfTime, Run, clock
+from packplace.run import OutOfTime, Run
+from packplace.solvers._ortools import ORTOOLS_IMPORT_S as ORTOOLS_IMPORT_S  # the placement build's own name
+from packplace.solvers._ortools import load_ortools as shared_load_ortools
 from packplace.solvers.placement._common import no_plan_found
 from packplace.solvers.placement.cpsat.chunk import plan_chunk
 from packplace.solvers.placement.cpsat.model import build_model
@@ -126,12 +128,6 @@ HINT_EVALUATIONS_PER_S = 1000
 #: depend on the machine's speed; the clock deadline of the build stays as the safety net (the shipped
 #: configs build 1,700 to 4,000 options a second).
 BUILD_OPTIONS_PER_S = 1500
-#: Seconds the model build keeps for loading OR-Tools (``ortools.sat.python.cp_model``, pandas with it) where no
-#: model was built before in the process: the median of ``benchmarks/ortools_import_time.py`` (10 fresh processes on
-#: the shared 2-core machine, docs/performance.md "Start-up time"). The import cannot be cut once started, so the
-#: build starts it only with that much of its budget left (a projection, as :data:`BUILD_OPTIONS_PER_S`); else the
-#: model is not built (``cp_status`` ``NOT_BUILT``) instead of the import running past the deadline.
-ORTOOLS_IMPORT_S = 0.4
 #: CP-SAT parameters set before ``cp_parameters``. ``cp_model_probing_level: 0``: no probing in presolve,
 #: so that a first solution comes early and a short limit does not end with the hint alone.
 #: ``relative_gap_limit``: CP-SAT stops (status OPTIMAL) once (objective − bound)/objective is at most half
@@ -346,23 +342,14 @@ def _choice_of(tables: ModelTables, plan: Plan) -> list[Option]:
 
 
 def load_ortools(deadline: float) -> None:
-    """Load OR-Tools for the model build where it is not loaded yet, only with :data:`ORTOOLS_IMPORT_S` left before
-    ``deadline`` (a :data:`~packplace.run.clock` reading), and check the deadline after the import.
+    """This module's ``cp_model`` loaded for the model build, only with
+    :data:`~packplace.solvers._ortools.ORTOOLS_IMPORT_S` left before ``deadline``
+    (:func:`packplace.solvers._ortools.load_ortools`).
 
     Raises:
-        OutOfTime: less than :data:`ORTOOLS_IMPORT_S` left (``projected``, nothing imported), or the import ended
-            past ``deadline``.
+        OutOfTime: the import does not fit before ``deadline`` (``projected``), or ended past it.
     """
-    if loaded(cp_model):
-        return
-    left = deadline - clock()
-    if left < ORTOOLS_IMPORT_S:
-        raise OutOfTime(f"OR-Tools is not loaded in this process, and its import (ORTOOLS_IMPORT_S="
-                        f"{ORTOOLS_IMPORT_S} s) does not fit in the {max(0.0, left):.2f} s left", projected=True,
-                        ortools=True)
-    cp_model.CpModel  # noqa: B018 - the attribute read runs the lazy import (packplace.lazy)
-    if clock() > deadline:
-        raise OutOfTime("loading OR-Tools")
+    shared_load_ortools(cp_model, deadline)
 
 
 def _plan_of(choice: list[Option], names: tuple[str, ...], staleness: dict[str, int] | None = None) -> Plan:
