@@ -197,3 +197,57 @@ def test_whole_counts_of_any_type_price_the_public_methods_as_the_int(setup):
     assert cost.pass_time(model, True, np.int64(8), 1.0, np.int32(1), 4.0, EXTENT) == expected
     assert cost.pass_time(model, True, dp=8, pp=1, tp=1, micro_batch=4, extent=EXTENT) == expected
     assert cost.pipeline(42.5, 2, 1.0) == pytest.approx(43.5)   # micro_batches: a mean over the packing draws
+
+
+# -- the model's own calls reach the unchecked methods through CostModel's ``_NAME_unchecked`` aliases
+def test_the_model_calls_its_methods_unchecked_and_outside_callers_checked(setup):
+    from packplace.placement.model.cost import CostModel
+    from packplace.placement.model.counts import unchecked
+    cost, model = setup
+    aliases = [name for name in vars(CostModel) if name.startswith("_") and name.endswith("_unchecked")]
+    assert len(aliases) >= 40
+    def function(member):
+        return member.__func__ if isinstance(member, staticmethod) else member
+
+    for alias in aliases:
+        public = vars(CostModel)[alias[1:-len("_unchecked")]]
+        raw = function(vars(CostModel)[alias])
+        assert raw is function(unchecked(public)) is not function(public), alias   # the method, not its wrapper
+    # the alias prices as the public method, and takes what the public one refuses (the check is the caller's)
+    assert cost._pipeline_unchecked(4, 2, 1.0) == cost.pipeline(4, 2, 1.0) == 5.0   # (m + pp - 1) stages
+    with pytest.raises(ValueError, match=r"^pipeline: pp must be a positive integer, got 0$"):
+        cost.pipeline(4, 0, 1.0)
+    assert cost._pipeline_unchecked(4, 0, 1.0) == 3.0
+
+
+def test_an_alias_follows_an_override_and_a_function_set_on_the_class(setup, monkeypatch):
+    from packplace.placement.model.cost import CostModel
+    cost, model = setup
+
+    class Megatron(CostModel):
+        def pass_kernels(self, pp, tp, ep=1):
+            return "megatron"
+
+    megatron = Megatron(cost.hw, cost.cluster, cost.workload)
+    assert megatron._pass_kernels_unchecked(1, 1) == megatron.pass_kernels(1, 1) == "megatron"
+    with pytest.raises(ValueError, match=r"^pass_kernels: tp must be a positive integer, got 1.5$"):
+        megatron.pass_kernels(1, 1.5)   # the override is checked as the method it replaces
+    assert cost._pass_kernels_unchecked(1, 1) == cost.pass_kernels(1, 1) != "megatron"
+    monkeypatch.setattr(CostModel, "pass_kernels", lambda self, pp, tp, ep=1: "patched")
+    assert cost._pass_kernels_unchecked(1, 1) == "patched"
+    monkeypatch.undo()
+    assert cost._pass_kernels_unchecked(1, 1) == cost.pass_kernels(1, 1) != "patched"
+
+
+def test_an_alias_that_is_not_its_method_is_refused():
+    from packplace.placement.model.counts import CountsGuarded
+
+    with pytest.raises(TypeError, match=r"^Bad\._pipeline_unchecked is not the unchecked Bad\.pipeline$"):
+        class Bad(metaclass=CountsGuarded):
+            def pipeline(self, micro_batches, pp, stage_time):
+                return 0.0
+
+            def other(self, pp):
+                return 1.0
+
+            _pipeline_unchecked = other

@@ -1261,7 +1261,8 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
            micro_batch: int, extent: tuple[int, int, int], old_log_prob: bool, sharded: bool, offloaded: bool,
            balance: VertexBalance | None, reward: float | None, weight_swap: bool = False,
            release: TrainerRelease | None = None,
-           shard_options: TrainingOptions = DEFAULT_TRAINING, swiglu_factor: float = 1.0) -> dict[str, float]:
+           shard_options: TrainingOptions = DEFAULT_TRAINING, swiglu_factor: float = 1.0,
+           enumerated: bool = False) -> dict[str, float]:
     """:func:`vertex_parts` with the vertex's settings resolved (the candidate builder resolves them once
     per vertex). ``weight_swap``: the forward runs in the policy workers on the reference weights swapped
     in through host memory (:func:`~packplace.placement.model.nemo_rl_releases.swaps_reference_weights`),
@@ -1271,9 +1272,13 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
     applied by :func:`~packplace.placement.model.nemo_rl_releases.release_train_parts` (the training pass's
     part ``optimizer_offload``). ``shard_options``: :func:`inference_shard_options`, whose shard group a
     ``sharded`` forward gathers over. ``swiglu_factor``: :func:`vertex_swiglu_factor`, on the ``train`` of a
-    training vertex on Megatron-Core's kernels (``pass_kernels``, the rule of its memory)."""
+    training vertex on Megatron-Core's kernels (``pass_kernels``, the rule of its memory). ``enumerated``: the
+    strategy and micro-batch come from :func:`legal_strategies` (whole numbers by construction), so the cost
+    model's unchecked methods price them (the table build's hot loop)."""
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
-    parts = cost.vertex_phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep, sharded=sharded,
+    phases = cost._vertex_phases_unchecked if enumerated else cost.vertex_phases
+    kernels = cost._pass_kernels_unchecked if enumerated else cost.pass_kernels
+    parts = phases(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep, sharded=sharded,
                                offloaded=offloaded, balance=balance, shard=shard_options.shard_ranks(dp),
                                lora_rank=options.lora_rank if kind == "train" else 0,
                                gradient_allreduce=kind != "train" or runs_gradient_allreduce(options))
@@ -1285,7 +1290,7 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
                                                       cost.shards(model))
     if kind == "train":
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
-        if cost.pass_kernels(pp, tp, ep) == "megatron":
+        if kernels(pp, tp, ep) == "megatron":
             parts["train"] *= swiglu_factor
         if release is not None:
             parts = release_train_parts(cost, release, model, strategy, parts, options)
@@ -1421,13 +1426,14 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                 continue
             res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, old_log_prob, sharded, offloaded,
                                          options, weight_swap, live_len, continuous,
-                                         context_parallel_split(instance, name, strategy.dp), shard_options)
+                                         context_parallel_split(instance, name, strategy.dp), shard_options,
+                                         enumerated=True)
             try:
                 if cost.packing is not None:    # packing a chunk is the one long step inside a candidate
                     cost.packing.deadline = deadline
                 seconds = sum(_parts(cost, model, kind, options, strategy, mb, extent, old_log_prob, sharded,
                                      offloaded, balance, reward, weight_swap, release, shard_options,
-                                     swiglu).values())
+                                     swiglu, enumerated=True).values())
             except OutOfTime:
                 raise _table_cut(built_before + len(out), name,
                                  sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp))) from None
@@ -1548,25 +1554,28 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                       weight_swap: bool, live_len: float, continuous: bool,
                       context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
                       shard_options: TrainingOptions = DEFAULT_TRAINING,
-                      logprob_batch: int | None = None) -> tuple[float, float]:
+                      logprob_batch: int | None = None, enumerated: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of one candidate (:func:`build_vertex_candidates`, with the
     vertex's settings resolved; ``context_parallel``: a trainer's :func:`context_parallel_split`;
     ``shard_options``: :func:`inference_shard_options`, the shard group of a ``sharded`` forward's weights;
     ``logprob_batch``: the sequences of a trainer's old-log-prob forward where they are not its micro-batch
-    ``mb``, :func:`loop_trainer_memory`)."""
+    ``mb``, :func:`loop_trainer_memory`; ``enumerated``: as :func:`_parts`)."""
     w = instance.workload
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
+    concurrency = cost._engine_concurrency_unchecked if enumerated else cost.engine_concurrency
+    peak_tokens = cost._peak_pass_tokens_unchecked if enumerated else cost.peak_pass_tokens
+    kernels = cost._pass_kernels_unchecked if enumerated else cost.pass_kernels
     held, rounds, prefill = mb, w.sequences // (dp * mb), None
     if continuous and kind == "generate":
         # the engine holds the KV of the sequences it runs, not of the ones waiting for a slot
-        held, rounds, prefill = cost.engine_concurrency(model, tp, pp, mb, ep), 1, 1
+        held, rounds, prefill = concurrency(model, tp, pp, mb, ep), 1, 1
     pass_tokens = logprob_tokens = None
     if kind != "generate":
         # activations and logits at the largest micro-batch the pass holds, not the mean one
-        pass_tokens = cost.peak_pass_tokens(model, "train" if kind == "train" else "logprob", dp, pp, tp, mb, ep)
+        pass_tokens = peak_tokens(model, "train" if kind == "train" else "logprob", dp, pp, tp, mb, ep)
         if kind == "train" and old_log_prob:
-            logprob_tokens = cost.peak_pass_tokens(model, "logprob", dp, pp, tp, logprob_batch or mb, ep)
-    megatron = kind == "train" and cost.pass_kernels(pp, tp, ep) == "megatron"   # Megatron-Core's kernels
+            logprob_tokens = peak_tokens(model, "logprob", dp, pp, tp, logprob_batch or mb, ep)
+    megatron = kind == "train" and kernels(pp, tp, ep) == "megatron"   # Megatron-Core's kernels
     version = getattr(instance, "framework_version", None)
     res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                              seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,

@@ -36,7 +36,7 @@ from packplace.placement.model.components import (
     pass_times,
     weight_update_kernels,
 )
-from packplace.placement.model.counts import check_counts, guard_counts
+from packplace.placement.model.counts import CountsGuarded, check_counts
 from packplace.placement.model.deepspeed_zero2 import zero2_collective_calls
 from packplace.placement.model.deepspeed_zero3 import zero3_forward_prefetches, zero3_gathers_per_pass
 from packplace.placement.model.dp_balance import VertexBalance
@@ -166,8 +166,7 @@ def vllm_decode_table(table: ComponentTable, hardware: Hardware) -> ComponentTab
     return table if fraction == 1.0 else replace(table, kv_bandwidth=table.kv_bandwidth * fraction)
 
 
-@guard_counts
-class CostModel:
+class CostModel(metaclass=CountsGuarded):
     """Analytic time model of the vertices of one instance.
 
     Every public method checks its counts and token amounts by parameter name before it runs
@@ -1864,7 +1863,8 @@ class CostModel:
 
     # The model's own calls go to these unchecked aliases of its public methods: guard_counts wraps only the
     # public names, so a caller from outside is checked once at its entry and the model's inner loops (most of
-    # the candidate table's calls) pay no check. guard_counts refuses an alias that is not its method's own.
+    # the candidate table's calls) pay no check. guard_counts refuses an alias that is not its method's own; the
+    # metaclass (counts.CountsGuarded) points an alias at a subclass's override or at a function set on the class.
     _adam_seconds_unchecked = adam_seconds
     _allreduce_unchecked = allreduce
     _alltoall_unchecked = alltoall
@@ -1891,6 +1891,7 @@ class CostModel:
     _pass_kernels_unchecked = pass_kernels
     _pass_shape_unchecked = pass_shape
     _pass_time_unchecked = pass_time
+    _peak_pass_tokens_unchecked = peak_pass_tokens
     _pipeline_unchecked = pipeline
     _prefill_time_unchecked = prefill_time
     _ranks_per_node_unchecked = ranks_per_node

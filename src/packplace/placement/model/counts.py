@@ -6,7 +6,8 @@ A count is a whole number: an ``int``, a numpy integer or an integral float (``6
 number; the cost functions refuse it with a ``ValueError`` naming the function, the field and the value.
 :class:`~packplace.placement.model.cost.CostModel` checks every public method's counts and token amounts by
 parameter name (:func:`guard_counts`); the class's own calls reach the unchecked methods through their
-``_NAME_unchecked`` aliases, so a caller from outside pays the check once at its entry.
+``_NAME_unchecked`` aliases, so a caller from outside pays the check once at its entry (:class:`CountsGuarded`
+keeps each alias on the method a call to ``NAME`` reaches: a subclass's override, a function set on the class).
 """
 
 from __future__ import annotations
@@ -104,7 +105,35 @@ def counts_checked(function: Callable[..., Any]) -> Callable[..., Any]:
                 check_counts(label, minimum, **{name: value})
         return function(*args, **kwargs)
 
+    checked._counts_unchecked = function  # type: ignore[attr-defined]   # unchecked(): the function itself
     return checked
+
+
+def unchecked(member: Any) -> Any:
+    """``member`` (a function or a static method) without the :func:`counts_checked` wrapper, where it has one."""
+    if isinstance(member, staticmethod):
+        return staticmethod(getattr(member.__func__, "_counts_unchecked", member.__func__))
+    return getattr(member, "_counts_unchecked", member)
+
+
+class CountsGuarded(type):
+    """Metaclass of :class:`~packplace.placement.model.cost.CostModel`: :func:`guard_counts` on the class and on
+    every subclass (an override of a public method checks its counts too), and each ``_NAME_unchecked`` alias
+    follows its public method: where a subclass overrides ``NAME`` or a caller sets it on the class (a test's
+    ``monkeypatch.setattr(CostModel, NAME, ...)``), the alias becomes the new function, unchecked, so the class's
+    own calls through the alias reach what a call to ``NAME`` reaches."""
+
+    def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(name, bases, namespace, **kwargs)
+        guard_counts(cls)
+        for public in namespace:
+            if not public.startswith("_") and hasattr(cls, f"_{public}_unchecked"):
+                type.__setattr__(cls, f"_{public}_unchecked", unchecked(vars(cls)[public]))
+
+    def __setattr__(cls, name: str, value: Any) -> None:
+        type.__setattr__(cls, name, value)
+        if not name.startswith("_") and hasattr(cls, f"_{name}_unchecked"):
+            type.__setattr__(cls, f"_{name}_unchecked", unchecked(value))
 
 
 def guard_counts(cls: type[T]) -> type[T]:

@@ -129,16 +129,17 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         Seconds (0 for ``recompute: none``, ``offload: none`` and a sharding other than ``zero3``).
 
     Raises:
-        ValueError: ``dp``, ``pp``, ``tp`` or ``ep`` not a positive integer.
+        ValueError: ``dp``, ``pp``, ``tp``, ``ep`` or ``micro_batch`` not a positive integer.
     """
-    check_counts("training_overhead_seconds", dp=dp, pp=pp, tp=tp, ep=ep)
+    check_counts("training_overhead_seconds", dp=dp, pp=pp, tp=tp, ep=ep, micro_batch=micro_batch)
     hw = cost.hw
-    micro_batches, tokens = cost.pass_shape(model, "train", dp, pp, tp, micro_batch, ep)
+    # the counts are checked above: the cost model's unchecked methods (CostModel's aliases)
+    micro_batches, tokens = cost._pass_shape_unchecked(model, "train", dp, pp, tp, micro_batch, ep)
     rank = options.lora_rank
     seconds = 0.0
     if options.recompute != "none":
         # packed: the packs' Σ l² over their tokens; padded: each sequence's own tokens over the padded ones
-        s = cost.attention_length(model, "train", dp, pp, tp, ep, micro_batch=micro_batch)
+        s = cost._attention_length_unchecked(model, "train", dp, pp, tp, ep, micro_batch=micro_batch)
         ring = cost.context_parallel_degree(model) if not cost.packed(model) else 1
 
         def stage(n: float) -> float:
@@ -147,7 +148,7 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         if ring > 1 and pp > 1:   # as pass_time's CP pipeline: the bubble is one micro-batch's ring-th
             seconds += micro_batches * stage(tokens) + (pp - 1) * stage(tokens / ring)
         else:
-            seconds += cost.pipeline(micro_batches, pp, stage(tokens))
+            seconds += cost._pipeline_unchecked(micro_batches, pp, stage(tokens))
     if options.sharding == "zero3" and dp > 1:
         compute = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False,
                                  lora_rank=rank) + seconds
@@ -203,14 +204,15 @@ def recompute_stage_seconds(cost, model: ModelSpec, recompute: str, dp: int, pp:
 
     Raises:
         ValueError: ``recompute`` other than ``none``, ``selective``, ``full``; ``dp``, ``pp``, ``tp`` or ``ep``
-            not a positive integer.
+            not a positive integer, ``lora_rank`` not a non-negative one.
     """
     check_counts("recompute_stage_seconds", dp=dp, pp=pp, tp=tp, ep=ep)
+    check_counts("recompute_stage_seconds", 0, lora_rank=lora_rank)
     if recompute == "none":
         return 0.0
     if recompute not in ("selective", "full"):
         raise ValueError(f"recompute: expected none, selective or full, got {recompute!r}")
-    bare = cost.bare_loop_table(model, pp, tp, ep, lora_rank)
+    bare = cost._bare_loop_table_unchecked(model, pp, tp, ep, lora_rank)   # the counts are checked above
     if bare is not None:
         return pass_times(bare, model, tokens=tokens, seq_len=s, train=True, recompute=recompute,
                           master_fp32=True).recompute
