@@ -6,7 +6,7 @@ limit, and the result's ``wall_s`` less the limit beside it (what the call itsel
 
 Run: python benchmarks/cpsat_short_limits.py [--problem placement|balance] [--limits 0.05,0.1,0.2,0.3,0.5]
      [--repeats 3] [--configs A.yaml,...]
-Figures: docs/performance.md ("cpsat past a short time limit").
+Figures: docs/performance.md ("cpsat past a short time limit", "Balance cpsat past a short time limit").
 """
 
 from __future__ import annotations
