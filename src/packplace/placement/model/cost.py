@@ -868,9 +868,9 @@ class CostModel(metaclass=CountsGuarded):
         """Seconds of the vertex on a block of ``extent`` (the slowest data-parallel replica): the sum of
         :meth:`vertex_phases`."""
         return sum(self._vertex_phases_unchecked(model, kind, dp, pp, tp, micro_batch, extent, old_log_prob, ep,
-                                      sharded=sharded, offloaded=offloaded, balance=balance,
-                                      lora_rank=lora_rank, gradient_allreduce=gradient_allreduce,
-                                      shard=shard).values())
+                                                 sharded=sharded, offloaded=offloaded, balance=balance,
+                                                 lora_rank=lora_rank, gradient_allreduce=gradient_allreduce,
+                                                 shard=shard).values())
 
     def vertex_phases(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                       extent: tuple[int, int, int], old_log_prob: bool = False, ep: int = 1, *,
@@ -914,14 +914,15 @@ class CostModel(metaclass=CountsGuarded):
                 if merge > 0.0:
                     phases["merge"] = merge
         elif kind == "infer":
+            forwards_cp = self._holds(self.context_parallel_forwards, model)
             phases = {"forward": self._pass_time_unchecked(model, False, dp, pp, tp, micro_batch, extent, ep,
-                                                context_parallel=self._holds(self.context_parallel_forwards, model))}
+                                                           context_parallel=forwards_cp)}
         else:
             phases = {"train": self._pass_time_unchecked(model, True, dp, pp, tp, micro_batch, extent, ep,
-                                                        lora_rank=lora_rank, gradient_allreduce=gradient_allreduce)}
+                                                         lora_rank=lora_rank, gradient_allreduce=gradient_allreduce)}
             if old_log_prob:
                 phases["old_log_prob"] = self._pass_time_unchecked(model, False, dp, pp, tp, micro_batch, extent, ep,
-                                                        lora_rank=lora_rank, context_parallel=True)
+                                                                   lora_rank=lora_rank, context_parallel=True)
         if sharded and kind != "generate" and (kind == "infer" or old_log_prob):
             passes = self._pass_shape_unchecked(model, "logprob", dp, pp, tp, micro_batch, ep)[0]
             # a trained role's forwards (the old log-probs, the critic's values) run on its training engine
@@ -1019,9 +1020,9 @@ class CostModel(metaclass=CountsGuarded):
         (:func:`~packplace.placement.model.memory.trainable_stage_params`).
         """
         micro_batches, tokens = self._pass_shape_unchecked(model, pack or ("train" if train else "logprob"), dp, pp, tp,
-                                                micro_batch, ep)
+                                                           micro_batch, ep)
         s = self._attention_length_unchecked(model, pack or ("train" if train else "logprob"), dp, pp, tp, ep,
-                                  micro_batch=micro_batch)
+                                             micro_batch=micro_batch)
         stage = self._stage_seconds(model, train, dp, pp, tp, tokens, s, extent, ep, lora_rank, layers_only)
         # context parallelism (not NeMo RL's packs, which pass_shape splits already): a CP group of ring ranks runs
         # ring·m micro-batches, each GPU a ring-th of each one's tokens; the pipeline's bubble is one such share
@@ -1520,7 +1521,7 @@ class CostModel(metaclass=CountsGuarded):
         passes = sequences / batch
         if model.is_moe:
             compute = self._compute_time_unchecked(model, self.forward_flops_per_token(model, S), 1.0, rows, tp, ep,
-                                        trainer=False) * passes
+                                                   trainer=False) * passes
         else:
             eff = self.gemm_efficiency(rows, d / tp)
             compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
