@@ -122,3 +122,16 @@ def test_framework_head_backward_by_hand() -> None:
     verl = train_transient(LLAMA31_8B, tokens=2048, n_layers=32, last=True, first=True, recompute="none", tp=2,
                            inflight=1, autocast=False, logit_bytes=(2.0, 4.0))
     assert verl.logits_backward == 4 * v * 1024 == 525_336_576 < verl.head_gradient == tt.head_gradient
+
+
+def test_a_framework_pass_peaks_at_the_head_backward_on_a_short_micro_batch() -> None:
+    """``estimate``'s pass of a verl FSDP trainer (ZeRO-3 layout over 8, tp 2), Llama-3.1-8B, 128 tokens: the head's
+    backward phase (545.4 MB of head gradients beside the saved set) is the peak, above the loss's (12·V·64 = 98.5 MB,
+    the default logit bytes) and the backward's end; its activations are the saved set plus that phase's bytes."""
+    pm = pass_memory(LLAMA31_8B, "train", micro_batch=1, seq_len=128, tp=2, dp=8, framework="verl",
+                     sharding="zero3", workspace_bytes=0.0)
+    tt = train_transient(LLAMA31_8B, tokens=128, n_layers=32, last=True, first=True, recompute="none", tp=2,
+                         inflight=1, autocast=False)
+    assert pm.phase == "head_backward"
+    assert tt.head_gradient == 545_423_360
+    assert pm.activations == tt.saved + tt.head_gradient
