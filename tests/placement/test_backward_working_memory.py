@@ -84,9 +84,9 @@ def test_bf16_head_backward_at_a_short_sequence_is_above_the_loss_phase() -> Non
     assert tt.head_gradient > tt.logits_backward + tt.head_backward
 
 
-def test_pass_memory_prices_the_head_phase_of_a_bare_loop_only() -> None:
-    """``estimate``'s pass: the bare loop's ``head_backward`` phase holds the saved set and the head's backward;
-    a framework's trainer (gradients held as training state) has no such phase."""
+def test_pass_memory_prices_the_head_phase_of_every_trainer() -> None:
+    """``estimate``'s pass: the ``head_backward`` phase holds the saved set and the head's backward, in a bare loop
+    and in a framework's trainer alike (its weight gradient is a new tensor before the trainer reduces it)."""
     bare = pass_memory(LLAMA2_7B, "train", micro_batch=1, seq_len=512, optimizer="none", workspace_bytes=0.0)
     tt = train_transient(LLAMA2_7B, tokens=512, n_layers=32, last=True, first=True, recompute="none", tp=1,
                          inflight=1, autocast=False, bare=True, held_gradients=False)
@@ -95,4 +95,43 @@ def test_pass_memory_prices_the_head_phase_of_a_bare_loop_only() -> None:
     assert bare.peak_bytes >= 2 * LLAMA2_7B.params + tt.saved + tt.head_gradient
     framework = train_transient(LLAMA2_7B, tokens=512, n_layers=32, last=True, first=True, recompute="none", tp=1,
                                 inflight=1, autocast=False)
-    assert framework.head_gradient == 0.0
+    assert framework.head_gradient == 2 * 32000 * 512 + 2 * 4096 * 512 + 2 * HEAD + 3 * MIB == 302_252_032
+    # a stage without the head has none
+    middle = train_transient(LLAMA2_7B, tokens=512, n_layers=16, last=False, first=True, recompute="none", tp=1,
+                             inflight=1, autocast=False)
+    assert middle.head_gradient == 0.0
+
+
+def test_framework_head_backward_by_hand() -> None:
+    """A framework trainer (bf16 weights, gradients held as training state), Llama-3.1-8B over tp 2, 2,048 tokens:
+    the head's backward holds the logits' bf16 gradient 2·V·1,024 (262.7 MB), the head input's 2·d·1,024 (8.4 MB)
+    and the head's bf16 weight gradient 2·V·d/2 (525.3 MB) with 3 MiB of slack: 799.5 MB, below the loss's phase
+    (12 · V · 1,024 = 1,576.0 MB); at 128 tokens (12 · V · 64 = 98.5 MB against 2·V·64 + 2·d·64 + 2·V·d/2 = 542.2 MB
+    and 3 MiB) the head's phase is the larger. verl's loss phase (4 · V · 1,024 = 525.3 MB) is below it at 2,048."""
+    v, d = 128256, 4096
+    tt = train_transient(LLAMA31_8B, tokens=2048, n_layers=32, last=True, first=True, recompute="none", tp=2,
+                         inflight=1, autocast=False, held_gradients=True)
+    assert tt.head_gradient == 2 * v * 1024 + 2 * d * 1024 + 2 * v * d // 2 + 3 * MIB == 799_539_200
+    assert tt.logits_backward == 12 * v * 1024 == 1_576_009_728
+    short = train_transient(LLAMA31_8B, tokens=128, n_layers=32, last=True, first=True, recompute="none", tp=2,
+                            inflight=1, autocast=False, held_gradients=True)
+    assert short.head_gradient == 2 * v * 64 + 2 * d * 64 + 2 * v * d // 2 + 3 * MIB == 545_423_360
+    assert short.logits_backward == 12 * v * 64 == 98_500_608
+    assert short.peak(0.0) == pytest.approx(short.saved + short.head_gradient + short.slack_forward)
+    # verl's bf16 logits (2, 4 bytes per entry): the loss's phase 4·V·t, the head's phase as above
+    verl = train_transient(LLAMA31_8B, tokens=2048, n_layers=32, last=True, first=True, recompute="none", tp=2,
+                           inflight=1, autocast=False, logit_bytes=(2.0, 4.0))
+    assert verl.logits_backward == 4 * v * 1024 == 525_336_576 < verl.head_gradient == tt.head_gradient
+
+
+def test_a_framework_pass_peaks_at_the_head_backward_on_a_short_micro_batch() -> None:
+    """``estimate``'s pass of a verl FSDP trainer (ZeRO-3 layout over 8, tp 2), Llama-3.1-8B, 128 tokens: the head's
+    backward phase (545.4 MB of head gradients beside the saved set) is the peak, above the loss's (12·V·64 = 98.5 MB,
+    the default logit bytes) and the backward's end; its activations are the saved set plus that phase's bytes."""
+    pm = pass_memory(LLAMA31_8B, "train", micro_batch=1, seq_len=128, tp=2, dp=8, framework="verl",
+                     sharding="zero3", workspace_bytes=0.0)
+    tt = train_transient(LLAMA31_8B, tokens=128, n_layers=32, last=True, first=True, recompute="none", tp=2,
+                         inflight=1, autocast=False)
+    assert pm.phase == "head_backward"
+    assert tt.head_gradient == 545_423_360
+    assert pm.activations == tt.saved + tt.head_gradient

@@ -643,9 +643,9 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
     MoE combine's transient (:func:`~packplace.placement.model.pass_memory.megatron_combine_bytes_per_token`);
     ``seq_len``: tokens per sequence, which sizes an eager attention's scores on a framework that runs one
     (:func:`~packplace.placement.model.pass_memory.eager_score_bytes_per_token`: saved in the training pass,
-    one layer's no-grad transient in the old-log-prob forward); ``bare``: a bare PyTorch loop, whose head's backward
-    and first layer's weight gradients the pass prices (``train_transient``'s ``bare``; its gradients allocated in
-    the backward where ``end_gradients`` is non-zero, else held)."""
+    one layer's no-grad transient in the old-log-prob forward); ``bare``: a bare PyTorch loop, whose first layer's
+    weight gradients the pass prices (``train_transient``'s ``bare``; its gradients allocated in the backward where
+    ``end_gradients`` is non-zero, else held); the output head's backward is priced on every trainer's last stage."""
     kv_cache, expert_tp = framework == "none", megatron_expert_tensor_parallel(framework, tp)
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
     transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,

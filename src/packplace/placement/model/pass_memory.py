@@ -46,7 +46,7 @@ Peak: a pass's memory rises and falls, so the peak is the largest of its phases 
 the end of the forward (every activation saved, the loss's logits), the start of the backward (the
 loss's gradient over the vocabulary), the first layer back-propagated (every saved tensor and that layer's backward
 working set, :func:`backward_working_bytes_per_token`; under full recomputation every checkpoint and that layer's
-recomputed activations as well), a bare loop's output-head backward (its gradients) and the end of the backward
+recomputed activations as well), the output head's backward (its gradients, every trainer) and the end of the backward
 (every gradient, the last layer's saved activations and working set, a tied embedding's second gradient). The
 gradients are in every phase with several micro-batches and where the layout keeps them as training state
 (:func:`resident_gradients`). Units: bytes, tokens.
@@ -822,9 +822,9 @@ class TrainTransient:
     (:func:`backward_working_bytes_per_token`), under full recomputation its recomputed activations
     (:func:`_recomputed_layer`, every framework), with an eager attention (``score_bytes``) its score gradients, and
     in a bare loop the weight gradients produced by then (:func:`_bare_loop_backward`), a fourth phase.
-    ``head_gradient``: a bare loop's output-head backward on the last stage, beside every saved tensor (and
+    ``head_gradient``: the output head's backward on the last stage, every trainer's, beside every saved tensor (and
     ``head_backward``): the logits' 16-bit gradient, the head input's and the head's weight gradient, a fifth phase
-    (:func:`_bare_loop_backward`)."""
+    (:func:`head_backward_bytes`; a bare loop's, :func:`_bare_loop_backward`)."""
 
     copies_forward: float
     copies_backward: float
@@ -884,8 +884,9 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     (``layer_backward``). Under ``full`` that phase holds the recomputed layer's activations beside every
     checkpoint on every framework (:func:`_recomputed_layer`). That phase and the backward's end hold the layer's
     backward working set (:func:`backward_working_bytes_per_token`, every framework and recomputation mode).
-    ``bare``: a bare PyTorch loop (:func:`bare_loop`), whose output head's backward and first layer's weight gradients
-    are priced (``head_gradient``, :func:`_bare_loop_backward`); ``held_gradients``: its gradients are held through
+    The output head's backward (``head_gradient``, :func:`head_backward_bytes`) is priced on every trainer's last
+    stage. ``bare``: a bare PyTorch loop (:func:`bare_loop`), whose first layer's weight gradients are priced as well
+    (:func:`_bare_loop_backward`); ``held_gradients``: its gradients are held through
     the step (several micro-batches), else they are allocated from the head's backward on."""
     head = model.head_gemm_params / tp if last else 0.0
     layer_gemm = (model.gemm_params - model.head_gemm_params) / model.layers / tp
@@ -919,8 +920,11 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     combine += _slack(3, combine / 4.0) if combine else 0.0   # the cast, the stacked copy and the output
     working = backward_working_bytes_per_token(model, autocast, fused_kernels, fused_swiglu) * t
     working += _slack(BACKWARD_WORKING_TENSORS, working / BACKWARD_WORKING_TENSORS)
-    head_gradient, layer_gradients = _bare_loop_backward(model, t, head, model.block_params / model.layers / tp,
-                                                         autocast, held_gradients) if bare else (0.0, 0.0)
+    if bare:
+        head_gradient, layer_gradients = _bare_loop_backward(model, t, head, model.block_params / model.layers / tp,
+                                                             autocast, held_gradients)
+    else:
+        head_gradient, layer_gradients = head_backward_bytes(model, t, head, autocast), 0.0
     return TrainTransient(
         copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
         logits_forward=logit_bytes_per_token(model, False, logit_bytes) * t if last else 0.0,
@@ -960,12 +964,41 @@ def _bare_loop_backward(model: ModelSpec, tokens: float, head: float, layer: flo
     docs.pytorch.org/docs/stable/amp.html (autocast casts a weight for its matmul; its gradient flows back through
     the cast)."""
     g = 4.0 if autocast else 2.0
-    head_phase = 2.0 * model.output_dim * tokens + 2.0 * model.hidden_dim * tokens + 2.0 * head
-    if autocast:
-        head_phase = max(head_phase, 6.0 * head)
-    head_phase += _slack(3, head_phase / 3.0)
+    head_phase = head_backward_bytes(model, tokens, head, autocast)
     layer_phase = (2.0 + (4.0 if autocast else 0.0)) * layer + (0.0 if held else g * head)
     return head_phase, layer_phase
+
+
+def head_backward_bytes(model: ModelSpec, tokens: float, head: float, autocast: bool) -> float:
+    """Bytes the output head's matmul backward holds beside the saved tensors on the last stage, for ``tokens``
+    tokens per GPU and ``head`` head parameters per GPU, on every trainer: the logits' 16-bit gradient (``2·V`` per
+    token; the loss's fp32 tensors and their gradients are freed by then: the cast's backward, or verl's in-place
+    division's, has run), the gradient of the head's input (``2d`` per token) and the head's 16-bit weight gradient
+    (``2·head``), with the allocator slack of the three; under ``torch.autocast`` the larger of that and the weight
+    gradient's bf16 and fp32 copies (``6·head``, the cast's backward). The weight gradient is a new tensor whatever the
+    gradients' layout, before the trainer reduces or accumulates it:
+
+    * a bare loop: ``AccumulateGrad`` steals it as ``.grad`` or adds it in place (:func:`_bare_loop_backward`);
+    * DeepSpeed ZeRO-1/2 (``deepspeed/runtime/zero/stage_1_and_2.py``): a post-accumulate hook copies ``param.grad``
+      into the reduce bucket (``ipg_buffer`` / ``reduce_bucket_size``) after the matmul's backward made it;
+      ZeRO-3 (``stage3.py``): the gathered parameter's full gradient is made, then reduce-scattered;
+    * FSDP / FSDP2 (``fully_shard``: verl's and NeMo RL's DTensor trainers): the unsharded gradient lives until its
+      unit's post-backward reduce-scatter (``torch/distributed/fsdp``);
+    * Megatron-Core (``megatron/core/tensor_parallel/layers.py``,
+      ``LinearWithGradAccumulationAndAsyncCommunication.backward``, the output layer's ``ColumnParallelLinear``):
+      ``grad_output.t().matmul(total_input)``, then added to ``main_grad``; with ``gradient_accumulation_fusion``
+      (off in ``ModelParallelConfig`` by default) the fused kernel writes it into ``main_grad``, no new tensor, so
+      ``2·head`` is an over-count there. The logits' gradient it receives is the 16-bit output's (the frameworks'
+      fp32 log-prob functions cast it back on the way: ``.float()``'s backward).
+
+    The loss's own phase (:func:`logit_bytes_per_token`) ends before this one starts (its fp32 tensors are freed
+    when the matmul runs), so the two are separate phases, never summed. Sources: PyTorch ``derivatives.yaml``
+    (``mm``: ``grad.mm(mat2.t())``, ``self.t().mm(grad)``; ``_to_copy``: the gradient cast back),
+    ``torch/csrc/autograd/engine.cpp`` (a node's inputs released once it has run)."""
+    phase = 2.0 * model.output_dim * tokens + 2.0 * model.hidden_dim * tokens + 2.0 * head
+    if autocast:
+        phase = max(phase, 6.0 * head)
+    return phase + _slack(3, phase / 3.0)
 
 
 def _recomputed_layer(a_layer: float, tensors: int, beside: float) -> float:
@@ -1052,8 +1085,8 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     ``fused_swiglu`` / ``router_dtype``: a Megatron-Core trainer's (:func:`saved_activation_bytes_per_token`);
     ``expert_tp``: its expert tensor-parallel size, whose MoE combine adds the ``moe_combine`` phases
     (:func:`megatron_combine_bytes_per_token`); ``score_bytes``: an eager attention's saved scores
-    (:func:`train_transient`); ``bare``: a bare PyTorch loop (:func:`bare_loop`; its head's backward, phase
-    ``head_backward``)."""
+    (:func:`train_transient`); ``bare``: a bare PyTorch loop (:func:`bare_loop`). The output head's backward is the
+    phase ``head_backward`` on every trainer's last stage (:func:`head_backward_bytes`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     held_gradients = micro_batches > 1 or keep_gradients
