@@ -630,8 +630,8 @@ def _split_winner(plan: Plan, cluster, colocated_fits: bool) -> str:
 @register("placement", "greedy")
 def solve(instance, run: Run) -> Proposal:
     """The best by the evaluator of the colocated plan, the generation | training split layouts and, where
-    no colocated plan fits, the one-block-per-model layouts (module docstring); no plan (status
-    ``unknown``) with the smallest per-vertex needs when none fits."""
+    no colocated plan fits, the one-block-per-model and (where no split layout fits either) memory-first
+    layouts (module docstring); no plan (status ``unknown``) with the smallest per-vertex needs when none fits."""
     return synchronous_only(search(instance, run), instance, "greedy")
 
 
