@@ -687,7 +687,9 @@ def search(instance, run: Run) -> Proposal:
             run.offer(plan, best_time)
         elif plan is not None:
             note = f"no colocated plan fits; {note}"
-        if found.plan is None and not run.expired() and not run.stopped:   # item 6: memory first
+        if found.plan is None and run.expired():   # item 6 not run: the deadline cut the search short
+            cut_by_time = True
+        elif found.plan is None and not run.stopped:   # item 6: memory first
             first = LayoutSearch()
             first.step_time = best_time
             memory_first(ev, run, memory_first_family(instance, ev.table), first)
