@@ -10,8 +10,9 @@ one (``c`` seconds) is accepted with probability ``exp(−Δ / (T·c))``; geomet
 ``t_min`` over ``e_max`` evaluations, restarts from the best plan at ``t_warm``, then a greedy polish; both
 stop once the best plan meets the evaluator's analytic lower bound (nothing can beat it). With more than one
 start (below) the annealing runs one chain per start, in turn, each over an equal share of ``e_max`` and of
-the time, each drawing from ``random.Random(seed)`` afresh and restarting from its own best plan; the
-polish starts from the best plan of all.
+the annealing time (a chain cut by its share of the time does not stop the next one), each drawing from
+``random.Random(seed)`` afresh and restarting from its own best plan; the polish starts from the best plan
+of all.
 
 Options: the ``optimizer`` knobs (:class:`AnnealSettings`; ``t_init`` 0.30, ``t_min`` 0.03, ``t_warm``
 0.10, ``e_max`` 50,000, ``e_struct`` 400, ``stag_window`` 20, ``hard_oom`` true, ``oom_penalty`` 4.0,
@@ -534,6 +535,8 @@ class _Annealing:
         self.annealing_evaluations = 0
         self.hit_time_limit = False
         self.stopped_by = "e_max"
+        self.chains: list[dict[str, Any]] = []
+        self.annealing_started_s = 0.0
 
     def improved(self, plan: Plan, time_s: float) -> None:
         """``plan`` (``time_s`` seconds) is the best so far: keep it, offer it to the run, trace it."""
@@ -543,33 +546,43 @@ class _Annealing:
 
     def anneal(self) -> None:
         """The annealing (module docstring): one chain from the warm start, then one from each further start
-        (:func:`_warm_start`), each with an equal share of ``e_max`` evaluations, of the proposal budget and of
-        :data:`ANNEAL_TIME_SHARE` of the time limit; a chain ends at its share, an exhausted neighbourhood,
-        the time or a best plan that meets the analytic lower bound (:attr:`~packplace.run.Run.at_bound`:
-        nothing can beat it, and no further chain runs). With one start this is the single chain of
-        ``e_max`` evaluations."""
+        (:func:`_warm_start`), each with an equal share of ``e_max`` evaluations and of the proposal budget;
+        of the annealing time, from the annealing's start ``a`` to ``run.started + ANNEAL_TIME_SHARE·limit``
+        (``z``), chain ``i`` of ``n`` runs until ``a + (z − a)·(i + 1)/n`` (its equal share, plus what the
+        chains before it left unused). A chain ends at
+        its share, an exhausted neighbourhood, its time or a best plan that meets the analytic lower bound
+        (:attr:`~packplace.run.Run.at_bound`: nothing can beat it, and no further chain runs); a chain cut by
+        its time share does not stop the next one (``hit_time_limit`` says the clock cut a chain). With one
+        start this is the single chain of ``e_max`` evaluations. ``info["chains"]`` records each chain."""
         search, settings, run = self.search, self.settings, self.run
         if run.at_bound:
             self.stopped_by = "bound"
             self.log.append(f"annealing: not run, the {self.warm_name} warm start meets the analytic lower bound")
             return
         chains = 1 + len(self.others)
+        begin = run.now()
+        self.annealing_started_s = begin - run.started
+        end_all = run.started + ANNEAL_TIME_SHARE * run.time_limit_s
         for index in range(chains):
+            name = self.warm_name
+            before = (0 if index == 0 else search.evaluations, self.proposals)  # chain 1 counts the warm start's
             if index:
                 plan, name = self.others[index - 1]
                 start, cost = search.best_staleness(plan)
                 self.log.append(f"annealing: chain {index + 1} of {chains} from {name} "
                                 f"{search.ev.step_time(start):.6g} s")
-                if self.stopped_by in ("time", "bound") or not cost < INF:
-                    break
+                if not cost < INF:
+                    continue
             else:
                 start, cost = self.current, self.current_cost
             end = settings.e_max * (index + 1) // chains
-            deadline = run.started + ANNEAL_TIME_SHARE * run.time_limit_s * (index + 1) / chains
+            deadline = begin + (end_all - begin) * (index + 1) / chains
             if index:  # every chain draws from random.Random(seed) afresh, whatever the chains before it drew
                 search.rng = random.Random(run.seed)
             self._chain(start, cost, 0 if index == 0 else search.evaluations, end, deadline)
-            if self.stopped_by in ("time", "bound"):
+            self.chains.append({"start": name, "evaluations": search.evaluations - before[0],
+                                "proposals": self.proposals - before[1], "stopped_by": self.stopped_by})
+            if self.stopped_by == "bound":
                 break
         self.annealing_evaluations = search.evaluations
         self.log.append(f"annealing: {self.proposals} proposals, {search.evaluations} evaluations, {self.accepted} "
@@ -692,7 +705,8 @@ class _Annealing:
             "improvement": improvement, "evaluations": search.evaluations, "proposals": self.proposals,
             "annealing_evaluations": self.annealing_evaluations, "cache_hits": search.cache_hits,
             "accepted": self.accepted, "accepted_out_of_memory": self.accepted_oom,
-            "polish_moves": self.polish_moves, "stopped_by": self.stopped_by,
+            "polish_moves": self.polish_moves, "stopped_by": self.stopped_by, "chains": self.chains,
+            "annealing_started_s": self.annealing_started_s,
             "starts": [self.warm_name] + [name for _, name in self.others], "plan_staleness": stale,
             "trace": [{"elapsed_s": e, "evaluations": n, "best_s": b} for e, n, b in self.trace],
             "settings": {k: getattr(settings, k) for k in DEFAULTS},

@@ -11,8 +11,9 @@ phase are combined and scored by the evaluator, stepping vertices down in memory
 (:func:`~packplace.solvers.placement._common.repair_memory`); still out of memory, the phase with the
 largest footprint moves to its next partition. Never slower than ``greedy``: greedy's search
 (:func:`packplace.solvers.placement.greedy.search`: the colocated plan, its generation | training split
-layouts and, where colocation does not fit, one block per model) runs first, so that a time limit that cuts
-the search short still returns its plan, and its plan is returned when faster or when no partition fits.
+layouts and, where colocation does not fit, one block per model and its memory-first layouts) runs first,
+so that a time limit that cuts the search short still returns its plan, and its plan is returned when faster
+or when no partition fits.
 
 Options: ``time_limit_s`` (None: no limit; a limit stops the partition combinations, the step-down loop
 and greedy's family at the deadline, returning the best plan scored so far with ``hit_time_limit``),

@@ -51,7 +51,19 @@ fastest one is returned. The family, in the order it is scored:
    (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which can
    leave another vertex slower than memory needs).
    The winner of items 2-5 then climbs back with trades (:func:`trade_climb`), as the colocated plan did.
-6. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
+6. **memory first** (:func:`memory_first`), only where neither the colocated plan nor items 2-5 fit, after
+   item 7 and where neither the deadline nor a stop has ended the run: the layouts of items 2-5 and the
+   per-vertex layouts (:func:`vertex_layouts`: per two-block tiling ``(A, B)`` every vertex on ``A``, ``B``
+   or ``W`` independently, so that one trained model's training takes ``B`` while another's spans ``W``,
+   beside generation on ``A``) are each scored once with every vertex on its least-memory candidate of its
+   block's shape (at most :data:`MEMORY_FIRST_LAYOUTS`); the :data:`MEMORY_FIRST_CLIMBS` that fit and are
+   fastest memory-blind then step down from their fastest candidates or climb back from the least-memory
+   ones; the fastest is kept where it beats item 7's plan (``info["layout"]`` ``split``). Items 2-5 rank by
+   memory-blind time, and where the engine of a small PPO setup fills its GPU nearly every fast layout is
+   over memory, so their :data:`MAX_EVALUATIONS` went to step-downs that could not fit: on two H100s with
+   ~1.5B models no plan was found where ``cpsat`` proves one (docs/performance.md, "Memory-first layouts").
+   Never run where a plan of items 1-5 fits.
+7. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.
 
@@ -73,6 +85,7 @@ Performance: docs/performance.md ("Greedy's layout family").
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 
 from packplace.errors import ConfigError
 from packplace.placement.model.layout_rules import Context, conform
@@ -93,9 +106,11 @@ from packplace.solvers.placement._common import (
 )
 from packplace.solvers.placement._tilings import contiguous_tilings, packed_sequences, partitions
 
-__all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "LayoutSearch", "assemble", "baseline_or_disjoint", "best_layout",
+__all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "MEMORY_FIRST_CLIMBS", "MEMORY_FIRST_LAYOUTS", "LayoutSearch",
+           "assemble", "baseline_or_disjoint", "best_layout",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
-           "idle_layouts", "spread_layouts", "three_way_layouts",
+           "idle_layouts", "iter_vertex_layouts", "memory_first", "spread_layouts", "three_way_layouts",
+           "vertex_layouts",
            "tilings", "trade", "trade_climb", "mirror_image", "climb_back", "CLIMB_EVALUATIONS", "TRADE_EVALUATIONS"]
 
 #: Most layouts of the family scored memory-blind per solve (the even tilings' layouts come first).
@@ -288,6 +303,7 @@ class LayoutSearch:
         self.screened = 0
         self.stepped = 0
         self.evaluations = 0
+        self.memory_screened = 0
         self.cut = ""
 
 
@@ -327,6 +343,102 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
     if out.plan is None:
         out.step_time = float("inf")
     return out
+
+
+def vertex_layouts(instance, table) -> list[Blocks]:
+    """The per-vertex layouts of the module docstring (item 6): per two-block tiling ``(A, B)`` of
+    :func:`tilings`, every vertex on ``A``, ``B`` or the whole cluster ``W``, each independently of the others
+    (``3^V`` per tiling for ``V`` vertices: one trained model's training on ``B`` and another's on ``W``, which
+    items 2-5 never pair); each distinct ``{vertex: block}`` once, and none whose mirror image
+    (:func:`mirror_image`) is already there. The list of :func:`iter_vertex_layouts`."""
+    return list(iter_vertex_layouts(instance, table))
+
+
+def iter_vertex_layouts(instance, table) -> Iterator[Blocks]:
+    """:func:`vertex_layouts` one at a time (:func:`memory_first` stops at its cap or the deadline before the
+    ``3^V`` layouts of every tiling are built)."""
+    whole = Allocation(ORIGIN, table.extents[-1])
+    names = [v.name for v in instance.graph.vertices]
+    seen: set[tuple] = set()
+    mirror = _mirror_of(instance)
+    for a, b in tilings(table):
+        for combo in itertools.product((a, b, whole), repeat=len(names)):
+            out: list[Blocks] = []
+            _add_layout(dict(zip(names, combo)), seen, out, mirror)
+            yield from out
+
+
+def memory_first_family(instance, table) -> Iterator[Blocks]:
+    """The layouts :func:`memory_first` screens, in order: items 2-5 (:func:`layouts`, :func:`three_way_layouts`,
+    :func:`spread_layouts`, :func:`idle_layouts` and the idle-GPU spread ones), then :func:`iter_vertex_layouts`."""
+    yield from layouts(instance, table)
+    yield from three_way_layouts(instance, table)
+    yield from spread_layouts(instance, table)
+    yield from idle_layouts(instance, table)
+    yield from spread_layouts(instance, table, idle=True)
+    yield from iter_vertex_layouts(instance, table)
+
+
+#: Most layouts :func:`memory_first` screens (one evaluator call each: the layout's least-memory plan).
+MEMORY_FIRST_LAYOUTS = 3000
+#: Layouts whose least-memory plan fits that :func:`memory_first` then steps up to faster candidates.
+MEMORY_FIRST_CLIMBS = 12
+
+
+def memory_first(ev, run: Run, family: Iterable[Blocks], out: LayoutSearch) -> None:
+    """Item 6 of the module docstring: each distinct layout of ``family`` (in order, at
+    most :data:`MEMORY_FIRST_LAYOUTS`) is scored once with every vertex on its least-memory candidate of its
+    block's shape (the plan that fits if any of the layout does, but for the evaluator's phase peaks); of those
+    that fit, the :data:`MEMORY_FIRST_CLIMBS` fastest by their fastest candidates' memory-blind time step down
+    from the fastest candidates (:func:`~packplace.solvers.placement._common.repair_memory`) or, where that
+    does not fit, climb back from the least-memory plan (:func:`climb_back`). The fastest plan, where it beats
+    ``out.step_time``, goes to ``out`` (offered to ``run``); ``out.memory_screened`` counts the screened
+    layouts. Stops at the run's deadline or stop (``out.cut``)."""
+    table = ev.table
+    least: dict[tuple[str, tuple[int, int, int]], object] = {}
+    fits: list[tuple[float, int, Plan, dict]] = []
+    seen: set[tuple] = set()
+    for blocks in family:
+        key = tuple(sorted(blocks.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        if out.memory_screened >= MEMORY_FIRST_LAYOUTS:
+            break
+        if run.expired() or run.stopped:
+            out.cut = "time limit" if run.expired() else "stopped"
+            return
+        fastest = _fastest_choice(table, blocks)
+        if fastest is None:
+            continue
+        small = {}
+        for name, block in blocks.items():
+            if (name, block.extent) not in least:
+                least[name, block.extent] = min((c for c in table.feasible[name] if c.extent == block.extent),
+                                                key=lambda c: (c.memory_bytes, c.time))
+            small[name] = (least[name, block.extent], block)
+        plan = assemble_for(ev, small)
+        out.memory_screened += 1
+        out.evaluations += 1
+        if ev.step_time(plan) < float("inf"):
+            relaxed, _ = ev.relaxed_step_time(assemble_for(ev, fastest))
+            out.evaluations += 1
+            fits.append((relaxed, len(fits), plan, fastest))
+    fits.sort(key=lambda item: item[:2])
+    for _, _, small_plan, fastest in fits[:MEMORY_FIRST_CLIMBS]:
+        if run.expired() or run.stopped:
+            out.cut = "time limit" if run.expired() else "stopped"
+            break
+        plan, t, steps = repair_memory(ev, fastest, keep_blocks=True, max_steps=LAYOUT_STEPS, deadline=run.deadline)
+        out.evaluations += 1 + steps
+        if t == float("inf"):
+            plan, t = small_plan, ev.step_time(small_plan)
+            out.evaluations += 1
+        plan, t, calls = climb_back(ev, plan, t, run.deadline)
+        out.evaluations += calls
+        if t < out.step_time:
+            out.plan, out.step_time = plan, t
+            run.offer(plan, t)
 
 
 #: Most evaluator calls of one :func:`climb_back` (per stepped-down layout).
@@ -518,17 +630,17 @@ def _split_winner(plan: Plan, cluster, colocated_fits: bool) -> str:
 @register("placement", "greedy")
 def solve(instance, run: Run) -> Proposal:
     """The best by the evaluator of the colocated plan, the generation | training split layouts and, where
-    no colocated plan fits, the one-block-per-model layouts (module docstring); no plan (status
-    ``unknown``) with the smallest per-vertex needs when none fits."""
+    no colocated plan fits, the one-block-per-model and (where no split layout fits either) memory-first
+    layouts (module docstring); no plan (status ``unknown``) with the smallest per-vertex needs when none fits."""
     return synchronous_only(search(instance, run), instance, "greedy")
 
 
 def search(instance, run: Run) -> Proposal:
     """:func:`solve`'s search, without the staleness note (``concurrent`` runs it too). ``info["layout"]``
-    names the winner: ``colocated``, ``split`` (items 2-5) or ``disjoint`` (item 6); ``info`` also counts the
+    names the winner: ``colocated``, ``split`` (items 2-6) or ``disjoint`` (item 7); ``info`` also counts the
     ``layouts_screened`` and ``layouts_stepped``. ``hit_time_limit`` is set when the run's deadline cut the
-    layout family (or the disjoint search) short; the caps :data:`MAX_LAYOUTS` and :data:`MAX_EVALUATIONS`
-    are part of the family's definition and do not set it."""
+    layout family (or the disjoint or memory-first search) short; the caps :data:`MAX_LAYOUTS` and
+    :data:`MAX_EVALUATIONS` are part of the family's definition and do not set it."""
     ev = run.evaluator
     try:
         plan, note = colocated_plan(ev, tried="then generation | training splits and one block per model, "
@@ -575,6 +687,20 @@ def search(instance, run: Run) -> Proposal:
             run.offer(plan, best_time)
         elif plan is not None:
             note = f"no colocated plan fits; {note}"
+        if found.plan is None and run.expired():   # item 6 not run: the deadline cut the search short
+            cut_by_time = True
+        elif found.plan is None and not run.stopped:   # item 6: memory first
+            first = LayoutSearch()
+            first.step_time = best_time
+            memory_first(ev, run, memory_first_family(instance, ev.table), first)
+            evaluations += first.evaluations
+            cut_by_time = cut_by_time or first.cut == "time limit"
+            screened = f"{first.memory_screened} layouts screened memory first (least-memory candidates)"
+            if first.plan is not None:
+                plan, best_time, layout = first.plan, first.step_time, "split"
+                note = f"no colocated plan fits; {_split_winner(plan, instance.cluster, False)}; {counted}; {screened}"
+            elif plan is not None and first.memory_screened:
+                note = f"{note}; {screened}, none faster"
         if plan is None and cut_by_time:  # nothing shown not to fit: no memory advice, no "do not fit"
             return Proposal(None, UNKNOWN, hit_time_limit=True, iterations=evaluations or None, message=(
                 f"no plan found before the time limit: the search was cut short (the colocated plan does not fit; "
@@ -583,3 +709,4 @@ def search(instance, run: Run) -> Proposal:
             return no_plan_found(ev, colocated_failure, layouts_scored)
     return Proposal(plan, FEASIBLE, message=note, iterations=evaluations or None, hit_time_limit=cut_by_time,
                     info={"layout": layout, "layouts_screened": found.screened, "layouts_stepped": found.stepped})
+

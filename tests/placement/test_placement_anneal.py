@@ -235,12 +235,14 @@ def test_fixed_seed_repeats_exactly_and_a_time_cut_returns_a_prefix_of_the_same_
     assert [(e["evaluations"], e["best_s"]) for e in runs[0].info["trace"]] == \
         [(e["evaluations"], e["best_s"]) for e in runs[1].info["trace"]]
     # where the cut falls, exactly: the annealing reads the clock after every evaluation and every 64 proposals the
-    # cache answered (Run.now, its only caller in a placement call; once every 64 proposals before, so up to 63
-    # evaluations ran past the deadline) and stops at the first reading past its chain's deadline, run.started +
-    # ANNEAL_TIME_SHARE x the limit x (chain + 1) / chains (two chains here: concurrent's plan and its own
-    # partition plan). An uncut run of the same seed (e_max 4,000: chain 1 ends at 2,000 evaluations) records
+    # cache answered (Run.now, its only caller in a placement call) and stops a chain at the first reading past that
+    # chain's deadline: of the annealing time, from its start a (info["annealing_started_s"]) to ANNEAL_TIME_SHARE x
+    # the limit, chain i of n gets until a + (ANNEAL_TIME_SHARE x limit - a) x (i + 1) / n (two chains here:
+    # concurrent's plan and its own partition plan). An uncut run of the same seed (e_max 4,000: chain 1 ends at
+    # 2,000 evaluations) records
     # every reading; the limit puts chain 1's deadline halfway between the two readings around the 1,000th
-    # evaluation, so the cut run stops at the second of them, with that reading's evaluations and proposals.
+    # evaluation, so the cut run stops chain 1 at the second of them, with that reading's evaluations and
+    # proposals, and chain 2 still runs, over its own share of the time.
     checks = []
     now = Run.now
 
@@ -262,14 +264,20 @@ def test_fixed_seed_repeats_exactly_and_a_time_cut_returns_a_prefix_of_the_same_
     j = next(i for i, (_, evaluations, _) in enumerate(checks) if evaluations >= 1000)
     (before_s, _, _), (at_s, at_evaluations, at_proposals) = checks[j - 1], checks[j]
     assert 1000 <= at_evaluations < 2000   # inside chain 1
+    begin = full.info["annealing_started_s"]
     cut = packplace.place(inst, "anneal", seed=5, e_max=4000,
-                          time_limit_s=(before_s + at_s) / 2 * chains / ANNEAL_TIME_SHARE)
-    assert cut.info["warm_start_s"] == full.info["warm_start_s"]
-    assert cut.hit_time_limit and cut.info["stopped_by"] == "time"
-    k = cut.info["annealing_evaluations"]
-    assert (k, cut.info["proposals"]) == (at_evaluations, at_proposals)
+                          time_limit_s=(begin + chains * ((before_s + at_s) / 2 - begin)) / ANNEAL_TIME_SHARE)
+    assert cut.info["warm_start_s"] == full.info["warm_start_s"] and cut.info["annealing_started_s"] == begin
+    assert cut.hit_time_limit
+    first, second = cut.info["chains"]
+    assert first["stopped_by"] == "time"
+    assert (first["evaluations"], first["proposals"]) == (at_evaluations, at_proposals)
+    assert second["start"] == "concurrent's partition plan" and second["proposals"] > 0
+    assert cut.info["annealing_evaluations"] == at_evaluations + second["evaluations"]
+    k = at_evaluations
     # and the cut run followed the uncut run's trajectory up to there
     assert full.info["stopped_by"] == "e_max" and full.info["annealing_evaluations"] == 4000
+    assert [c["stopped_by"] for c in full.info["chains"]] == ["e_max", "e_max"]
     assert [(e["evaluations"], e["best_s"]) for e in cut.info["trace"] if e["evaluations"] <= k] == \
         [(e["evaluations"], e["best_s"]) for e in full.info["trace"] if e["evaluations"] <= k]
     assert cut.objective <= cut.info["warm_start_s"] + 1e-12
@@ -341,3 +349,28 @@ def test_a_library_call_prints_no_progress_unless_switched_on(capsys, monkeypatc
     with progress.shown():
         packplace.place(build_instance(config), "anneal", time_limit_s=60)
     assert "anneal: done" in capsys.readouterr().err
+
+
+def test_a_chain_cut_by_its_time_share_leaves_the_next_chain_its_share_and_the_call_uses_its_budget(work_clock):
+    # on the work clock (1 evaluator call = 2 ms): the GRPO config has two starts (concurrent's plan, its own
+    # partition plan); at e_max 50,000 each chain's 25,000 evaluations take 50 s, far past its share of a 40 s
+    # limit, so the clock cuts both chains: the first at its share, the second at ANNEAL_TIME_SHARE of the limit
+    # (it ran: the first's cut no longer ends the annealing), then the polish until the limit
+    inst = load_config(GRPO)
+    limit = 40.0
+    start = work_clock.now
+    result = packplace.place(inst, "anneal", time_limit_s=limit, seed=3)
+    used = work_clock.now - start
+    begin = result.info["annealing_started_s"]
+    assert 0 < begin < limit / 4   # the warm start took a small part of the limit
+    first, second = result.info["chains"]
+    assert (first["start"], second["start"]) == ("concurrent", "concurrent's partition plan")
+    assert first["stopped_by"] == second["stopped_by"] == "time" and result.hit_time_limit
+    # each chain's share of the annealing time, (ANNEAL_TIME_SHARE x limit - begin) / 2, in evaluations of 2 ms,
+    # within the 64 proposals between two readings of the clock (a proposal scores at most one plan)
+    share = (ANNEAL_TIME_SHARE * limit - begin) / 2 / work_clock.evaluation_s
+    for chain in (first, second):
+        assert share - 64 <= chain["evaluations"] <= share + 64
+    assert any("chain 2 of 2 from concurrent's partition plan" in line for line in result.log)
+    assert ANNEAL_TIME_SHARE * limit <= used <= limit + 1.0   # the call used its budget, the polish to the limit
+    assert get_evaluator(inst).score(result.solution).objective == result.objective <= result.info["warm_start_s"]

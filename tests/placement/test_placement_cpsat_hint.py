@@ -65,14 +65,16 @@ def test_openrlhf_ppo_is_searched_from_the_greedy_hint_without_a_false_infeasibl
     # OpenRLHF's layout rules between tasks (the rules module), so its optimum is one of the rule-keeping plans:
     # CP-SAT proves it from the greedy hint (898.3714 s). (Before the rules were encoded the model relaxed them:
     # its optimum, 487.2083 s, broke them, so the answer was the hint, its bound that relaxed optimum; before the
-    # one rectangle per task and block it was not proven within 120 s on a 2-core machine: bound 341.6 s.)
+    # one rectangle per task and block it was not proven within 120 s on a 2-core machine: bound 341.6 s.) Since
+    # greedy's memory-first layouts its hint is that optimum already (754.6988 s; one block per model, 897.0661 s,
+    # before), and CP-SAT proves it.
     assert result.info["cp_status"] == "OPTIMAL", result.message
     assert not result.info.get("solver_fault") and not result.info["restricted"]
     assert not result.info.get("layout_rules_broken")
     assert result.info["options_per_vertex"]["actor.train"] == 473
     assert result.status == "optimal"
     assert result.bound <= result.info["cp_objective_s"] + 1e-6
-    assert result.bound <= result.objective < result.info["hint_step_time_s"]
+    assert result.bound <= result.objective <= result.info["hint_step_time_s"]
 
 
 @pytest.mark.parametrize("name, limit, cp_status",

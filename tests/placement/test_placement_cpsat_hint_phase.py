@@ -36,9 +36,10 @@ def test_the_hints_stop_at_their_shared_deadline_and_the_model_is_built(work_clo
     assert "were spent before anneal ran" in result.message
     assert result.info["cp_status"] == "OPTIMAL" and result.status == "optimal", result.message
     assert result.info["build_s"] <= BUILD_TIME_SHARE * limit
-    # proven: the objective meets CP-SAT's bound, below greedy's 898.38 s hint (anneal's plan, the answer before)
+    # proven: the objective meets CP-SAT's bound; greedy's hint had been 898.38 s (one block per model), and since
+    # its memory-first layouts it is that optimum itself (754.6988 s), which CP-SAT proves
     assert result.bound <= result.objective <= result.bound * (1 + 1e-6)
-    assert result.objective < result.info["hint_step_time_s"]
+    assert result.objective <= result.info["hint_step_time_s"]
 
 
 def test_greedy_stops_at_the_hints_deadline_and_the_model_is_built(work_clock):
