@@ -194,7 +194,8 @@ def test_rule_keeping_repair_cut_in_its_move_table_starts_nothing_after(monkeypa
 def test_the_kk_start_is_not_begun_with_less_left_than_its_sort_takes(monkeypatch):
     # karmarkar_karp sorts the samples first: with less left than the floor lpt keeps for that sort
     # (PREPARE_FINISH_SHARE of the finish, here 0.25 x 100 s against a 1 s limit) it is not called and the
-    # start counts as cut; with the floor met (a finish of 0 s) it runs and its bins come back
+    # start counts as not started (the message says so, not that the limit cut it); with the floor met (a finish
+    # of 0 s) it runs and its bins come back
     inst = make_instance(_lognormal(300, 2), seq_len=8192, data_parallel_size=4, local_batch_size="auto",
                          objective="balance")
     prepared = _common.prepare(inst)
@@ -207,8 +208,74 @@ def test_the_kk_start_is_not_begun_with_less_left_than_its_sort_takes(monkeypatc
 
     monkeypatch.setattr(Run, "call", call)
     assert start.kk_start_bins(inst, prepared, run_for("balance", inst, time_limit_s=1.0, finish_s=100.0)) == (
-        None, True)
+        None, start.KK_NOT_STARTED)
     assert called == []
+    assert start.kk_cut_note(start.KK_NOT_STARTED) == (
+        "no time left to start karmarkar_karp (less than its sort of the samples takes)")
+    assert start.kk_cut_note(True) == "the time limit cut karmarkar_karp off"
     bins, cut = start.kk_start_bins(inst, prepared, run_for("balance", inst, time_limit_s=UNHURRIED_S, finish_s=0.0))
     assert called == ["karmarkar_karp"] and not cut
     assert sorted(i for b in bins for i in b) == list(range(300))
+
+
+def _call_order(monkeypatch) -> list[str]:
+    """The order of ``karmarkar_karp`` (a run's call) and the rule-keeping search (``repair_proposal``)."""
+    order: list[str] = []
+    original_call, original_repair = Run.call, solver.repair_proposal
+
+    def call(self, name, **kwargs):
+        order.append(name)
+        return original_call(self, name, **kwargs)
+
+    def repair_proposal(*args, **kwargs):
+        order.append("rule-keeping")
+        return original_repair(*args, **kwargs)
+
+    monkeypatch.setattr(Run, "call", call)
+    monkeypatch.setattr(solver, "repair_proposal", repair_proposal)
+    return order
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_under_rank_rules_kk_runs_first_on_a_large_instance_under_a_limit(monkeypatch, work_clock, large):
+    # equal_count on 2,400 samples and 8 ranks; "large" lowers KK_START_MAX_WORK below n·D = 19,200. Small: the
+    # rule-keeping search, then karmarkar_karp (as before); large: karmarkar_karp first, so the search cannot
+    # take its time. Either way the answer is the better of the two, within the rules.
+    inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
+                         objective="balance", equal_count=True)
+    if large:
+        monkeypatch.setattr(solver, "KK_START_MAX_WORK", 2400 * 8 - 1)
+    order = _call_order(monkeypatch)
+    result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
+    evaluator = BalanceEvaluator(inst)
+    kk = packplace.balance(inst, solver="karmarkar_karp", time_limit_s=UNHURRIED_S)
+    assert order[:2] == (["karmarkar_karp", "rule-keeping"] if large else ["rule-keeping", "karmarkar_karp"])
+    assert not evaluator.violations(result.solution)
+    assert result.objective <= kk.objective
+    assert not result.hit_time_limit
+
+
+def test_under_rank_rules_kk_first_takes_the_time_left_and_the_search_gets_the_rest(monkeypatch, work_clock):
+    # large (KK_START_MAX_WORK lowered): the deadline passes inside karmarkar_karp's answer (its construction
+    # under the rules); the rule-keeping search then starts past it and returns at once, and the answer is
+    # kk's where kk answered, marked as cut
+    inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
+                         objective="balance", equal_count=True)
+    monkeypatch.setattr(solver, "KK_START_MAX_WORK", 0)
+    order = _call_order(monkeypatch)
+    seen: list[float | None] = []
+    original_call = Run.call
+
+    def call(self, name, **kwargs):
+        seen.append(kwargs.get("time_limit_s"))
+        result = original_call(self, name, **kwargs)
+        work_clock.now += 1000.0  # the limit has passed when karmarkar_karp returns
+        return result
+
+    monkeypatch.setattr(Run, "call", call)
+    result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
+    assert order == ["karmarkar_karp", "rule-keeping"] and len(seen) == 1
+    assert seen[0] is not None and 0.9 * UNHURRIED_S < seen[0] <= UNHURRIED_S  # the whole time left
+    assert result.hit_time_limit
+    assert "karmarkar_karp's answer" in result.message
+    assert not BalanceEvaluator(inst).violations(result.solution)

@@ -44,6 +44,7 @@ from packplace.solvers.balance._common import (
     bin_sums,
     integer_makespan_bound,
     keys_of,
+    no_worse_than_held,
     prepare,
     reject_unknown_params,
     stopped_by,
@@ -58,6 +59,7 @@ from packplace.solvers.balance.repair.ranks import repair_ranks
 from packplace.solvers.balance.repair.resplit import resplit
 from packplace.solvers.balance.repair.start import (
     better_of_kk,
+    kk_cut_note,
     kk_start_bins,
     makespan_target,
     proven_level,
@@ -73,7 +75,6 @@ from packplace.solvers.balance.repair.step import (
     step_level,
     step_starts,
 )
-from packplace.table import format_objective
 
 #: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
 #: tied at the maximum).
@@ -140,32 +141,8 @@ def _says_tie_break(solve: Any) -> Any:
     return wrapper
 
 
-def _no_worse_than_held(solve: Any) -> Any:
-    """``solve`` whose answer the evaluator never scores worse than the answer the run held when it began (the
-    front end's quick packing or the reference grouping, offered before the backend runs; or a calling
-    backend's answer): where that one scores strictly lower (the deadline cut the search before it got there) it
-    is returned instead, and the message says so."""
-
-    @functools.wraps(solve)
-    def wrapper(instance: BalanceInstance, run: Run, **params: Any) -> Proposal:
-        held = run.best
-        proposal: Proposal = solve(instance, run, **params)
-        if held is None or proposal.solution is None:
-            return proposal
-        evaluator = run.evaluator
-        held_value, value = evaluator.objective(held), evaluator.objective(proposal.solution)
-        if held_value >= value:
-            return proposal
-        note = (f"the answer held before the search (the quick packing or the reference grouping) scores lower "
-                f"({format_objective(held_value)} < {format_objective(value)}): returned it")
-        return replace(proposal, solution=held, status=FEASIBLE,
-                       message=f"{proposal.message}; {note}" if proposal.message else note)
-
-    return wrapper
-
-
 @register("balance", "repair")
-@_no_worse_than_held
+@no_worse_than_held
 @_says_tie_break
 @lockstep_aware
 def solve(
@@ -216,7 +193,7 @@ def solve(
     if max_repair_pairs is None:
         max_repair_pairs = max(DEFAULT_MAX_REPAIR_PAIRS, 2 * instance.data_parallel_size)
     if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: rule-keeping local search
-        return better_of_kk(instance, repair_proposal(instance, run), run)
+        return _under_rank_rules(instance, run)
     prepared = prepare(instance)  # the sort counts against the limit too
     bins, messages, early = _lpt_start(instance, run, prepared)
     if early is not None:
@@ -225,6 +202,21 @@ def solve(
     if tie_break == "lockstep" and _fine_tunable(instance) and not passed(run.deadline):
         proposal = _no_worse_than_plain(instance, run, prepared, bins, max_repair_pairs, messages, proposal)
     return proposal
+
+
+def _under_rank_rules(instance: BalanceInstance, run: Run) -> Proposal:
+    """``repair`` under rank rules: the rule-keeping search, then ``karmarkar_karp`` on the time left, the better
+    kept. Under a time limit, where n·D is above :data:`KK_START_MAX_WORK`, ``karmarkar_karp`` runs first, on the
+    time left, and the rule-keeping search on what it leaves: that search would otherwise take the whole limit and
+    leave ``karmarkar_karp`` none, and at that size ``karmarkar_karp``'s answer is usually the better one
+    (docs/performance.md, "Large balance instances under a short limit")."""
+    if run.deadline is None or len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK:
+        return better_of_kk(instance, repair_proposal(instance, run), run)
+    kk = run.call("karmarkar_karp", time_limit_s=run.left())
+    proposal = repair_proposal(instance, run)
+    if kk.solution is None and kk.hit_time_limit:
+        proposal.message = "; ".join(filter(None, [proposal.message, "the time limit cut karmarkar_karp off"]))
+    return better_of_kk(instance, proposal, run, other=kk)
 
 
 def _search(instance: BalanceInstance, run: Run, prepared: PreparedSamples, bins: list[list[int]],
@@ -296,7 +288,8 @@ class _Repair:
         self.levels = _Levels(self.bound, _tie_level(instance, self.bound) if ties else self.proven, self.proven,
                               ties)
         self.starts: list[tuple] = []
-        self.kk_run = self.kk_cut = False
+        self.kk_run = False
+        self.kk_cut: bool | str = False  # True: cut off; KK_NOT_STARTED: no time to start it
         self.stepped: tuple | None = None  # the per-step path's fine-tuned answer: (key, bins, messages)
         self.step_exchanges = 0  # the exchanges of that fine-tuning
         # the per-step path's fine-tuning of its best start, uncut: (that start's bins, _fine_tune's answer), so
@@ -326,9 +319,9 @@ class _Repair:
             [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
             if steps else [])
         if keep or self.kk_cut:
-            cut = ["the time limit cut karmarkar_karp off"] if self.kk_cut else []
+            cut = [kk_cut_note(self.kk_cut)] if self.kk_cut else []
             answer, tie, tie_cut = self.lockstep_tie(tuned, tuned_key, origin=name)
-            return Proposal(answer, FEASIBLE, iterations=0, hit_time_limit=timed_out or self.kk_cut or tie_cut,
+            return Proposal(answer, FEASIBLE, iterations=0, hit_time_limit=timed_out or bool(self.kk_cut) or tie_cut,
                             message="; ".join([*self.messages, *notes, *cut, *tie]))
         self.stepped = (tuned_key, tuned, (self.messages if name == "lpt" else []) + notes)
         self.step_exchanges = steps
@@ -407,7 +400,7 @@ class _Repair:
         key, bins, messages = best
         if self.kk_cut:
             hit_time_limit = True
-            messages.append("the time limit cut karmarkar_karp off")
+            messages.append(kk_cut_note(self.kk_cut))
         answer, tie, tie_cut = self.lockstep_tie(bins, key)
         return Proposal(answer, FEASIBLE, iterations=iterations,
                         hit_time_limit=hit_time_limit or tie_cut, message="; ".join([*messages, *tie]))
