@@ -15,6 +15,7 @@ from packplace.balance import api
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import make_instance
 from packplace.balance.quick import quick_packing
+from packplace.result import Proposal
 from packplace.run import Run, run_for
 from packplace.solvers.balance import _common, constrained
 from packplace.solvers.balance.repair import solver, start, step
@@ -219,9 +220,16 @@ def test_the_kk_start_is_not_begun_with_less_left_than_its_sort_takes(monkeypatc
 
 
 def _call_order(monkeypatch) -> list[str]:
-    """The order of ``karmarkar_karp`` (a run's call) and the rule-keeping search (``repair_proposal``)."""
+    """The order of ``karmarkar_karp`` (a run's call), the rule-keeping search (``repair_proposal``) and its
+    moves (``improve``)."""
     order: list[str] = []
-    original_call, original_repair = Run.call, solver.repair_proposal
+    original_call, original_repair, original_improve = Run.call, solver.repair_proposal, constrained.improve
+
+    def improve(*args, **kwargs):
+        order.append("moves")
+        return original_improve(*args, **kwargs)
+
+    monkeypatch.setattr(constrained, "improve", improve)
 
     def call(self, name, **kwargs):
         order.append(name)
@@ -239,8 +247,9 @@ def _call_order(monkeypatch) -> list[str]:
 @pytest.mark.parametrize("large", [False, True])
 def test_under_rank_rules_kk_runs_first_on_a_large_instance_under_a_limit(monkeypatch, work_clock, large):
     # equal_count on 2,400 samples and 8 ranks; "large" lowers KK_START_MAX_WORK below n·D = 19,200. Small: the
-    # rule-keeping search, then karmarkar_karp (as before); large: karmarkar_karp first, so the search cannot
-    # take its time. Either way the answer is the better of the two, within the rules.
+    # rule-keeping search (construction, moves), then karmarkar_karp (as before); large: karmarkar_karp between
+    # the construction and the moves, so the moves cannot take its time. Either way the answer is the better of
+    # the two, within the rules.
     inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
                          objective="balance", equal_count=True)
     if large:
@@ -249,16 +258,17 @@ def test_under_rank_rules_kk_runs_first_on_a_large_instance_under_a_limit(monkey
     result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
     evaluator = BalanceEvaluator(inst)
     kk = packplace.balance(inst, solver="karmarkar_karp", time_limit_s=UNHURRIED_S)
-    assert order[:2] == (["karmarkar_karp", "rule-keeping"] if large else ["rule-keeping", "karmarkar_karp"])
+    assert order[:3] == (["rule-keeping", "karmarkar_karp", "moves"] if large
+                         else ["rule-keeping", "moves", "karmarkar_karp"])
     assert not evaluator.violations(result.solution)
     assert result.objective <= kk.objective
     assert not result.hit_time_limit
 
 
 def test_under_rank_rules_kk_first_takes_the_time_left_and_the_search_gets_the_rest(monkeypatch, work_clock):
-    # large (KK_START_MAX_WORK lowered): the deadline passes inside karmarkar_karp's answer (its construction
-    # under the rules); the rule-keeping search then starts past it and returns at once, and the answer is
-    # kk's where kk answered, marked as cut
+    # large (KK_START_MAX_WORK lowered): the deadline passes as karmarkar_karp returns (run after the
+    # rule-keeping construction, on the whole time left); no moves start past it, and the better of kk's answer
+    # and the construction's comes back, marked as cut
     inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
                          objective="balance", equal_count=True)
     monkeypatch.setattr(solver, "KK_START_MAX_WORK", 0)
@@ -274,8 +284,47 @@ def test_under_rank_rules_kk_first_takes_the_time_left_and_the_search_gets_the_r
 
     monkeypatch.setattr(Run, "call", call)
     result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
-    assert order == ["karmarkar_karp", "rule-keeping"] and len(seen) == 1
+    assert order == ["rule-keeping", "karmarkar_karp"] and len(seen) == 1
     assert seen[0] is not None and 0.9 * UNHURRIED_S < seen[0] <= UNHURRIED_S  # the whole time left
     assert result.hit_time_limit
     assert "karmarkar_karp's answer" in result.message
+    assert not BalanceEvaluator(inst).violations(result.solution)
+
+
+def test_under_rank_rules_a_cut_kk_leaves_the_construction_held(monkeypatch, work_clock):
+    # large (KK_START_MAX_WORK lowered): karmarkar_karp, run after the rule-keeping construction, is cut without
+    # an answer; the construction's answer comes back (not nothing), and the message says kk was cut
+    inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
+                         objective="balance", equal_count=True)
+    monkeypatch.setattr(solver, "KK_START_MAX_WORK", 0)
+
+    def call(self, name, **kwargs):
+        work_clock.now += 1000.0
+        return Proposal(None, "unknown", hit_time_limit=True, message="cut")
+
+    monkeypatch.setattr(Run, "call", call)
+    result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
+    assert result.status == "feasible" and result.hit_time_limit
+    assert not BalanceEvaluator(inst).violations(result.solution)
+    assert "the time limit cut karmarkar_karp off" in result.message
+
+
+def test_under_rank_rules_kk_waits_for_the_moves_where_the_construction_says_it_would_not_fit(monkeypatch,
+                                                                                            work_clock):
+    # large (KK_START_MAX_WORK lowered); the rule-keeping construction takes 40 s of the 100 s limit on the work
+    # clock: 60 s left is below KK_PER_CONSTRUCTION (2.5) x 40 s, so the moves run first, then kk (the small order)
+    inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
+                         objective="balance", equal_count=True)
+    monkeypatch.setattr(solver, "KK_START_MAX_WORK", 0)
+    assert solver.KK_PER_CONSTRUCTION * 40.0 > UNHURRIED_S - 40.0
+    order = _call_order(monkeypatch)
+    original = constrained.construct_indices
+
+    def slow(*args, **kwargs):
+        work_clock.now += 40.0
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(constrained, "construct_indices", slow)
+    result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
+    assert order[:2] == ["rule-keeping", "moves"]
     assert not BalanceEvaluator(inst).violations(result.solution)

@@ -37,7 +37,7 @@ from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.registry import register
 from packplace.result import FEASIBLE, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
-from packplace.run import Run, passed
+from packplace.run import Run, clock, passed
 from packplace.solvers.balance._common import (
     DeadEnd,
     PreparedSamples,
@@ -83,6 +83,12 @@ DEFAULT_MAX_REPAIR_PAIRS = 64
 #: method costs O(n·D log D) in Python); above it, ``karmarkar_karp`` runs only when the answer is not
 #: proven optimal.
 KK_START_MAX_WORK = 1 << 18
+#: Under rank rules above :data:`KK_START_MAX_WORK`, ``karmarkar_karp`` runs before the rule-keeping moves where
+#: the time left is at least this many times the rule-keeping construction's (:func:`_under_rank_rules`):
+#: ``karmarkar_karp`` (its own construction under the rules, then the differencing) took 1.9x the construction's
+#: CPU on 120,000 lognormal lengths with ``equal_count`` (0.79 s against 0.41 s, docs/performance.md "Large
+#: balance instances under a short limit"), with a margin.
+KK_PER_CONSTRUCTION = 2.5
 #: Above :data:`KK_START_MAX_WORK`, a second start is built when LPT's answer is more than this relative gap
 #: above the analytic bound: LPT over ranks ignoring bins, then first-fit decreasing into each rank's bins
 #: (:func:`~packplace.solvers.balance.repair.start.rank_lpt_bins`). Where capacity binds (several bins
@@ -206,17 +212,28 @@ def solve(
 
 def _under_rank_rules(instance: BalanceInstance, run: Run) -> Proposal:
     """``repair`` under rank rules: the rule-keeping search, then ``karmarkar_karp`` on the time left, the better
-    kept. Under a time limit, where n·D is above :data:`KK_START_MAX_WORK`, ``karmarkar_karp`` runs first, on the
-    time left, and the rule-keeping search on what it leaves: that search would otherwise take the whole limit and
-    leave ``karmarkar_karp`` none, and at that size ``karmarkar_karp``'s answer is usually the better one
-    (docs/performance.md, "Large balance instances under a short limit")."""
+    kept. Under a time limit, where n·D is above :data:`KK_START_MAX_WORK`, ``karmarkar_karp`` runs between the
+    search's construction and its moves, on the time left, where that is at least :data:`KK_PER_CONSTRUCTION`
+    times what the construction took: the moves would otherwise take the whole limit and leave it none, and at
+    that size ``karmarkar_karp``'s answer is usually the better one (docs/performance.md, "Large balance
+    instances under a short limit"); the construction's answer is held first, so a cut ``karmarkar_karp``
+    leaves it. Otherwise (too little left, or no construction in time) the order is the small instances' one."""
     if run.deadline is None or len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK:
         return better_of_kk(instance, repair_proposal(instance, run), run)
-    kk = run.call("karmarkar_karp", time_limit_s=run.left())
-    proposal = repair_proposal(instance, run)
-    if kk.solution is None and kk.hit_time_limit:
+    kk: list[Proposal] = []
+    started = clock()
+
+    def kk_first() -> None:  # where the time left fits kk, as the construction's time predicts it
+        if run.left() >= KK_PER_CONSTRUCTION * (clock() - started):
+            kk.append(run.call("karmarkar_karp", time_limit_s=run.left()))
+
+    proposal = repair_proposal(instance, run, before_moves=kk_first)
+    if not kk:
+        return better_of_kk(instance, proposal, run)
+    if kk[0].solution is None and kk[0].hit_time_limit:
         proposal.message = "; ".join(filter(None, [proposal.message, "the time limit cut karmarkar_karp off"]))
-    return better_of_kk(instance, proposal, run, other=kk)
+        proposal.hit_time_limit = True
+    return better_of_kk(instance, proposal, run, other=kk[0])
 
 
 def _search(instance: BalanceInstance, run: Run, prepared: PreparedSamples, bins: list[list[int]],
