@@ -20,17 +20,20 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from packplace.balance.bounds import integral_costs, round_up
 from packplace.balance.schema import BalanceInstance, SampleKey, key_order
 from packplace.errors import ConfigError
-from packplace.result import optimality_level
-from packplace.run import clock
+from packplace.result import FEASIBLE, Proposal, optimality_level
+from packplace.run import Run, clock
+from packplace.table import format_objective
 
 
 @dataclass
@@ -309,5 +312,30 @@ def reject_unknown_params(solver: str, params: dict) -> None:
 __all__ = [
     "DeadEnd", "PreparedSamples", "cached_padding", "canonical", "first_fit_decreasing", "first_fit_ranks",
     "integer_makespan_bound",
-    "keys_of", "prepare", "reject_unknown_params", "remaining_seconds", "stopped_by", "TimeUp",
+    "keys_of", "no_worse_than_held", "prepare", "reject_unknown_params", "remaining_seconds", "stopped_by", "TimeUp",
 ]
+
+
+def no_worse_than_held(solve: Any) -> Any:
+    """``solve`` whose answer the evaluator never scores worse than the answer the run held when it began (the
+    front end's quick packing or the reference grouping, offered before the backend runs; or a calling
+    backend's answer): where that one scores strictly lower (the deadline cut the search before it got there, or
+    the backend's construction is simply worse there) it is returned instead, and the message says so. Wraps every
+    balance backend that builds its own answer (``lpt``, ``karmarkar_karp``, ``repair``, ``lns``, ``cpsat``)."""
+
+    @functools.wraps(solve)
+    def wrapper(instance: BalanceInstance, run: Run, **params: Any) -> Proposal:
+        held = run.best
+        proposal: Proposal = solve(instance, run, **params)
+        if held is None or proposal.solution is None:
+            return proposal
+        evaluator = run.evaluator
+        held_value, value = evaluator.objective(held), evaluator.objective(proposal.solution)
+        if held_value >= value:
+            return proposal
+        note = (f"the answer held before the search (the quick packing or the reference grouping) scores lower "
+                f"({format_objective(held_value)} < {format_objective(value)}): returned it")
+        return replace(proposal, solution=held, status=FEASIBLE,
+                       message=f"{proposal.message}; {note}" if proposal.message else note)
+
+    return wrapper

@@ -18,6 +18,8 @@ Performance: docs/performance.md
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from packplace.balance.rank_rules import (
@@ -241,15 +243,18 @@ def _move_scores(give_cost: np.ndarray, give_size: np.ndarray, take_cost: np.nda
     return np.concatenate(blocks) if blocks else np.zeros((0, take_cost.size))
 
 
-def repair_proposal(instance: BalanceInstance, run: Run) -> Proposal:
+def repair_proposal(instance: BalanceInstance, run: Run, before_moves: Callable[[], None] | None = None) -> Proposal:
     """``repair`` under rank rules: the construction, then :func:`improve` (local optimum, 4 moves per
     unit, or the run's time limit); the construction itself when the run's evaluator scores it strictly
-    better (``rounds`` objective, padding), so never worse than ``lpt``."""
+    better (``rounds`` objective, padding), so never worse than ``lpt``. ``before_moves``, where given, is
+    called once the construction has an answer and time is left, before the moves (a caller's other start)."""
     deadline = run.deadline
     bins, by = construct_indices(instance, deadline)
     if bins is None:
         return _dead_end(instance, "repair", by)
     constructed = _keys(instance, bins)
+    if before_moves is not None and not passed(deadline):
+        before_moves()
     if passed(deadline):   # improve's set-up alone is O(n): no time for it
         return Proposal(constructed, FEASIBLE, hit_time_limit=True, message=(
             ("" if by == "cost" else _NOTES[by] + "; ") + "time limit reached before the rank-level moves"))

@@ -33,6 +33,7 @@ from packplace.solvers.balance._common import (
     PreparedSamples,
     first_fit_decreasing,
     keys_of,
+    no_worse_than_held,
     prepare,
     reject_unknown_params,
 )
@@ -233,6 +234,7 @@ def _constructed(instance: BalanceInstance, why: str, deadline: float | None = N
 
 
 @register("balance", "karmarkar_karp", aliases=("kk",))
+@no_worse_than_held
 @lockstep_aware
 def solve(
     instance: BalanceInstance,

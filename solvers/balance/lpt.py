@@ -35,6 +35,7 @@ from packplace.solvers.balance._common import (
     TimeUp,
     cached_padding,
     keys_of,
+    no_worse_than_held,
     prepare,
     reject_unknown_params,
     stopped_by,
@@ -615,6 +616,7 @@ def _lpt_vectorized(
 
 
 @register("balance", "lpt")
+@no_worse_than_held
 @lockstep_aware
 def solve(instance: BalanceInstance, run: Run, **params) -> Proposal:
     """Longest-processing-time greedy with capacity, budgets and non-empty bins (see module doc).

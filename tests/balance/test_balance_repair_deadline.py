@@ -15,6 +15,7 @@ from packplace.balance import api
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import make_instance
 from packplace.balance.quick import quick_packing
+from packplace.result import Proposal
 from packplace.run import Run, run_for
 from packplace.solvers.balance import _common, constrained
 from packplace.solvers.balance.repair import solver, start, step
@@ -194,7 +195,8 @@ def test_rule_keeping_repair_cut_in_its_move_table_starts_nothing_after(monkeypa
 def test_the_kk_start_is_not_begun_with_less_left_than_its_sort_takes(monkeypatch):
     # karmarkar_karp sorts the samples first: with less left than the floor lpt keeps for that sort
     # (PREPARE_FINISH_SHARE of the finish, here 0.25 x 100 s against a 1 s limit) it is not called and the
-    # start counts as cut; with the floor met (a finish of 0 s) it runs and its bins come back
+    # start counts as not started (the message says so, not that the limit cut it); with the floor met (a finish
+    # of 0 s) it runs and its bins come back
     inst = make_instance(_lognormal(300, 2), seq_len=8192, data_parallel_size=4, local_batch_size="auto",
                          objective="balance")
     prepared = _common.prepare(inst)
@@ -207,8 +209,122 @@ def test_the_kk_start_is_not_begun_with_less_left_than_its_sort_takes(monkeypatc
 
     monkeypatch.setattr(Run, "call", call)
     assert start.kk_start_bins(inst, prepared, run_for("balance", inst, time_limit_s=1.0, finish_s=100.0)) == (
-        None, True)
+        None, start.KK_NOT_STARTED)
     assert called == []
+    assert start.kk_cut_note(start.KK_NOT_STARTED) == (
+        "no time left to start karmarkar_karp (less than its sort of the samples takes)")
+    assert start.kk_cut_note(True) == "the time limit cut karmarkar_karp off"
     bins, cut = start.kk_start_bins(inst, prepared, run_for("balance", inst, time_limit_s=UNHURRIED_S, finish_s=0.0))
     assert called == ["karmarkar_karp"] and not cut
     assert sorted(i for b in bins for i in b) == list(range(300))
+
+
+def _call_order(monkeypatch) -> list[str]:
+    """The order of ``karmarkar_karp`` (a run's call), the rule-keeping search (``repair_proposal``) and its
+    moves (``improve``)."""
+    order: list[str] = []
+    original_call, original_repair, original_improve = Run.call, solver.repair_proposal, constrained.improve
+
+    def improve(*args, **kwargs):
+        order.append("moves")
+        return original_improve(*args, **kwargs)
+
+    monkeypatch.setattr(constrained, "improve", improve)
+
+    def call(self, name, **kwargs):
+        order.append(name)
+        return original_call(self, name, **kwargs)
+
+    def repair_proposal(*args, **kwargs):
+        order.append("rule-keeping")
+        return original_repair(*args, **kwargs)
+
+    monkeypatch.setattr(Run, "call", call)
+    monkeypatch.setattr(solver, "repair_proposal", repair_proposal)
+    return order
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_under_rank_rules_kk_runs_first_on_a_large_instance_under_a_limit(monkeypatch, work_clock, large):
+    # equal_count on 2,400 samples and 8 ranks; "large" lowers KK_START_MAX_WORK below n·D = 19,200. Small: the
+    # rule-keeping search (construction, moves), then karmarkar_karp (as before); large: karmarkar_karp between
+    # the construction and the moves, so the moves cannot take its time. Either way the answer is the better of
+    # the two, within the rules.
+    inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
+                         objective="balance", equal_count=True)
+    if large:
+        monkeypatch.setattr(solver, "KK_START_MAX_WORK", 2400 * 8 - 1)
+    order = _call_order(monkeypatch)
+    result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
+    evaluator = BalanceEvaluator(inst)
+    kk = packplace.balance(inst, solver="karmarkar_karp", time_limit_s=UNHURRIED_S)
+    assert order[:3] == (["rule-keeping", "karmarkar_karp", "moves"] if large
+                         else ["rule-keeping", "moves", "karmarkar_karp"])
+    assert not evaluator.violations(result.solution)
+    assert result.objective <= kk.objective
+    assert not result.hit_time_limit
+
+
+def test_under_rank_rules_kk_first_takes_the_time_left_and_the_search_gets_the_rest(monkeypatch, work_clock):
+    # large (KK_START_MAX_WORK lowered): the deadline passes as karmarkar_karp returns (run after the
+    # rule-keeping construction, on the whole time left); no moves start past it, and the better of kk's answer
+    # and the construction's comes back, marked as cut
+    inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
+                         objective="balance", equal_count=True)
+    monkeypatch.setattr(solver, "KK_START_MAX_WORK", 0)
+    order = _call_order(monkeypatch)
+    seen: list[float | None] = []
+    original_call = Run.call
+
+    def call(self, name, **kwargs):
+        seen.append(kwargs.get("time_limit_s"))
+        result = original_call(self, name, **kwargs)
+        work_clock.now += 1000.0  # the limit has passed when karmarkar_karp returns
+        return result
+
+    monkeypatch.setattr(Run, "call", call)
+    result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
+    assert order == ["rule-keeping", "karmarkar_karp"] and len(seen) == 1
+    assert seen[0] is not None and 0.9 * UNHURRIED_S < seen[0] <= UNHURRIED_S  # the whole time left
+    assert result.hit_time_limit
+    assert "karmarkar_karp's answer" in result.message
+    assert not BalanceEvaluator(inst).violations(result.solution)
+
+
+def test_under_rank_rules_a_cut_kk_leaves_the_construction_held(monkeypatch, work_clock):
+    # large (KK_START_MAX_WORK lowered): karmarkar_karp, run after the rule-keeping construction, is cut without
+    # an answer; the construction's answer comes back (not nothing), and the message says kk was cut
+    inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
+                         objective="balance", equal_count=True)
+    monkeypatch.setattr(solver, "KK_START_MAX_WORK", 0)
+
+    def call(self, name, **kwargs):
+        work_clock.now += 1000.0
+        return Proposal(None, "unknown", hit_time_limit=True, message="cut")
+
+    monkeypatch.setattr(Run, "call", call)
+    result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
+    assert result.status == "feasible" and result.hit_time_limit
+    assert not BalanceEvaluator(inst).violations(result.solution)
+    assert "the time limit cut karmarkar_karp off" in result.message
+
+
+def test_under_rank_rules_kk_waits_for_the_moves_where_the_construction_says_it_would_not_fit(monkeypatch,
+                                                                                            work_clock):
+    # large (KK_START_MAX_WORK lowered); the rule-keeping construction takes 40 s of the 100 s limit on the work
+    # clock: 60 s left is below KK_PER_CONSTRUCTION (2.5) x 40 s, so the moves run first, then kk (the small order)
+    inst = make_instance(_lognormal(2400, 3), seq_len=8192, data_parallel_size=8, local_batch_size="auto",
+                         objective="balance", equal_count=True)
+    monkeypatch.setattr(solver, "KK_START_MAX_WORK", 0)
+    assert solver.KK_PER_CONSTRUCTION * 40.0 > UNHURRIED_S - 40.0
+    order = _call_order(monkeypatch)
+    original = constrained.construct_indices
+
+    def slow(*args, **kwargs):
+        work_clock.now += 40.0
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(constrained, "construct_indices", slow)
+    result = packplace.balance(inst, solver="repair", time_limit_s=UNHURRIED_S)
+    assert order[:2] == ["rule-keeping", "moves"]
+    assert not BalanceEvaluator(inst).violations(result.solution)

@@ -37,13 +37,14 @@ from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError
 from packplace.registry import register
 from packplace.result import FEASIBLE, OPTIMALITY_RTOL, UNKNOWN, Proposal, optimality_level
-from packplace.run import Run, passed
+from packplace.run import Run, clock, passed
 from packplace.solvers.balance._common import (
     DeadEnd,
     PreparedSamples,
     bin_sums,
     integer_makespan_bound,
     keys_of,
+    no_worse_than_held,
     prepare,
     reject_unknown_params,
     stopped_by,
@@ -58,6 +59,7 @@ from packplace.solvers.balance.repair.ranks import repair_ranks
 from packplace.solvers.balance.repair.resplit import resplit
 from packplace.solvers.balance.repair.start import (
     better_of_kk,
+    kk_cut_note,
     kk_start_bins,
     makespan_target,
     proven_level,
@@ -73,7 +75,6 @@ from packplace.solvers.balance.repair.step import (
     step_level,
     step_starts,
 )
-from packplace.table import format_objective
 
 #: Default number of pair checks: max(64, 2·D) (the plateau walk needs about one check per rank
 #: tied at the maximum).
@@ -82,6 +83,12 @@ DEFAULT_MAX_REPAIR_PAIRS = 64
 #: method costs O(n·D log D) in Python); above it, ``karmarkar_karp`` runs only when the answer is not
 #: proven optimal.
 KK_START_MAX_WORK = 1 << 18
+#: Under rank rules above :data:`KK_START_MAX_WORK`, ``karmarkar_karp`` runs before the rule-keeping moves where
+#: the time left is at least this many times the rule-keeping construction's (:func:`_under_rank_rules`):
+#: ``karmarkar_karp`` (its own construction under the rules, then the differencing) took 1.9x the construction's
+#: CPU on 120,000 lognormal lengths with ``equal_count`` (0.79 s against 0.41 s, docs/performance.md "Large
+#: balance instances under a short limit"), with a margin.
+KK_PER_CONSTRUCTION = 2.5
 #: Above :data:`KK_START_MAX_WORK`, a second start is built when LPT's answer is more than this relative gap
 #: above the analytic bound: LPT over ranks ignoring bins, then first-fit decreasing into each rank's bins
 #: (:func:`~packplace.solvers.balance.repair.start.rank_lpt_bins`). Where capacity binds (several bins
@@ -140,32 +147,8 @@ def _says_tie_break(solve: Any) -> Any:
     return wrapper
 
 
-def _no_worse_than_held(solve: Any) -> Any:
-    """``solve`` whose answer the evaluator never scores worse than the answer the run held when it began (the
-    front end's quick packing or the reference grouping, offered before the backend runs; or a calling
-    backend's answer): where that one scores strictly lower (the deadline cut the search before it got there) it
-    is returned instead, and the message says so."""
-
-    @functools.wraps(solve)
-    def wrapper(instance: BalanceInstance, run: Run, **params: Any) -> Proposal:
-        held = run.best
-        proposal: Proposal = solve(instance, run, **params)
-        if held is None or proposal.solution is None:
-            return proposal
-        evaluator = run.evaluator
-        held_value, value = evaluator.objective(held), evaluator.objective(proposal.solution)
-        if held_value >= value:
-            return proposal
-        note = (f"the answer held before the search (the quick packing or the reference grouping) scores lower "
-                f"({format_objective(held_value)} < {format_objective(value)}): returned it")
-        return replace(proposal, solution=held, status=FEASIBLE,
-                       message=f"{proposal.message}; {note}" if proposal.message else note)
-
-    return wrapper
-
-
 @register("balance", "repair")
-@_no_worse_than_held
+@no_worse_than_held
 @_says_tie_break
 @lockstep_aware
 def solve(
@@ -216,7 +199,7 @@ def solve(
     if max_repair_pairs is None:
         max_repair_pairs = max(DEFAULT_MAX_REPAIR_PAIRS, 2 * instance.data_parallel_size)
     if instance.has_rank_rules:  # equal_count, max_samples_per_bin, groups: rule-keeping local search
-        return better_of_kk(instance, repair_proposal(instance, run), run)
+        return _under_rank_rules(instance, run)
     prepared = prepare(instance)  # the sort counts against the limit too
     bins, messages, early = _lpt_start(instance, run, prepared)
     if early is not None:
@@ -225,6 +208,32 @@ def solve(
     if tie_break == "lockstep" and _fine_tunable(instance) and not passed(run.deadline):
         proposal = _no_worse_than_plain(instance, run, prepared, bins, max_repair_pairs, messages, proposal)
     return proposal
+
+
+def _under_rank_rules(instance: BalanceInstance, run: Run) -> Proposal:
+    """``repair`` under rank rules: the rule-keeping search, then ``karmarkar_karp`` on the time left, the better
+    kept. Under a time limit, where n·D is above :data:`KK_START_MAX_WORK`, ``karmarkar_karp`` runs between the
+    search's construction and its moves, on the time left, where that is at least :data:`KK_PER_CONSTRUCTION`
+    times what the construction took: the moves would otherwise take the whole limit and leave it none, and at
+    that size ``karmarkar_karp``'s answer is usually the better one (docs/performance.md, "Large balance
+    instances under a short limit"); the construction's answer is held first, so a cut ``karmarkar_karp``
+    leaves it. Otherwise (too little left, or no construction in time) the order is the small instances' one."""
+    if run.deadline is None or len(instance.samples) * instance.data_parallel_size <= KK_START_MAX_WORK:
+        return better_of_kk(instance, repair_proposal(instance, run), run)
+    kk: list[Proposal] = []
+    started = clock()
+
+    def kk_first() -> None:  # where the time left fits kk, as the construction's time predicts it
+        if run.left() >= KK_PER_CONSTRUCTION * (clock() - started):
+            kk.append(run.call("karmarkar_karp", time_limit_s=run.left()))
+
+    proposal = repair_proposal(instance, run, before_moves=kk_first)
+    if not kk:
+        return better_of_kk(instance, proposal, run)
+    if kk[0].solution is None and kk[0].hit_time_limit:
+        proposal.message = "; ".join(filter(None, [proposal.message, "the time limit cut karmarkar_karp off"]))
+        proposal.hit_time_limit = True
+    return better_of_kk(instance, proposal, run, other=kk[0])
 
 
 def _search(instance: BalanceInstance, run: Run, prepared: PreparedSamples, bins: list[list[int]],
@@ -296,7 +305,8 @@ class _Repair:
         self.levels = _Levels(self.bound, _tie_level(instance, self.bound) if ties else self.proven, self.proven,
                               ties)
         self.starts: list[tuple] = []
-        self.kk_run = self.kk_cut = False
+        self.kk_run = False
+        self.kk_cut: bool | str = False  # True: cut off; KK_NOT_STARTED: no time to start it
         self.stepped: tuple | None = None  # the per-step path's fine-tuned answer: (key, bins, messages)
         self.step_exchanges = 0  # the exchanges of that fine-tuning
         # the per-step path's fine-tuning of its best start, uncut: (that start's bins, _fine_tune's answer), so
@@ -326,9 +336,9 @@ class _Repair:
             [f"fine-tuning: {steps} exchanges" + (" reached the bound" if tuned_key[0] <= proven else "")]
             if steps else [])
         if keep or self.kk_cut:
-            cut = ["the time limit cut karmarkar_karp off"] if self.kk_cut else []
+            cut = [kk_cut_note(self.kk_cut)] if self.kk_cut else []
             answer, tie, tie_cut = self.lockstep_tie(tuned, tuned_key, origin=name)
-            return Proposal(answer, FEASIBLE, iterations=0, hit_time_limit=timed_out or self.kk_cut or tie_cut,
+            return Proposal(answer, FEASIBLE, iterations=0, hit_time_limit=timed_out or bool(self.kk_cut) or tie_cut,
                             message="; ".join([*self.messages, *notes, *cut, *tie]))
         self.stepped = (tuned_key, tuned, (self.messages if name == "lpt" else []) + notes)
         self.step_exchanges = steps
@@ -407,7 +417,7 @@ class _Repair:
         key, bins, messages = best
         if self.kk_cut:
             hit_time_limit = True
-            messages.append("the time limit cut karmarkar_karp off")
+            messages.append(kk_cut_note(self.kk_cut))
         answer, tie, tie_cut = self.lockstep_tie(bins, key)
         return Proposal(answer, FEASIBLE, iterations=iterations,
                         hit_time_limit=hit_time_limit or tie_cut, message="; ".join([*messages, *tie]))

@@ -101,13 +101,25 @@ def _rank_lpt_members(instance: BalanceInstance, prepared: PreparedSamples, run:
     return members
 
 
-def kk_start_bins(instance: BalanceInstance, prepared: PreparedSamples, run: Run):
+#: :func:`kk_start_bins`'s second value where the time left was too short to start ``karmarkar_karp``.
+KK_NOT_STARTED = "not started"
+
+
+def kk_cut_note(cut: bool | str) -> str:
+    """The message for :func:`kk_start_bins`'s second value when it is set: cut off, or never started."""
+    if cut == KK_NOT_STARTED:
+        return "no time left to start karmarkar_karp (less than its sort of the samples takes)"
+    return "the time limit cut karmarkar_karp off"
+
+
+def kk_start_bins(instance: BalanceInstance, prepared: PreparedSamples,
+                  run: Run) -> tuple[list[list[int]] | None, bool | str]:
     """``karmarkar_karp``'s answer, run on what is left of ``run``, as bins of sample indices: (bins or None,
-    cut off by the deadline). Not started when less is left than its sort of the samples takes
-    (:data:`~packplace.solvers.balance.lpt.PREPARE_FINISH_SHARE` of :attr:`~packplace.run.Run.finish_s`, the
-    floor ``lpt`` keeps): it could not answer before the deadline."""
+    cut off by the deadline, or ``"not started"``). Not started when less is left than its sort of the samples
+    takes (:data:`~packplace.solvers.balance.lpt.PREPARE_FINISH_SHARE` of :attr:`~packplace.run.Run.finish_s`,
+    the floor ``lpt`` keeps): it could not answer before the deadline."""
     if run.expired() or (run.deadline is not None and run.left() < PREPARE_FINISH_SHARE * run.finish_s):
-        return None, True
+        return None, KK_NOT_STARTED
     proposal = run.call("karmarkar_karp", time_limit_s=None if run.deadline is None else run.left())
     if proposal.solution is None:
         return None, bool(proposal.hit_time_limit)
@@ -124,18 +136,20 @@ def proven_level(evaluator: BalanceEvaluator, bound: float) -> float:
     return proof_level(evaluator, bound)
 
 
-def better_of_kk(instance: BalanceInstance, proposal: Proposal, run: Run) -> Proposal:
-    """``proposal`` (the rule-keeping repair), or ``karmarkar_karp``'s answer (run on what is left of
-    ``run``) where that is feasible and scores a strictly lower objective; kk is not run when ``proposal``
-    is optimal within the tolerance, nor once the deadline has passed (``hit_time_limit`` is then set)."""
+def better_of_kk(instance: BalanceInstance, proposal: Proposal, run: Run, other: Proposal | None = None) -> Proposal:
+    """``proposal`` (the rule-keeping repair), or ``karmarkar_karp``'s answer (``other``, already run; else run on
+    what is left of ``run``) where that is feasible and scores a strictly lower objective; kk is not run when
+    ``proposal`` is optimal within the tolerance, nor once the deadline has passed (``hit_time_limit`` is then
+    set)."""
     evaluator = run.evaluator
-    if proposal.solution is not None and (evaluator.objective(proposal.solution)
-                                          <= proof_level(evaluator, evaluator.lower_bound())):
+    if other is None and proposal.solution is not None and (
+            evaluator.objective(proposal.solution) <= proof_level(evaluator, evaluator.lower_bound())):
         return proposal
-    if run.expired():  # no time left for karmarkar_karp: the repair's answer, cut
+    if other is None and run.expired():  # no time left for karmarkar_karp: the repair's answer, cut
         proposal.hit_time_limit = True
         return proposal
-    other = run.call("karmarkar_karp", time_limit_s=None if run.deadline is None else run.left())
+    if other is None:
+        other = run.call("karmarkar_karp", time_limit_s=None if run.deadline is None else run.left())
     if other.solution is None:
         if other.hit_time_limit:
             proposal.hit_time_limit = True

@@ -56,8 +56,9 @@ Start = tuple[tuple[float, float], int, str, list[list[int]]]
 
 
 def step_starts(instance: BalanceInstance, prepared: PreparedSamples, lpt: list[list[int]], bound: float,
-                run: Run, *, kk_max_work: int, rank_lpt_gap: float) -> tuple[list[Start], bool, bool]:
-    """The cheap starts, best first: (starts, ``karmarkar_karp`` was built, the deadline cut it off).
+                run: Run, *, kk_max_work: int, rank_lpt_gap: float) -> tuple[list[Start], bool, bool | str]:
+    """The cheap starts, best first: (starts, ``karmarkar_karp`` was built, the deadline cut it off: True, or
+    :data:`~.start.KK_NOT_STARTED` where too little was left to start it).
 
     Args:
         instance, prepared: The instance and its per-sample arrays.
@@ -71,7 +72,8 @@ def step_starts(instance: BalanceInstance, prepared: PreparedSamples, lpt: list[
     starts: list[Start] = [(rank_key(instance, prepared, lpt), 0, "lpt", lpt)]
     ranks, per_rank = instance.data_parallel_size, instance.local_batch_size
     small = len(instance.samples) * ranks <= kk_max_work
-    kk_built = kk_cut = False
+    kk_built = False
+    kk_cut: bool | str = False
     if per_rank > 1 or not small:
         if small or starts[0][0][0] > bound * (1 + rank_lpt_gap):
             rank_bins = rank_lpt_bins(instance, prepared, run)  # None once the deadline passes

@@ -408,13 +408,84 @@ def normalise_groups(groups: Any, keys: Sequence[Any], ranks: int,
     return groups, group_of
 
 
+class FreeRanks:
+    """The rank level of :func:`assign_ranks` with no count of bins per rank: each sample, in placing order, to the
+    least ``(load, rank)`` of all ranks (a heap), computed once and then checked per count m.
+
+    Only for instances without ``equal_count`` and without groups (every unit one sample), where the columns of
+    every m differ only in ``per_rank``. :func:`assign_ranks` at m chooses the least ``(load, rank)`` among the
+    ranks that pass its test; while the free choice passes that test at every step the two runs hold the same
+    state, so they choose alike. The test of a step, with m: the rank's samples after it at most ``hi`` (counts
+    only grow: the final largest count decides), its tokens plus ``seq_len`` per oversized sample at most
+    m·seq_len (the same: the final loads decide), and the remaining samples after it at least the deficit
+    ``Σ max(0, m − count)`` (a cumulative count per step); the ``spare`` test never binds without ``equal_count``
+    (``spare`` = D). :meth:`members` gives :func:`assign_ranks`'s answer at m where every step passes (and the
+    final counts hold), else None: the caller runs :func:`assign_ranks` itself. O(n log D) once, O(n) per m.
+    """
+
+    def __init__(self, columns: PackingColumns) -> None:
+        units = [[i] for i in range(len(columns.tokens))]
+        order, _, unit_over, unit_tokens, unit_priority = _placing_order(columns, units)
+        ranks = columns.ranks
+        heap = [(0.0, r) for r in range(ranks)]
+        chosen = [0] * len(order)
+        heapreplace = heapq.heapreplace
+        for step, p in enumerate(unit_priority.tolist()):
+            load, r = heap[0]
+            chosen[step] = r
+            heapreplace(heap, (load + p, r))
+        self.columns = columns
+        self.order = order
+        self.rank = np.asarray(chosen, dtype=np.int64)
+        self.count = np.bincount(self.rank, minlength=ranks)
+        # the count of the chosen rank before each step
+        position = np.empty(len(order), dtype=np.int64)
+        by_rank = np.argsort(self.rank, kind="stable")
+        starts = np.concatenate(([0], np.cumsum(self.count)[:-1]))
+        position[by_rank] = np.arange(len(order)) - np.repeat(starts, self.count)
+        self.before = position
+        self.room_used = np.bincount(self.rank, weights=unit_tokens + unit_over * columns.seq_len,
+                                     minlength=ranks)
+        self.over = np.bincount(self.rank, weights=unit_over, minlength=ranks)
+
+    @staticmethod
+    def applies(columns: PackingColumns) -> bool:
+        """Whether the instance's rules let the free run stand in (no ``equal_count``, no groups)."""
+        return not columns.equal_count and not (columns.group_of >= 0).any()
+
+    def same_samples(self, columns: PackingColumns) -> bool:
+        """Whether ``columns`` orders and sizes the samples as the columns this run was built from."""
+        mine = self.columns
+        return (columns.ranks == mine.ranks and columns.seq_len == mine.seq_len and self.applies(columns)
+                and all(np.array_equal(getattr(columns, name), getattr(mine, name))
+                        for name in ("tokens", "priority", "key_rank")))
+
+    def members(self, columns: PackingColumns) -> list[list[int]] | None:
+        """:func:`assign_ranks`'s samples per rank at ``columns.per_rank`` where the free run provably gives
+        them, else None (see the class docstring)."""
+        n, ranks, m = len(self.order), columns.ranks, columns.per_rank
+        rules = RankRules.of(n, ranks, m, columns.equal_count, columns.max_samples_per_bin)
+        if rules.lo > rules.hi or not rules.counts_hold(self.count):
+            return None
+        if self.room_used.max() > m * columns.seq_len or self.over.max() > m:
+            return None
+        # after step t: n − t − 1 samples left, deficit D·lo − (steps up to t that gave a rank below lo)
+        filled = np.cumsum(self.before < rules.lo)
+        if (n - 1 - np.arange(n) < ranks * rules.lo - filled).any():
+            return None
+        by_rank = np.argsort(self.rank, kind="stable")
+        return [part.tolist() for part in np.split(self.order[by_rank], np.cumsum(self.count)[:-1])]
+
+
 def construct(columns: PackingColumns, units: list[list[int]] | None = None,
-              stop: Callable[[], bool] | None = None) -> list[list[int]] | None:
+              stop: Callable[[], bool] | None = None, free: FreeRanks | None = None) -> list[list[int]] | None:
     """Rank-major bins of sample indices (D·m bins) under every rule, or None at a dead end or when
     ``stop()`` returns True (read every :data:`STOP_EVERY` units placed and samples packed: the caller
-    tells the two apart by its own clock)."""
-    units = units_of(columns.group_of) if units is None else units
-    members = assign_ranks(columns, units, stop)
+    tells the two apart by its own clock). ``free``: a :class:`FreeRanks` of the same samples, whose rank level
+    stands in where it provably gives :func:`assign_ranks`'s answer (the same bins)."""
+    members = free.members(columns) if free is not None and free.same_samples(columns) else None
+    if members is None:
+        members = assign_ranks(columns, units_of(columns.group_of) if units is None else units, stop)
     if members is None:
         return None
     bins: list[list[int]] = []

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from packplace.balance.rank_rules import PackingColumns, bin_packing_lower_bound, construct, exact_packing
+from packplace.balance.rank_rules import (
+    FreeRanks,
+    PackingColumns,
+    bin_packing_lower_bound,
+    construct,
+    exact_packing,
+)
 from packplace.balance.samples import (
     PackingConstraints,
     Sample,
@@ -296,8 +302,11 @@ def smallest_local_batch_size(columns_at: Callable[[int], PackingColumns], lower
             f"rules: {rules})"
         )
 
+    # without equal_count and groups the rank level is one free LPT run, checked per count (the same answers)
+    free = FreeRanks(columns) if FreeRanks.applies(columns) else None
+
     def packs(k: int) -> bool:
-        return construct(columns_at(k * step_of)) is not None
+        return construct(columns_at(k * step_of), free=free) is not None
 
     found: int | None = None
     failed = first - 1
