@@ -881,7 +881,9 @@ def fsdp_root_bytes(model: ModelSpec, tp: int, framework: str, first: bool, last
     ``RowwiseParallel`` embedding; the final norm's weight and bias whole) stay through the pass: ``weights``.
     Its gradient is reduce-scattered at the end of the backward only, so the head's unsharded 16-bit gradient
     made in its backward lives through the layers' backward: ``gradient`` = ``2·R_head``. At the end the root
-    reshards (its weights freed) and reduce-scatters with ``reduce_dtype`` fp32 (verl's ``mixed_precision``
+    reshards (its weights freed: FSDP2 ``FSDPParamGroup.post_backward`` takes the unsharded gradients, reshards,
+    then reduces; FSDP1 ``_post_backward_hook`` reshards before ``_reduce_grad``) and reduce-scatters with
+    ``reduce_dtype`` fp32 (verl's ``mixed_precision``
     default, NeMo RL's ``MixedPrecisionPolicy``): its 16-bit gradients ``2·R`` and their fp32 copy ``4·R``, i.e.
     ``end`` = ``6R − 2R`` beyond ``weights``. ``trainable`` False (LoRA: the root's matrices frozen): no
     gradients. DeepSpeed ZeRO-3 releases per module (its kept parameters:
