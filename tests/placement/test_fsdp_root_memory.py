@@ -1,4 +1,4 @@
-"""An FSDP trainer's root unit (final norm and output head; NeMo RL's embedding too) stays gathered through the
+"""An FSDP trainer's root unit (embedding, final norm and output head) stays gathered through the
 pass, and its gradient lives from the head's backward to the root's reduce-scatter at the backward's end
 (:func:`~packplace.placement.model.pass_memory.fsdp_root_bytes`). Figures hand-computed from the config shapes."""
 
@@ -23,10 +23,11 @@ HEAD = 152064 * 3584 + 3584           # Qwen2.5-7B: lm_head V·d plus the final 
 EMBED = 152064 * 3584                 # its untied embedding = 544,997,376
 
 
-def test_verl_root_is_the_head_and_final_norm() -> None:
-    """verl wraps the untied embedding as its own unit: R = 545,000,960 -> 2R gathered, 2R gradient, 4R at the end."""
-    assert fsdp_root_bytes(QWEN25_7B, 1, "verl", True, True) == (2.0 * HEAD, 2.0 * HEAD, 4.0 * HEAD)
-    assert 2.0 * HEAD == 1_090_001_920
+def test_verl_root_counts_the_embedding_as_fsdp1_wraps_it() -> None:
+    """verl's FSDP1 wrap policy leaves the embedding in the root (FSDP2's own embedding unit, larger than the
+    gathered layer, is covered by it): R = 545,000,960 + 544,997,376 = 1,089,998,336, as on NeMo RL."""
+    assert fsdp_root_bytes(QWEN25_7B, 1, "verl", True, True) == fsdp_root_bytes(QWEN25_7B, 1, "nemo-rl", True, True)
+    assert fsdp_root_bytes(QWEN25_7B, 1, "verl", True, True)[0] == 2_179_996_672
 
 
 def test_nemo_rl_root_holds_the_embedding_too() -> None:
@@ -48,12 +49,13 @@ def test_tied_embedding_is_counted_once_and_tp_splits_the_matrices() -> None:
 
 def test_fsdp_pass_holds_the_root_in_every_phase_and_deepspeed_does_not() -> None:
     """Qwen2.5-7B, ZeRO-3 over 8, 4096 tokens (peak in the loss's backward): FSDP's weights are the shard, one
-    gathered layer and the root (2p/8 + 2·p_L + 2R); DeepSpeed ZeRO-3 (its kept parameters instead) has no root."""
+    gathered layer and the root (2p/8 + 2·p_L + 2R, R = head + embedding); DeepSpeed ZeRO-3 (its kept parameters
+    instead) has no root."""
     p, layer = stage_params(QWEN25_7B, 1)[0], QWEN25_7B.block_params / QWEN25_7B.layers
     fsdp = pass_memory(QWEN25_7B, "train", micro_batch=1, seq_len=4096, dp=8, sharding="zero3", framework="verl",
                        recompute="full", workspace_bytes=0.0)
     assert fsdp.phase == "loss_backward"
-    assert fsdp.weights == pytest.approx(2.0 * p / 8 + 2.0 * layer + 2.0 * HEAD)
+    assert fsdp.weights == pytest.approx(2.0 * p / 8 + 2.0 * layer + 2.0 * (HEAD + EMBED))
     ds = pass_memory(QWEN25_7B, "train", micro_batch=1, seq_len=4096, dp=8, sharding="zero3",
                      framework="openrlhf", recompute="full", workspace_bytes=0.0, zero3_fetch=DEEPSPEED_DEFAULTS)
     kept = zero3_kept_bytes(QWEN25_7B, DEEPSPEED_DEFAULTS, True)
@@ -65,7 +67,7 @@ def test_infer_pass_keeps_the_root_gathered() -> None:
     p, layer = stage_params(QWEN25_7B, 1)[0], QWEN25_7B.block_params / QWEN25_7B.layers
     pm = pass_memory(QWEN25_7B, "infer", micro_batch=1, seq_len=1024, dp=8, sharding="zero3", framework="verl",
                      workspace_bytes=0.0)
-    assert pm.weights == pytest.approx(2.0 * p / 8 + 2.0 * layer + 2.0 * HEAD)
+    assert pm.weights == pytest.approx(2.0 * p / 8 + 2.0 * layer + 2.0 * (HEAD + EMBED))
 
 
 def test_vertex_root_only_for_fsdp_and_no_gradient_under_lora() -> None:
@@ -73,9 +75,10 @@ def test_vertex_root_only_for_fsdp_and_no_gradient_under_lora() -> None:
     zero3 = TrainingOptions(sharding="zero3")
     assert _fsdp_root(QWEN25_7B, TrainingOptions(sharding="zero2"), None, 1, "verl", True, True) == (0.0, 0.0, 0.0)
     assert _fsdp_root(QWEN25_7B, zero3, DEEPSPEED_DEFAULTS, 1, "openrlhf", True, True) == (0.0, 0.0, 0.0)
-    assert _fsdp_root(QWEN25_7B, zero3, None, 1, "verl", True, True) == (2.0 * HEAD, 2.0 * HEAD, 4.0 * HEAD)
+    root = HEAD + EMBED
+    assert _fsdp_root(QWEN25_7B, zero3, None, 1, "verl", True, True) == (2.0 * root, 2.0 * HEAD, 4.0 * root)
     lora = TrainingOptions(sharding="zero3", lora_rank=16)
-    assert _fsdp_root(QWEN25_7B, lora, None, 1, "verl", True, True) == (2.0 * HEAD, 0.0, 0.0)
+    assert _fsdp_root(QWEN25_7B, lora, None, 1, "verl", True, True) == (2.0 * root, 0.0, 0.0)
 
 
 def test_deepspeed_frameworks_have_no_fsdp_root() -> None:
@@ -88,6 +91,6 @@ def test_vertex_infer_on_partitioned_weights_holds_the_root_on_fsdp_only() -> No
     """``place``'s infer vertex on partitioned weights: one gathered layer 2·p_L, plus the root 2R on FSDP."""
     from packplace.placement.model.memory import _gathered
     layer = 2.0 * QWEN25_7B.block_params / QWEN25_7B.layers
-    assert _gathered(QWEN25_7B, True, None, 1, "verl", True, True) == pytest.approx(layer + 2.0 * HEAD)
+    assert _gathered(QWEN25_7B, True, None, 1, "verl", True, True) == pytest.approx(layer + 2.0 * (HEAD + EMBED))
     assert _gathered(QWEN25_7B, True, DEEPSPEED_DEFAULTS, 1, "openrlhf", True, True) == pytest.approx(layer)
     assert _gathered(QWEN25_7B, False, None, 1, "verl", True, True) == 0.0

@@ -870,13 +870,15 @@ def fsdp_root_bytes(model: ModelSpec, tp: int, framework: str, first: bool, last
     one gathered layer the ZeRO-3 layout counts (:func:`~packplace.placement.model.memory.train_state_bytes`), on
     a stage holding the embedding (``first``) and / or the output head (``last``).
 
-    verl (``verl/utils/fsdp_utils.py``: ``apply_fsdp2`` wraps each decoder layer, and an ``nn.Embedding`` unless
-    the embeddings are tied, then the whole model; FSDP1's ``get_fsdp_wrap_policy`` the decoder layers) and NeMo RL
-    (``nemo_rl/models/dtensor/parallelize.py`` ``_parallelize_model``: ``fully_shard`` on each decoder layer, then on
-    the model with ``reshard_after_forward=False``) leave the final norm and the output head in the root unit, and
-    NeMo RL the embedding as well (a tied embedding is the head's own tensor, in the root on both). The root is
-    not resharded after the forward (FSDP1 ``_post_forward_reshard``: never for the root; FSDP2: NeMo RL's
-    setting, and verl's "fsdp2 will not reshard_after_forward for root module"), so its gathered 16-bit weights
+    NeMo RL (``nemo_rl/models/dtensor/parallelize.py`` ``_parallelize_model``: ``fully_shard`` on each decoder
+    layer, then on the model with ``reshard_after_forward=False``) and verl's FSDP1 actor (``fsdp_utils.py``
+    ``get_fsdp_wrap_policy``: the decoder-layer classes) leave the embedding, the final norm and the output head in
+    the root unit; verl's FSDP2 (``apply_fsdp2``) wraps an untied ``nn.Embedding`` as a unit of its own, a unit
+    larger than the one gathered layer counted, which the root's embedding bytes stand in for there (the
+    conservative side: ``framework`` does not say which of verl's two it runs). A tied embedding is the head's
+    own tensor, counted once. The root is not resharded after the forward (FSDP1 ``_post_forward_reshard``: never
+    for the root; FSDP2: NeMo RL's setting, and verl's "fsdp2 will not reshard_after_forward for root module"),
+    so its gathered 16-bit weights
     ``2·R`` (``R`` its parameters per GPU: the matrices over ``tp``, NeMo RL's ``ColwiseParallel`` head and
     ``RowwiseParallel`` embedding; the final norm's weight and bias whole) stay through the pass: ``weights``.
     Its gradient is reduce-scattered at the end of the backward only, so the head's unsharded 16-bit gradient
@@ -895,11 +897,11 @@ def fsdp_root_bytes(model: ModelSpec, tp: int, framework: str, first: bool, last
     norm = 2.0 * d if tp > 1 else 0.0   # the final norm's weight and bias, not split by TP
     tied = model.tie_word_embeddings and model.lm_head
     head = float(model.head_params) if last else 0.0
-    embed = float(model.embedding_params) if first and (tied or framework != "verl") else 0.0
+    embed = float(model.embedding_params) if first else 0.0
     root = (head + embed) / tp + (norm if last else 0.0)
     if root == 0.0:
         return 0.0, 0.0, 0.0
-    head_root = root if tied or framework == "verl" else head / tp + (norm if last else 0.0)
+    head_root = root if tied else head / tp + (norm if last else 0.0)
     if not trainable:
         return 2.0 * root, 0.0, 0.0
     return 2.0 * root, 2.0 * head_root, 4.0 * root
