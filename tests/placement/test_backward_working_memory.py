@@ -12,6 +12,7 @@ from packplace.placement.model.pass_memory import (
     pass_memory,
     train_transient,
 )
+from packplace.placement.model.stages import stage_params
 from packplace.shape import from_hf_config
 
 MIB = ALLOCATOR_BLOCK_SLACK
@@ -124,14 +125,16 @@ def test_framework_head_backward_by_hand() -> None:
     assert verl.logits_backward == 4 * v * 1024 == 525_336_576 < verl.head_gradient == tt.head_gradient
 
 
-def test_a_framework_pass_peaks_at_the_head_backward_on_a_short_micro_batch() -> None:
+def test_a_short_fsdp_pass_peaks_at_the_roots_reduce_scatter() -> None:
     """``estimate``'s pass of a verl FSDP trainer (ZeRO-3 layout over 8, tp 2), Llama-3.1-8B, 128 tokens: the head's
-    backward phase (545.4 MB of head gradients beside the saved set) is the peak, above the loss's (12·V·64 = 98.5 MB,
-    the default logit bytes) and the backward's end; its activations are the saved set plus that phase's bytes."""
+    gradient (545.4 MB beside the saved set in the head's backward phase) is now topped by the backward's end, where
+    the FSDP root unit (embedding 525,336,576, final norm and head 525,340,672: R = 1,050,677,248/2 + 2·4096 =
+    525,346,816 parameters per GPU) reduce-scatters its bf16 gradient and its fp32 copy: 4R = 2,101,387,264 bytes
+    beyond its gathered weights (fsdp_root_bytes), on top of the sharded gradients 2·p/(tp·dp)."""
     pm = pass_memory(LLAMA31_8B, "train", micro_batch=1, seq_len=128, tp=2, dp=8, framework="verl",
                      sharding="zero3", workspace_bytes=0.0)
     tt = train_transient(LLAMA31_8B, tokens=128, n_layers=32, last=True, first=True, recompute="none", tp=2,
                          inflight=1, autocast=False)
-    assert pm.phase == "head_backward"
+    assert pm.phase == "backward_end"
     assert tt.head_gradient == 545_423_360
-    assert pm.activations == tt.saved + tt.head_gradient
+    assert pm.gradients == pytest.approx(2.0 * stage_params(LLAMA31_8B, 1)[0] / 2 / 8 + 2_101_387_264)

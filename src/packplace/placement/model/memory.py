@@ -37,6 +37,7 @@ from packplace.placement.model.pass_memory import (
     ROUTER_DTYPE_BYTES,
     context_parallel_tokens,
     eager_score_bytes_per_token,
+    fsdp_root_bytes,
     in_flight,
     infer_transient,
     megatron_expert_tensor_parallel,
@@ -44,6 +45,7 @@ from packplace.placement.model.pass_memory import (
     train_transient,
     uses_autocast,
     weight_slack,
+    with_fsdp_root,
     working_set_bytes_per_token,
 )
 
@@ -536,7 +538,6 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     tokens = cp.rank_tokens(tokens, micro_batch, tp)
     logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
-    per_layer_rank = model.block_params / model.layers / tp
     layers = stage_layers(model.layers, pp)
     params = stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
@@ -550,14 +551,15 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             resident, transient = resident - late, loaded + _train_vertex_transient(
                 model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, in_flight(pp, i, inflight), ep,
                 cp.ring, framework, workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype, seq_len,
-                bare_loop and not cp.active)
+                bare_loop and not cp.active, _fsdp_root(model, options, zero3_fetch, tp, framework, i == 0, last))
             transient += zero3_kept_bytes(model, zero3_fetch, options, tp, ep)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp, ep=ep, cp=cp.ring,
                                     kv_cache=framework == "none", logit_bytes=logit_bytes, score_bytes=scores)
-            transient = sum(parts) + workspace + (2.0 * per_layer_rank if sharded_weights else 0.0)
+            transient = sum(parts) + workspace + _gathered(model, sharded_weights, zero3_fetch, tp, framework, i == 0,
+                                                           last)
             if offloaded_weights:  # nothing resident; while it runs the gathered layer, or a replica's weights
                 transient, resident = transient + (0.0 if sharded_weights else resident), 0.0
         else:
@@ -630,7 +632,8 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
                             framework: str, workspace: float,
                             logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0,
                             fused_kernels: bool = False, fused_swiglu: bool = False,
-                            router_dtype: str = "bf16", seq_len: float = 0.0, bare: bool = False) -> float:
+                            router_dtype: str = "bf16", seq_len: float = 0.0, bare: bool = False,
+                            root: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
@@ -645,22 +648,44 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
     (:func:`~packplace.placement.model.pass_memory.eager_score_bytes_per_token`: saved in the training pass,
     one layer's no-grad transient in the old-log-prob forward); ``bare``: a bare PyTorch loop, whose first layer's
     weight gradients the pass prices (``train_transient``'s ``bare``; its gradients allocated in the backward where
-    ``end_gradients`` is non-zero, else held); the output head's backward is priced on every trainer's last stage."""
+    ``end_gradients`` is non-zero, else held); the output head's backward is priced on every trainer's last stage;
+    ``root``: an FSDP trainer's root unit (:func:`_fsdp_root`), whose weights the old-log-prob forward holds too."""
     kv_cache, expert_tp = framework == "none", megatron_expert_tensor_parallel(framework, tp)
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
-    transient = train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
+    transient = with_fsdp_root(train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
                                 cp=ring, logit_bytes=logit_bytes,
                                 fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
                                 router_dtype=router_dtype, expert_tp=expert_tp,
                                 score_bytes=eager_score_bytes_per_token(model, seq_len, framework, True),
-                                bare=bare, held_gradients=not end_gradients).peak(workspace, end_gradients)
+                                bare=bare, held_gradients=not end_gradients), root).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,
                               ep=ep, cp=ring, logit_bytes=logit_bytes,
                               score_bytes=eager_score_bytes_per_token(model, seq_len, framework, False))
-    return max(transient, sum(forward) + workspace)
+    return max(transient, sum(forward) + workspace + root[0])
+
+
+def _fsdp_root(model: ModelSpec, options: TrainingOptions, fetch: Zero3Prefetch | None, tp: int, framework: str,
+               first: bool, last: bool) -> tuple[float, float, float]:
+    """An FSDP trainer's root unit on a training vertex (``options.sharding`` zero3 without DeepSpeed's ``fetch``:
+    :func:`~packplace.placement.model.pass_memory.fsdp_root_bytes`; LoRA's frozen root has no gradient); zeros
+    otherwise."""
+    if options.sharding != "zero3" or fetch is not None:
+        return 0.0, 0.0, 0.0
+    return fsdp_root_bytes(model, tp, framework, first, last, trainable=not options.lora_rank)
+
+
+def _gathered(model: ModelSpec, sharded: bool, fetch: Zero3Prefetch | None, tp: int, framework: str, first: bool,
+              last: bool) -> float:
+    """Gathered bf16 bytes per GPU of an ``infer`` pass on partitioned weights (``sharded``; 0 else): one layer,
+    ``2·p_L``, and without DeepSpeed's ``fetch`` (FSDP) the root unit the no-grad forward leaves gathered
+    (:func:`~packplace.placement.model.pass_memory.fsdp_root_bytes`)."""
+    if not sharded:
+        return 0.0
+    root = 0.0 if fetch is not None else fsdp_root_bytes(model, tp, framework, first, last)[0]
+    return 2.0 * model.block_params / model.layers / tp + root
 
 
 def _stage_train_state(model: ModelSpec, options: TrainingOptions, stage: int, params: float, pp: int, tp: int,

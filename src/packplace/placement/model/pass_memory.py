@@ -55,7 +55,7 @@ gradients are in every phase with several micro-batches and where the layout kee
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packplace.errors import ConfigError
 from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
@@ -707,7 +707,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         zero3_fetch: A DeepSpeed ZeRO-3 trainer's training fetch settings (``sharding`` zero3; the framework
             profile's ``zero3_fetch``): a training pass holds the parameters DeepSpeed keeps gathered into the
             backward (:func:`~packplace.placement.model.deepspeed_zero3.zero3_kept_bytes`) in every phase, as
-            ``place`` does; None (FSDP, or no profile): one gathered layer.
+            ``place`` does; None (FSDP, or no profile): one gathered layer and the root unit
+            (:func:`fsdp_root_bytes`).
 
     Returns:
         :class:`PassMemory`.
@@ -724,6 +725,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     best: PassMemory | None = None
     saved, forward = (eager_score_bytes_per_token(model, seq_len, framework, grad) for grad in (True, False))
     kept = zero3_kept_bytes(model, zero3_fetch, recompute == "full", tp, ep) if sharding == "zero3" else 0.0
+    fsdp = sharding == "zero3" and zero3_fetch is None   # FSDP's root unit stays gathered (fsdp_root_bytes)
     for i in range(pp):
         last = i == pp - 1
         tokens = _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
@@ -734,10 +736,12 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
                                 fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp), saved,
-                                kept, bare_loop(sharding, framework, trainer_backend, (tp, pp, ep, cp)))
+                                kept, bare_loop(sharding, framework, trainer_backend, (tp, pp, ep, cp)),
+                                fsdp_root_bytes(model, tp, framework, i == 0, last) if fsdp else (0.0, 0.0, 0.0))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
-                                framework, ws, ep, cp, logit_bytes, forward)
+                                framework, ws, ep, cp, logit_bytes, forward,
+                                fsdp_root_bytes(model, tp, framework, i == 0, last)[0] if fsdp else 0.0)
         else:
             part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws,
                                  ep, hybrid_engine=framework == "deepspeed-chat")
@@ -824,7 +828,9 @@ class TrainTransient:
     in a bare loop the weight gradients produced by then (:func:`_bare_loop_backward`), a fourth phase.
     ``head_gradient``: the output head's backward on the last stage, every trainer's, beside every saved tensor (and
     ``head_backward``): the logits' 16-bit gradient, the head input's and the head's weight gradient, a fifth phase
-    (:func:`head_backward_bytes`; a bare loop's, :func:`_bare_loop_backward`)."""
+    (:func:`head_backward_bytes`; a bare loop's, :func:`_bare_loop_backward`). ``root_weights`` /
+    ``root_gradient`` / ``root_end``: an FSDP trainer's root unit, gathered in every phase, its head's gradient in
+    the ``layer_backward`` phase and its reduce-scatter at the backward's end (:func:`fsdp_root_bytes`; 0 else)."""
 
     copies_forward: float
     copies_backward: float
@@ -841,18 +847,69 @@ class TrainTransient:
     combine: float = 0.0
     layer_backward: float = 0.0
     head_gradient: float = 0.0
+    root_weights: float = 0.0
+    root_gradient: float = 0.0
+    root_end: float = 0.0
 
     def peak(self, workspace: float, end_gradients: float = 0.0) -> float:
         """Largest transient bytes over the phases, workspace included; ``end_gradients``: gradient bytes
         held at the backward's end only (a bare loop's, :func:`resident_gradients`)."""
-        return workspace + max(
+        return workspace + self.root_weights + max(
             self.copies_forward + self.saved
             + max(self.logits_forward + self.head_forward, self.ring_forward, self.combine) + self.slack_forward,
             self.copies_backward + self.saved
             + max(self.logits_backward + self.head_backward, self.ring_backward, self.combine) + self.slack_forward,
-            self.end + self.slack_end + end_gradients,
-            self.copies_backward + self.saved + self.layer_backward + self.slack_forward,
+            self.end + self.slack_end + end_gradients + self.root_end,
+            self.copies_backward + self.saved + self.layer_backward + self.root_gradient + self.slack_forward,
             self.copies_backward + self.saved + self.head_backward + self.head_gradient + self.slack_forward)
+
+
+def fsdp_root_bytes(model: ModelSpec, tp: int, framework: str, first: bool, last: bool,
+                    trainable: bool = True) -> tuple[float, float, float]:
+    """``(weights, gradient, end)``: bytes per GPU an FSDP trainer's root unit adds to a training pass beyond the
+    one gathered layer the ZeRO-3 layout counts (:func:`~packplace.placement.model.memory.train_state_bytes`), on
+    a stage holding the embedding (``first``) and / or the output head (``last``).
+
+    NeMo RL (``nemo_rl/models/dtensor/parallelize.py`` ``_parallelize_model``: ``fully_shard`` on each decoder
+    layer, then on the model with ``reshard_after_forward=False``) and verl's FSDP1 actor (``fsdp_utils.py``
+    ``get_fsdp_wrap_policy``: the decoder-layer classes) leave the embedding, the final norm and the output head in
+    the root unit; verl's FSDP2 (``apply_fsdp2``) wraps an untied ``nn.Embedding`` as a unit of its own, a unit
+    larger than the one gathered layer counted, which the root's embedding bytes stand in for there (the
+    conservative side: ``framework`` does not say which of verl's two it runs). A tied embedding is the head's
+    own tensor, counted once. The root is not resharded after the forward (FSDP1 ``_post_forward_reshard``: never
+    for the root; FSDP2: NeMo RL's setting, and verl's "fsdp2 will not reshard_after_forward for root module"),
+    so its gathered 16-bit weights
+    ``2·R`` (``R`` its parameters per GPU: the matrices over ``tp``, NeMo RL's ``ColwiseParallel`` head and
+    ``RowwiseParallel`` embedding; the final norm's weight and bias whole) stay through the pass: ``weights``.
+    Its gradient is reduce-scattered at the end of the backward only, so the head's unsharded 16-bit gradient
+    made in its backward lives through the layers' backward: ``gradient`` = ``2·R_head``. At the end the root
+    reshards (its weights freed: FSDP2 ``FSDPParamGroup.post_backward`` takes the unsharded gradients, reshards,
+    then reduces; FSDP1 ``_post_backward_hook`` reshards before ``_reduce_grad``) and reduce-scatters with
+    ``reduce_dtype`` fp32 (verl's ``mixed_precision``
+    default, NeMo RL's ``MixedPrecisionPolicy``): its 16-bit gradients ``2·R`` and their fp32 copy ``4·R``, i.e.
+    ``end`` = ``6R − 2R`` beyond ``weights``. ``trainable`` False (LoRA: the root's matrices frozen): no
+    gradients. DeepSpeed ZeRO-3 releases per module (its kept parameters:
+    :func:`~packplace.placement.model.deepspeed_zero3.zero3_kept_bytes`), so this is FSDP's only: zeros for the
+    DeepSpeed trainers' frameworks (``layout_rules.DEEPSPEED_TRAINERS``)."""
+    if framework in ("openrlhf", "deepspeed-chat"):
+        return 0.0, 0.0, 0.0
+    d = model.hidden_dim
+    norm = 2.0 * d if tp > 1 else 0.0   # the final norm's weight and bias, not split by TP
+    tied = model.tie_word_embeddings and model.lm_head
+    head = float(model.head_params) if last else 0.0
+    embed = float(model.embedding_params) if first else 0.0
+    root = (head + embed) / tp + (norm if last else 0.0)
+    if root == 0.0:
+        return 0.0, 0.0, 0.0
+    head_root = root if tied else head / tp + (norm if last else 0.0)
+    if not trainable:
+        return 2.0 * root, 0.0, 0.0
+    return 2.0 * root, 2.0 * head_root, 4.0 * root
+
+
+def with_fsdp_root(part: TrainTransient, root: tuple[float, float, float]) -> TrainTransient:
+    """``part`` with an FSDP root unit's ``(weights, gradient, end)`` bytes (:func:`fsdp_root_bytes`)."""
+    return replace(part, root_weights=root[0], root_gradient=root[1], root_end=root[2])
 
 
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
@@ -1075,7 +1132,8 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  micro_batches: int, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, keep_gradients: bool = False,
                  fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16",
-                 expert_tp: int = 1, score_bytes: float = 0.0, kept: float = 0.0, bare: bool = False) -> PassMemory:
+                 expert_tp: int = 1, score_bytes: float = 0.0, kept: float = 0.0, bare: bool = False,
+                 root: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> PassMemory:
     """One pipeline stage of a training micro-batch, with the activations of ``inflight`` micro-batches saved
     (:func:`in_flight`): the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
@@ -1086,7 +1144,8 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     ``expert_tp``: its expert tensor-parallel size, whose MoE combine adds the ``moe_combine`` phases
     (:func:`megatron_combine_bytes_per_token`); ``score_bytes``: an eager attention's saved scores
     (:func:`train_transient`); ``bare``: a bare PyTorch loop (:func:`bare_loop`). The output head's backward is the
-    phase ``head_backward`` on every trainer's last stage (:func:`head_backward_bytes`)."""
+    phase ``head_backward`` on every trainer's last stage (:func:`head_backward_bytes`). ``root``: an FSDP
+    trainer's root unit (:func:`fsdp_root_bytes`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     held_gradients = micro_batches > 1 or keep_gradients
@@ -1095,6 +1154,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                            logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
                            router_dtype=router_dtype, expert_tp=expert_tp, score_bytes=score_bytes, bare=bare,
                            held_gradients=held_gradients)
+    part = with_fsdp_root(part, root)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
@@ -1109,20 +1169,20 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
         grads = 2.0 * params
         if sharding in ("zero2", "zero3"):
             grads = 2.0 * (dense / states + expert / expert_states)
-    weights += kept   # DeepSpeed ZeRO-3's parameters kept gathered into the backward (zero3_kept_bytes), every phase
+    weights += kept + part.root_weights   # DeepSpeed ZeRO-3's kept parameters (zero3_kept_bytes), FSDP's root unit
     held = grads if held_gradients else 0.0
     forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved + part.head_forward,
                         part.logits_forward, 0.0, ws + part.slack_forward)
     loss_backward = _assemble("loss_backward", weights + part.copies_backward, held, moments,
                               part.saved + part.head_backward, part.logits_backward, 0.0, ws + part.slack_forward)
-    end = _assemble("backward_end", weights, grads, moments, part.end, 0.0, 0.0, ws + part.slack_end)
+    end = _assemble("backward_end", weights, grads + part.root_end, moments, part.end, 0.0, 0.0, ws + part.slack_end)
     phases = [forward, loss_backward, end]
     if cp > 1:
         phases += [_assemble("ring_forward", weights + part.copies_forward, held, moments,
                              part.saved + part.ring_forward, 0.0, 0.0, ws + part.slack_forward),
                    _assemble("ring_backward", weights + part.copies_backward, held, moments,
                              part.saved + part.ring_backward, 0.0, 0.0, ws + part.slack_forward)]
-    phases.append(_assemble("layer_backward", weights + part.copies_backward, held, moments,
+    phases.append(_assemble("layer_backward", weights + part.copies_backward, held + part.root_gradient, moments,
                             part.saved + part.layer_backward, 0.0, 0.0, ws + part.slack_forward))
     if part.head_gradient > 0.0:
         phases.append(_assemble("head_backward", weights + part.copies_backward, held, moments,
@@ -1166,11 +1226,13 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
 
 def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: float, tp: int, dp: int,
                  sharding: str, framework: str, ws: float, ep: int = 1, cp: int = 1,
-                 logit_bytes: tuple[float, float] | None = None, score_bytes: float = 0.0) -> PassMemory:
+                 logit_bytes: tuple[float, float] | None = None, score_bytes: float = 0.0,
+                 root: float = 0.0) -> PassMemory:
     """One stage of a log-prob forward (no grad): bf16 weights (ZeRO-3: the shard and one gathered
-    layer) plus :func:`infer_transient` (``score_bytes``: an eager attention's no-grad scores)."""
+    layer; ``root``: an FSDP root unit's gathered weights, :func:`fsdp_root_bytes`, which the no-grad forward
+    leaves gathered as well) plus :func:`infer_transient` (``score_bytes``: an eager attention's no-grad scores)."""
     layer_params = model.block_params / model.layers / tp
-    weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
+    weights = 2.0 * params / dp + 2.0 * layer_params + root if sharding == "zero3" else 2.0 * params
     act, logits, kv, slack = infer_transient(model, tokens=tokens, n_layers=n_layers, last=last, tp=tp,
                                              kv_cache=framework == "none", ep=ep, cp=cp, logit_bytes=logit_bytes,
                                              score_bytes=score_bytes)
