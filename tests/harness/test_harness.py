@@ -510,8 +510,8 @@ def broken_placement_solver():
         cell_s = get_table(instance).build_seconds + time.perf_counter() - started  # each cell builds its table
         if mode["value"] == "worse":
             return Proposal(_slower_strategy(instance, proposal.solution), FEASIBLE, message="slower strategy")
-        if mode["value"] == "slow":  # far beyond 3x the slowest good cell (the baseline's), whatever the load
-            time.sleep(max(SLOW_S, 6 * max(mode["good_s"], cell_s)))
+        if mode["value"] == "slow":  # far beyond 3x the slowest good cell and the stored baseline's, whatever the load
+            time.sleep(max(SLOW_S, 6 * max(mode["good_s"], cell_s), 10 * mode.get("baseline_s", 0.0)))
         else:
             mode["good_s"] = max(mode["good_s"], cell_s)
         return proposal
@@ -542,7 +542,10 @@ def test_placement_bench_flags_a_worse_plan_and_a_slowdown(tmp_path, broken_plac
     assert [(r.instance, r.solver, r.kind) for r in outcome.regressions] == [("grpo-1x8", "broken", "objective")]
     assert float(outcome.regressions[0].current) > float(outcome.regressions[0].baseline)
 
-    broken_placement_solver["value"] = "slow"  # beyond 3x the cell's time (table and greedy) + the floor
+    # beyond 3x the cell's time (table and greedy) + the floor, and 10x the baseline's own wall time (recorded
+    # under whatever load --update met: a reference computation up to 3x slower now still leaves it over 3x)
+    broken_placement_solver["baseline_s"] = stored["results"]["grpo-1x8"]["broken"]["wall_s"]
+    broken_placement_solver["value"] = "slow"
     outcome = run_bench(suite, baseline, floor_s=FLOOR_S, progress=False)
     assert [(r.solver, r.kind) for r in outcome.regressions] == [("broken", "time")]
 
