@@ -17,6 +17,9 @@ non-exact one that builds its own answer.
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.util
 import sys
 import time
 from collections.abc import Iterator
@@ -190,3 +193,35 @@ def work_clock(monkeypatch) -> WorkClock:
 
         monkeypatch.setattr(PlacementEvaluator, name, costed)
     return clock
+
+
+class SlowImport(importlib.abc.Loader):
+    """A lazily loaded stand-in for ``ortools.sat.python.cp_model`` whose import costs ``seconds`` on the work clock."""
+
+    def __init__(self, clock, seconds: float) -> None:
+        self.clock, self.seconds, self.runs = clock, seconds, 0
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        self.clock.now += self.seconds
+        self.runs += 1
+        real = importlib.import_module("ortools.sat.python.cp_model")
+        module.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
+
+
+def slow_ortools(monkeypatch, clock, seconds: float, users) -> SlowImport:
+    """Bind the ``cp_model`` of every module of ``users`` (the backend's modules that bind OR-Tools lazily) to one not
+    yet loaded module whose import takes ``seconds`` on ``clock`` (:func:`work_clock`)."""
+    from packplace.lazy import loaded
+
+    loader = SlowImport(clock, seconds)
+    spec = importlib.util.spec_from_loader("slow_cp_model", importlib.util.LazyLoader(loader))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for user in users:
+        monkeypatch.setattr(user, "cp_model", None)   # restored after the test; setattr(module) would read it
+        user.cp_model = module
+    assert not loaded(module) and loader.runs == 0
+    return loader

@@ -7,48 +7,17 @@ it."""
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
 
 import numpy as np
 
 import packplace
 from packplace.balance.instance import make_instance
-from packplace.lazy import loaded
 from packplace.run import run_for
 from packplace.solvers._ortools import ORTOOLS_IMPORT_S
+from tests.conftest import slow_ortools
 
 #: every module of the balance backend that binds OR-Tools' ``cp_model`` lazily
 LAZY_USERS = [importlib.import_module(f"packplace.solvers.balance.cpsat.{name}") for name in ("solver", "model")]
-
-
-class SlowImport(importlib.abc.Loader):
-    """A lazily loaded stand-in for ``ortools.sat.python.cp_model`` whose import costs ``seconds`` on the work clock."""
-
-    def __init__(self, clock, seconds: float) -> None:
-        self.clock, self.seconds, self.runs = clock, seconds, 0
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module) -> None:
-        self.clock.now += self.seconds
-        self.runs += 1
-        real = importlib.import_module("ortools.sat.python.cp_model")
-        module.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
-
-
-def slow_ortools(monkeypatch, clock, seconds: float) -> SlowImport:
-    """Bind the balance backend's ``cp_model`` to a not yet loaded module whose import takes ``seconds``."""
-    loader = SlowImport(clock, seconds)
-    spec = importlib.util.spec_from_loader("slow_cp_model", importlib.util.LazyLoader(loader))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for user in LAZY_USERS:
-        monkeypatch.setattr(user, "cp_model", None)   # restored after the test; setattr(module) would read it
-        user.cp_model = module
-    assert not loaded(module) and loader.runs == 0
-    return loader
 
 
 def _instance(samples: int, ranks: int):
@@ -62,7 +31,7 @@ def test_an_import_that_would_pass_the_deadline_is_not_started(monkeypatch, work
     # the build had loaded OR-Tools at its first CpModel() wherever it got to: a first call in a process ran the
     # whole import past a short limit
     limit = 0.3
-    loader = slow_ortools(monkeypatch, work_clock, 0.5)
+    loader = slow_ortools(monkeypatch, work_clock, 0.5, LAZY_USERS)
     start = work_clock.now
     result = packplace.balance(_instance(40, 4), solver="cpsat", time_limit_s=limit, seed=0)
     assert loader.runs == 0
@@ -74,7 +43,7 @@ def test_an_import_that_would_pass_the_deadline_is_not_started(monkeypatch, work
 
 
 def test_with_time_for_it_the_import_runs_and_the_model_is_solved(monkeypatch, work_clock):
-    loader = slow_ortools(monkeypatch, work_clock, ORTOOLS_IMPORT_S)
+    loader = slow_ortools(monkeypatch, work_clock, ORTOOLS_IMPORT_S, LAZY_USERS)
     result = packplace.balance(_instance(12, 2), solver="cpsat", time_limit_s=5.0, seed=0)
     assert loader.runs == 1
     assert result.info["cp_status"] == "OPTIMAL" and "build_stopped_at" not in result.info
@@ -85,7 +54,7 @@ def test_solve_from_start_does_not_start_the_import_without_time_for_it(monkeypa
     from packplace.solvers.balance.cpsat.solver import solve_from_start
     instance = _instance(12, 2)
     start = packplace.balance(instance, solver="repair", seed=0).solution.bins
-    loader = slow_ortools(monkeypatch, work_clock, 0.5)
+    loader = slow_ortools(monkeypatch, work_clock, 0.5, LAZY_USERS)
     solved = solve_from_start(instance, start, run_for("balance", instance, time_limit_s=0.3, seed=0))
     assert loader.runs == 0 and solved.bins is None
     assert solved.cp_status.startswith("out of time before building: OR-Tools is not loaded")

@@ -7,7 +7,6 @@ test gives it."""
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import packplace
 from packplace.lazy import lazy_module, loaded
 from packplace.placement import api, load_config
+from tests.conftest import SlowImport, slow_ortools
 
 ROOT = Path(__file__).resolve().parents[2]
 DPO = ROOT / "configs/placement/dpo_llama3.1-8b_1x8xh100.yaml"
@@ -23,36 +23,6 @@ CPSAT_SOLVE = importlib.import_module("packplace.solvers.placement.cpsat.solve")
 #: every module of the backend that binds OR-Tools' ``cp_model`` lazily
 LAZY_USERS = [CPSAT_SOLVE, *(importlib.import_module(f"packplace.solvers.placement.cpsat.{name}")
                              for name in ("model", "periodic"))]
-
-
-class SlowImport(importlib.abc.Loader):
-    """A lazily loaded stand-in for ``ortools.sat.python.cp_model`` whose import costs ``seconds`` on the work clock."""
-
-    def __init__(self, clock, seconds: float) -> None:
-        self.clock, self.seconds, self.runs = clock, seconds, 0
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module) -> None:
-        self.clock.now += self.seconds
-        self.runs += 1
-        real = importlib.import_module("ortools.sat.python.cp_model")
-        module.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
-
-
-def slow_ortools(monkeypatch, clock, seconds: float) -> SlowImport:
-    """Bind the backend's ``cp_model`` to a not yet loaded module whose import takes ``seconds``."""
-    loader = SlowImport(clock, seconds)
-    spec = importlib.util.spec_from_loader("slow_cp_model", importlib.util.LazyLoader(loader))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert not loaded(module) and loader.runs == 0
-    for user in LAZY_USERS:
-        monkeypatch.setattr(user, "cp_model", None)   # restored after the test; setattr(module) would read it
-        user.cp_model = module
-    assert loader.runs == 0
-    return loader
 
 
 def test_loaded_tells_a_lazy_module_before_and_after_its_first_read():
@@ -71,7 +41,7 @@ def test_an_ortools_import_that_would_pass_the_deadline_is_not_started(monkeypat
     # the old build loaded OR-Tools at its first CpModel() wherever it got to the model: a first call in a process
     # ran the whole import past the limit (0.2-0.7 s on the shared machine, benchmarks/ortools_import_time.py)
     limit, import_s = 0.4, 0.5
-    loader = slow_ortools(monkeypatch, work_clock, import_s)
+    loader = slow_ortools(monkeypatch, work_clock, import_s, LAZY_USERS)
     start = work_clock.now
     result = packplace.place(load_config(str(DPO)), "cpsat", time_limit_s=limit, seed=0)
     used = work_clock.now - start
@@ -84,7 +54,7 @@ def test_an_ortools_import_that_would_pass_the_deadline_is_not_started(monkeypat
 
 def test_with_time_for_it_the_import_runs_and_the_model_is_solved(monkeypatch, work_clock):
     limit = 10.0
-    loader = slow_ortools(monkeypatch, work_clock, CPSAT_SOLVE.ORTOOLS_IMPORT_S)
+    loader = slow_ortools(monkeypatch, work_clock, CPSAT_SOLVE.ORTOOLS_IMPORT_S, LAZY_USERS)
     start = work_clock.now
     result = packplace.place(load_config(str(DPO)), "cpsat", time_limit_s=limit, seed=0)
     assert loader.runs == 1
