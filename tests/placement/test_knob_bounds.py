@@ -21,6 +21,7 @@ from packplace.placement.checking.knob_bounds import (
     knob_bound,
 )
 from packplace.placement.checking.validate import load_setup
+from tests.placement.test_crossval import Run as CrossvalRun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 H200_FILE = os.path.join(ROOT, "benchmarks", "hardware", "h200", "measurements.json")
@@ -70,27 +71,13 @@ def test_knob_bound_reads_the_table_by_gpu_type():
     assert (knob_bound("phase_overhead", "h200").lower, knob_bound("phase_overhead", "h200").upper) == (0.0, 600.0)
 
 
-class Run:
-    """A synthetic run whose one figure is ``work / gemm_peak_fraction`` seconds on GPU type ``gpu``."""
+class Run(CrossvalRun):
+    """A synthetic run whose one figure is ``work / gemm_peak_fraction`` seconds on GPU type ``gpu``, whose
+    component table (``table``) replaces the knob or not."""
 
     def __init__(self, name, publication, work, published, gpu, table=False):
-        self.name, self.publication, self.work, self.gpu, self.table = name, publication, work, gpu, table
-        self.framework, self.not_fitted, self.skipped, self.pairs = "f", "", "", []
-        self.published = {"step": published}
-        self.section = {"published": self.published}
-        self.primary = "step"
-
-    def group(self, scope):
-        return self.gpu if scope == "gpu" else self.framework
-
-    def base_value(self, knob):
-        return 0.5
-
-    def score(self, values=None):
-        return {"step": self.work / (values or {}).get("gemm_peak_fraction", 0.5)}, True
-
-    def figures(self, values):
-        return self.score(values)[0]
+        super().__init__(name, publication, work, published, gpu)
+        self.table = table
 
     def table_replaces(self, knob):
         return self.table
