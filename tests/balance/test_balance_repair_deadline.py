@@ -57,6 +57,19 @@ def _lognormal(n: int, seed: int) -> np.ndarray:
     return np.clip(np.random.default_rng(seed).lognormal(7, 1.2, n).astype(int), 1, 8192)
 
 
+
+def _record_calls(monkeypatch) -> list[str]:
+    """The names of the backends the run calls (:meth:`Run.call`), in order, for the rest of the test."""
+    called: list[str] = []
+    original_call = Run.call
+
+    def call(self, name, **kwargs):
+        called.append(name)
+        return original_call(self, name, **kwargs)
+
+    monkeypatch.setattr(Run, "call", call)
+    return called
+
 def test_first_fit_decreasing_by_hand():
     # tokens 5, 4, 3, 3, 2, 1 into bins of 8: 5 -> b0, 4 -> b1, 3 -> b0 (8), 3 -> b1 (7), 2 -> b2, 1 -> b1 (8)
     inst = make_instance([5, 4, 3, 3, 2, 1], seq_len=8, data_parallel_size=1, local_batch_size=3)
@@ -177,14 +190,7 @@ def test_rule_keeping_repair_cut_in_its_move_table_starts_nothing_after(monkeypa
         return original_pack(*args, **kwargs)
 
     monkeypatch.setattr(constrained, "pack_rank", pack_rank)
-    called: list[str] = []
-    original_call = Run.call
-
-    def call(self, name, **kwargs):
-        called.append(name)
-        return original_call(self, name, **kwargs)
-
-    monkeypatch.setattr(Run, "call", call)
+    called = _record_calls(monkeypatch)
     result = packplace.balance(inst, solver=solver_name, time_limit_s=UNHURRIED_S)
     assert len(cut) == 1 and not packed_after
     assert "karmarkar_karp" not in called
@@ -200,14 +206,7 @@ def test_the_kk_start_is_not_begun_with_less_left_than_its_sort_takes(monkeypatc
     inst = make_instance(_lognormal(300, 2), seq_len=8192, data_parallel_size=4, local_batch_size="auto",
                          objective="balance")
     prepared = _common.prepare(inst)
-    called: list[str] = []
-    original_call = Run.call
-
-    def call(self, name, **kwargs):
-        called.append(name)
-        return original_call(self, name, **kwargs)
-
-    monkeypatch.setattr(Run, "call", call)
+    called = _record_calls(monkeypatch)
     assert start.kk_start_bins(inst, prepared, run_for("balance", inst, time_limit_s=1.0, finish_s=100.0)) == (
         None, start.KK_NOT_STARTED)
     assert called == []
