@@ -5,8 +5,6 @@ never above ``kk``'s, and the same input gives the same plan."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,8 +12,6 @@ from hypothesis import strategies as st
 
 import packplace
 from packplace.balance.evaluator import BalanceEvaluator
-from packplace.balance.instance import make_instance
-from packplace.harness.generators import cost_function
 from packplace.solvers.balance.repair import solver as repair
 from packplace.solvers.balance.repair.resplit import resplit
 from packplace.solvers.balance.repair.start import proven_level
@@ -25,6 +21,7 @@ from packplace.solvers.balance.repair.step import (
     FIRST_RESPLIT_PATIENCE_PER_RANK,
     step_level,
 )
+from tests.balance.test_balance_repair_settle import _lognormal
 
 # m = 1, seq_len 100, cost = tokens (the hand case of test_balance_repair_settle.py). Rank 0 = [7, 5] (12),
 # rank 1 = [9], rank 2 = [4, 6] (10). Leader rank 0 is paired lightest first: with rank 1 no split lowers
@@ -47,18 +44,6 @@ def test_patience_gives_up_after_checks_in_a_row_that_leave_the_makespan_at_any_
     assert (checks, accepted, timed_out) == (4, 1, False)
     assert max(sum(int(TOKENS[i]) for i in b) for b in bins) == 11
     assert _resplit(2) == _resplit(None)
-
-
-def _lognormal(n: int, ranks: int, per_rank: int, seed: int):
-    """The latency benchmark's batch (benchmarks/balance_latency.py): lognormal tokens (median 1024, sigma 1)
-    priced by training FLOPs, ``seq_len`` the smallest power of two holding them at 80% fill."""
-    rng = np.random.default_rng(seed)
-    tokens = np.maximum(1, np.rint(rng.lognormal(math.log(1024), 1.0, size=n))).astype(np.int64)
-    seq_len = 1 << math.ceil(math.log2(max(int(tokens.max()), tokens.sum() / (0.8 * ranks * per_rank))))
-    tokens = np.minimum(tokens, seq_len).tolist()
-    price = cost_function("flops")
-    return make_instance(tokens, [price(t) for t in tokens], seq_len=seq_len, data_parallel_size=ranks,
-                         local_batch_size=per_rank)
 
 
 @pytest.mark.parametrize("seed", [1, 17])
