@@ -85,9 +85,10 @@ def is_amount(value: object) -> bool:
 
 
 def counts_checked(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` with its count and amount parameters (by name: :data:`COUNT_PARAMETERS`,
-    :data:`NONNEGATIVE_COUNT_PARAMETERS`, :data:`AMOUNT_PARAMETERS`) checked at every call, positional or keyword
-    (``None`` skipped, as :func:`check_counts`; an array amount checked elementwise); ``function`` itself where it has none.
+    """``function`` with its count, level and amount parameters (by name: :data:`COUNT_PARAMETERS`,
+    :data:`NONNEGATIVE_COUNT_PARAMETERS`, :data:`LEVEL_PARAMETERS`, :data:`AMOUNT_PARAMETERS`) checked at every
+    call, positional or keyword (``None`` skipped, as :func:`check_counts`; an array amount checked elementwise);
+    ``function`` itself where it has none.
     The parameters' positions are read once, here, so a call pays a few comparisons.
 
     The wrapper raises ``ValueError``: ``NAME: FIELD must be a positive integer, got VALUE`` (``a non-negative
