@@ -151,7 +151,10 @@ def test_the_public_methods_with_counts_are_the_ones_expected():
                          "pipeline": {"pp"}, "tp_allreduce": {"tp"}, "engine_kv_budget": {"tp", "pp", "ep"},
                          "shard_ranks": {"dp"}, "update_shard": {"pp", "tp", "lora_rank"}}.items():
         assert set(methods[name][0]) == counts, name
-    assert methods["pipeline"][1] == ["micro_batches"] and methods["recompute_time"][1] == ["tokens"]
+    assert methods["pipeline"][1] == ["micro_batches", "stage_time"] and methods["recompute_time"][1] == ["tokens"]
+    assert methods["allreduce"][1] == ["nbytes"] and methods["gemm_efficiency"][1] == ["rows", "inner"]
+    assert methods["decode_step_times"][1] == ["running", "context_sum"]
+    assert methods["compute_time"][1] == ["flops_per_token", "factor", "tokens"]
     assert len(methods) >= 50
 
 
@@ -199,6 +202,57 @@ def test_whole_counts_of_any_type_price_the_public_methods_as_the_int(setup):
     assert cost.pipeline(42.5, 2, 1.0) == pytest.approx(43.5)   # micro_batches: a mean over the packing draws
 
 
+def test_bytes_rows_factor_and_stage_time_are_amounts(setup):
+    # each of these priced a negative or nan number of seconds, or an efficiency of 0
+    cost, model = setup
+    for call, message in [
+            (lambda: cost.allreduce(-1e9, 8, 1),
+             r"^allreduce: nbytes must be a finite number >= 0, got -1000000000\.0$"),
+            (lambda: cost.allreduce(float("nan"), 8, 1), r"^allreduce: nbytes must be a finite number >= 0, got nan$"),
+            (lambda: cost.p2p(-1e9, 1), r"^p2p: nbytes must be a finite number >= 0, got -1000000000\.0$"),
+            (lambda: cost.gemm_efficiency(-5, 4096), r"^gemm_efficiency: rows must be a finite number >= 0, got -5$"),
+            (lambda: cost.pipeline(4, 2, -1.0), r"^pipeline: stage_time must be a finite number >= 0, got -1\.0$"),
+            (lambda: cost.compute_time(model, 1e9, -1.0, 1000.0, 1, 1),
+             r"^compute_time: factor must be a finite number >= 0, got -1\.0$"),
+            (lambda: cost.hybrid_shard_seconds(-1e9, 1e9, 8, 4, 1, EXTENT),
+             r"^hybrid_shard_seconds: gather_bytes must be a finite number >= 0, got -1000000000\.0$")]:
+        with pytest.raises(ValueError, match=message):
+            call()
+    # the good values still price: (4 + 2 - 1) stages of 1 s; a ring of 1 rank is free
+    assert cost.pipeline(4, 2, 1.0) == 5.0 and cost.allreduce(1e9, 1, 0) == 0.0
+
+
+def test_an_array_amount_is_checked_elementwise(setup):
+    cost, model = setup
+    good = cost.decode_step_times(model, 1, 1, EXTENT, 1, np.array([32.0]), np.array([32.0 * 2048]))
+    assert good.shape == (1,) and good[0] > 0
+    for running, shown in [([-32.0], r"-32\."), ([np.nan], "nan"), ([1.0, np.inf], "inf")]:
+        with pytest.raises(ValueError,
+                           match=rf"^decode_step_times: running must hold finite numbers >= 0, got .*{shown}"):
+            cost.decode_step_times(model, 1, 1, EXTENT, 1, np.array(running), np.array([32.0 * 2048] * len(running)))
+    with pytest.raises(ValueError, match=r"^tp_allreduce: nbytes must hold finite numbers >= 0"):
+        cost.tp_allreduce(np.array([1e9, -1e9]), 2, EXTENT)
+    assert cost.tp_allreduce(np.array([], dtype=float), 2, EXTENT).shape == (0,)   # an empty array passes
+
+
+@pytest.mark.parametrize("level", [-1, 3, 7, 1.5, float("nan"), True])
+def test_a_level_outside_0_1_2_is_refused(setup, level):
+    cost = setup[0]
+    with pytest.raises(ValueError, match=r"^allreduce: level must be 0, 1 or 2 \(.*\), got "):
+        cost.allreduce(1e9, 8, level)
+    with pytest.raises(ValueError, match=r"^p2p: level must be 0, 1 or 2"):
+        cost.p2p(1e9, level)
+
+
+def test_a_huge_count_is_a_value_error_not_an_overflow(setup):
+    cost, model = setup
+    with pytest.raises(ValueError, match=r"^pass_time: tp must be an integer <= 2\*\*53, got 1e\+300$"):
+        cost.pass_time(model, True, 8, 1, 1e300, 4, EXTENT)
+    with pytest.raises(ValueError, match=r"^pipeline: pp must be an integer <= 2\*\*53, got 9007199254740993$"):
+        cost.pipeline(4, 2 ** 53 + 1, 1.0)
+    assert cost.pipeline(0, 2 ** 53, 1.0) == 2 ** 53 - 1   # the largest count still prices
+
+
 # -- the model's own calls reach the unchecked methods through CostModel's ``_NAME_unchecked`` aliases
 def test_the_model_calls_its_methods_unchecked_and_outside_callers_checked(setup):
     from packplace.placement.model.cost import CostModel
@@ -237,6 +291,17 @@ def test_an_alias_follows_an_override_and_a_function_set_on_the_class(setup, mon
     assert cost._pass_kernels_unchecked(1, 1) == "patched"
     monkeypatch.undo()
     assert cost._pass_kernels_unchecked(1, 1) == cost.pass_kernels(1, 1) != "patched"
+
+
+def test_an_override_set_on_an_instance_reaches_outside_calls_only(setup):
+    # documented (CostModel's docstring): the aliases follow the class, so patch the class or subclass it
+    from packplace.placement.model.cost import CostModel
+    cost, model = setup
+    copy = CostModel(cost.hw, cost.cluster, cost.workload)
+    before = copy.pass_time(model, True, 8, 1, 1, 4, EXTENT)
+    copy.compute_time = lambda *args, **kwargs: 1000.0
+    assert copy.compute_time(model, 1.0, 1.0, 1.0, 1, 1) == 1000.0
+    assert copy.pass_time(model, True, 8, 1, 1, 4, EXTENT) == before
 
 
 def test_an_alias_that_is_not_its_method_is_refused():

@@ -169,11 +169,18 @@ def vllm_decode_table(table: ComponentTable, hardware: Hardware) -> ComponentTab
 class CostModel(metaclass=CountsGuarded):
     """Analytic time model of the vertices of one instance.
 
-    Every public method checks its counts and token amounts by parameter name before it runs
-    (:func:`~packplace.placement.model.counts.guard_counts`): ``dp``, ``pp``, ``tp``, ``ep``, ``micro_batch``,
-    ``shard``, ``ranks`` and the like must be positive integers (``lora_rank`` >= 0), ``tokens``, ``sequences``,
-    ``batch``, ``seq_len``, ``kv_tokens`` and ``micro_batches`` finite numbers >= 0; else ``ValueError`` naming
-    the method, the field and the value.
+    Every public method checks these parameters, by name, before it runs
+    (:func:`~packplace.placement.model.counts.guard_counts`), and no others: ``dp``, ``pp``, ``tp``, ``ep``,
+    ``micro_batch``, ``ranks``, ``per_node``, ``stride``, ``shard``, ``ulysses``, ``slots`` and ``dst_dp`` must be
+    integers from 1 to 2**53 (``lora_rank`` from 0); ``level`` 0, 1 or 2; ``tokens``, ``sequences``, ``batch``,
+    ``kv_tokens``, ``seq_len``, ``micro_batches``, ``nbytes``, ``gather_bytes``, ``reduce_bytes``, ``rows``,
+    ``inner``, ``flops_per_token``, ``factor``, ``stage_time``, ``running`` and ``context_sum`` finite numbers
+    >= 0 (an array elementwise); else ``ValueError`` naming the method, the field and the value.
+
+    The class's own calls go through unchecked aliases (``_NAME_unchecked``), which follow a method replaced on
+    the class or overridden in a subclass but not one set on an instance: to override or mock a method, patch the
+    class (``monkeypatch.setattr(CostModel, NAME, ...)``) or subclass it; an attribute set on an instance changes
+    only the calls made to it from outside.
 
     Args:
         hardware, cluster, workload: The instance's figures.
@@ -770,11 +777,11 @@ class CostModel(metaclass=CountsGuarded):
         grouped GEMMs with token permutation and all-to-all; source of the H100 value:
         :data:`~packplace.placement.problem.hardware.MOE_GEMM_PEAK_FRACTION_H100`) instead of
         ``gemm_peak_fraction``."""
-        eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
+        eff = self._gemm_efficiency_unchecked(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
         if not model.is_moe:
             return factor * flops_per_token * tokens / (tp * self.hw.flops_per_gpu * eff)
         expert = 2.0 * model.experts_per_token * model.expert_gemm_params
-        eff_e = self.gemm_efficiency(self._expert_rows_unchecked(model, tokens, ep), model.hidden_dim / tp)
+        eff_e = self._gemm_efficiency_unchecked(self._expert_rows_unchecked(model, tokens, ep), model.hidden_dim / tp)
         if trainer and self.hw.moe_gemm_peak_fraction > 0:
             eff_e *= self.hw.moe_gemm_peak_fraction / self.hw.gemm_peak_fraction
         return factor * tokens * ((flops_per_token - expert) / eff + expert / eff_e) / (tp * self.hw.flops_per_gpu)
@@ -1052,7 +1059,7 @@ class CostModel(metaclass=CountsGuarded):
             layer_compute = self._compute_time_unchecked(model, block_flops, 1.0, tokens, tp, ep) / model.layers
         else:
             layer_compute = self._compute_time_unchecked(model, block_flops, factor, tokens, tp, ep) / model.layers
-        eff = self.gemm_efficiency(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
+        eff = self._gemm_efficiency_unchecked(tokens, model.hidden_dim / tp)  # all tokens on every TP rank
         head = factor * head_flops * tokens / (tp * self.hw.flops_per_gpu * eff)
         table = self._components_for_unchecked(model, lora_rank)
         if table is not None:   # measured components: one layer's kernels, and the head's
@@ -1070,7 +1077,7 @@ class CostModel(metaclass=CountsGuarded):
             stage = max(stage, max(counts[:-1]) * per_layer)
         if pp > 1 and not layers_only:
             level = self._group_level_unchecked(dp * pp * tp, extent)
-            stage += (2 if train else 1) * self.p2p(tokens * model.hidden_dim * ACT_BYTES / tp, level)
+            stage += (2 if train else 1) * self._p2p_unchecked(tokens * model.hidden_dim * ACT_BYTES / tp, level)
         return stage
 
     def update_time(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int], ep: int = 1,
@@ -1523,7 +1530,7 @@ class CostModel(metaclass=CountsGuarded):
             compute = self._compute_time_unchecked(model, self.forward_flops_per_token(model, S), 1.0, rows, tp, ep,
                                                    trainer=False) * passes
         else:
-            eff = self.gemm_efficiency(rows, d / tp)
+            eff = self._gemm_efficiency_unchecked(rows, d / tp)
             compute = self.forward_flops_per_token(model, S) * S * sequences / (tp * hw.flops_per_gpu * eff)
         table = self._components_for_unchecked(model)
         if table is not None:   # measured components: forward of the layers, the last tokens' logits
@@ -1803,7 +1810,7 @@ class CostModel(metaclass=CountsGuarded):
         if not engine and src_range == dst_range and src_layout == dst_layout:
             return 0.0
         level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
-        return self.p2p(shard, level) + (self.hw.weight_sync_overhead if engine else 0.0)
+        return self._p2p_unchecked(shard, level) + (self.hw.weight_sync_overhead if engine else 0.0)
 
     def colocated_sync_time(self, model: ModelSpec, dst_layout: tuple[int, ...],
                             block: tuple[int, int] | None = None) -> float:
@@ -1860,7 +1867,7 @@ class CostModel(metaclass=CountsGuarded):
         w = self.workload
         level = self.cluster.span_level(min(src_range[0], dst_range[0]), max(src_range[1], dst_range[1]))
         nbytes = w.sequences * (w.context_length + w.max_response) * EDGE_BYTES_PER_TOKEN / dst_dp
-        return self.p2p(nbytes, level)
+        return self._p2p_unchecked(nbytes, level)
 
     # The model's own calls go to these unchecked aliases of its public methods: guard_counts wraps only the
     # public names, so a caller from outside is checked once at its entry and the model's inner loops (most of
@@ -1884,6 +1891,7 @@ class CostModel(metaclass=CountsGuarded):
     _engine_reservation_unchecked = engine_reservation
     _expert_rows_unchecked = expert_rows
     _flash_attn2_fractions_unchecked = flash_attn2_fractions
+    _gemm_efficiency_unchecked = gemm_efficiency
     _generate_time_unchecked = generate_time
     _group_level_unchecked = group_level
     _link_unchecked = link
@@ -1892,6 +1900,7 @@ class CostModel(metaclass=CountsGuarded):
     _pass_kernels_unchecked = pass_kernels
     _pass_shape_unchecked = pass_shape
     _pass_time_unchecked = pass_time
+    _p2p_unchecked = p2p
     _peak_pass_tokens_unchecked = peak_pass_tokens
     _pipeline_unchecked = pipeline
     _prefill_time_unchecked = prefill_time

@@ -1,5 +1,10 @@
 """The one input check of the model's cost functions for counts: degrees of parallelism (``dp``, ``pp``,
-``tp``, a shard group), and numbers of calls, passes, layers or ranks.
+``tp``, a shard group), and numbers of calls, passes, layers or ranks; and for amounts and network levels.
+
+The check is by parameter name, and only the names listed here are checked: counts
+(:data:`COUNT_PARAMETERS`, :data:`NONNEGATIVE_COUNT_PARAMETERS`, at most :data:`MAX_COUNT`), levels
+(:data:`LEVEL_PARAMETERS`) and amounts (:data:`AMOUNT_PARAMETERS`). Other parameters (``context``, ``layers``, a
+layout or a range, a model) are taken as given.
 
 A count is a whole number: an ``int``, a numpy integer or an integral float (``64.0``), never a bool, a fraction,
 ``nan`` or an infinity. A fractional ``tp`` would price a fraction of a ring or a copy and return a plausible
@@ -57,10 +62,20 @@ COUNT_PARAMETERS = frozenset({"dp", "pp", "tp", "ep", "micro_batch", "ranks", "p
                               "ulysses", "slots", "dst_dp"})
 #: Counts that may be 0 (no LoRA adapter).
 NONNEGATIVE_COUNT_PARAMETERS = frozenset({"lora_rank"})
-#: Token, sequence and micro-batch amounts: real numbers (a mean over a batch or over the packing draws may be
-#: fractional: ``micro_batches``), finite and >= 0 (an empty pass prices 0); an array of them is left to the caller
-#: (the vectorised decode terms).
-AMOUNT_PARAMETERS = frozenset({"tokens", "sequences", "batch", "kv_tokens", "seq_len", "micro_batches"})
+#: The largest count accepted (2**53, the largest integer a float holds exactly): ``tp=1e300`` is refused with a
+#: ``ValueError`` rather than overflowing in the arithmetic.
+MAX_COUNT = 2 ** 53
+#: Network levels (``level``): 0 inside a node, 1 inside a rack, 2 across racks
+#: (:meth:`~packplace.placement.problem.hardware.Hardware.coll`); any other value is refused.
+LEVEL_PARAMETERS = frozenset({"level"})
+MAX_LEVEL = 2
+#: Amounts: tokens, sequences, micro-batches, bytes, GEMM rows and inner dimension, FLOPs per token, a FLOP
+#: factor, a stage's seconds, and the decode terms' running sequences and context sums: real numbers (a mean over a
+#: batch or over the packing draws may be fractional: ``micro_batches``), finite and >= 0 (an empty pass prices
+#: 0). An array amount is checked elementwise (its minimum >= 0 and its maximum finite).
+AMOUNT_PARAMETERS = frozenset({"tokens", "sequences", "batch", "kv_tokens", "seq_len", "micro_batches",
+                               "nbytes", "gather_bytes", "reduce_bytes", "rows", "inner", "flops_per_token",
+                               "factor", "stage_time", "running", "context_sum"})
 
 
 def is_amount(value: object) -> bool:
@@ -70,28 +85,30 @@ def is_amount(value: object) -> bool:
 
 
 def counts_checked(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` with its count and amount parameters (by name: :data:`COUNT_PARAMETERS`,
-    :data:`NONNEGATIVE_COUNT_PARAMETERS`, :data:`AMOUNT_PARAMETERS`) checked at every call, positional or keyword
-    (``None`` skipped, as :func:`check_counts`; an array amount skipped); ``function`` itself where it has none.
+    """``function`` with its count, level and amount parameters (by name: :data:`COUNT_PARAMETERS`,
+    :data:`NONNEGATIVE_COUNT_PARAMETERS`, :data:`LEVEL_PARAMETERS`, :data:`AMOUNT_PARAMETERS`) checked at every
+    call, positional or keyword (``None`` skipped, as :func:`check_counts`; an array amount checked elementwise);
+    ``function`` itself where it has none.
     The parameters' positions are read once, here, so a call pays a few comparisons.
 
     The wrapper raises ``ValueError``: ``NAME: FIELD must be a positive integer, got VALUE`` (``a non-negative
-    integer`` for ``lora_rank``; ``a finite number >= 0`` for an amount)."""
+    integer`` for ``lora_rank``; ``an integer <= 2**53`` for a larger count; ``0, 1 or 2`` for ``level``;
+    ``a finite number >= 0`` for an amount, elementwise for an array)."""
     parameters = list(inspect.signature(function).parameters)
-    plan = [(name, index, 0 if name in NONNEGATIVE_COUNT_PARAMETERS else 1 if name in COUNT_PARAMETERS else None)
-            for index, name in enumerate(parameters)
-            if name in COUNT_PARAMETERS or name in NONNEGATIVE_COUNT_PARAMETERS or name in AMOUNT_PARAMETERS]
+    plan = [(name, index, *_bounds(name)) for index, name in enumerate(parameters)
+            if name in COUNT_PARAMETERS or name in NONNEGATIVE_COUNT_PARAMETERS or name in LEVEL_PARAMETERS
+            or name in AMOUNT_PARAMETERS]
     if not plan:
         return function
     label = function.__name__
 
     @functools.wraps(function)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        for name, index, minimum in plan:
+        for name, index, minimum, maximum in plan:
             value = args[index] if index < len(args) else kwargs.get(name)
             kind = type(value)
             if kind is int:   # the common cases first: a plain int count or amount, a plain float amount
-                if value >= (0 if minimum is None else minimum):
+                if (0 if minimum is None else minimum) <= value <= maximum:
                     continue
             elif kind is float and minimum is None:
                 if 0.0 <= value < math.inf:
@@ -99,14 +116,43 @@ def counts_checked(function: Callable[..., Any]) -> Callable[..., Any]:
             elif value is None:
                 continue
             if minimum is None:
-                if not is_amount(value) and not isinstance(value, np.ndarray):
-                    raise ValueError(f"{label}: {name} must be a finite number >= 0, got {value!r}")
-            elif not is_count(value, minimum):
-                check_counts(label, minimum, **{name: value})
+                _check_amount(label, name, value)
+            elif not is_count(value, minimum) or value > maximum:
+                _refuse_count(label, name, value, minimum, maximum)
         return function(*args, **kwargs)
 
     checked._counts_unchecked = function  # type: ignore[attr-defined]   # unchecked(): the function itself
     return checked
+
+
+def _bounds(name: str) -> tuple[int | None, float]:
+    """``(minimum, maximum)`` of the parameter ``name``: ``minimum`` None for an amount (no maximum but finite)."""
+    if name in LEVEL_PARAMETERS:
+        return 0, MAX_LEVEL
+    if name in AMOUNT_PARAMETERS:
+        return None, math.inf
+    return (0 if name in NONNEGATIVE_COUNT_PARAMETERS else 1), MAX_COUNT
+
+
+def _check_amount(function: str, name: str, value: object) -> None:
+    """Refuse an amount that is not a finite real >= 0, or an array of them (elementwise: its minimum >= 0 and its
+    maximum finite; ``nan`` fails both)."""
+    if isinstance(value, np.ndarray):
+        if value.size == 0 or (value.min() >= 0 and value.max() < math.inf):
+            return
+        raise ValueError(f"{function}: {name} must hold finite numbers >= 0, got {value!r}")
+    if not is_amount(value):
+        raise ValueError(f"{function}: {name} must be a finite number >= 0, got {value!r}")
+
+
+def _refuse_count(function: str, name: str, value: object, minimum: int, maximum: float) -> None:
+    """The ``ValueError`` of a count ``value`` outside ``minimum..maximum`` (or not a whole number)."""
+    if maximum == MAX_LEVEL:
+        raise ValueError(f"{function}: {name} must be 0, 1 or 2 (inside a node, across nodes of a rack, across "
+                         f"racks), got {value!r}")
+    if is_count(value, minimum):
+        raise ValueError(f"{function}: {name} must be an integer <= 2**53, got {value!r}")
+    check_counts(function, minimum, **{name: value})
 
 
 def unchecked(member: Any) -> Any:
