@@ -223,19 +223,28 @@ def _best_start(instance: BalanceInstance, run: Run, time_limit_s: float,
     A start whose objective ``meets_bound`` (proven optimal) ends the list. The start backends share
     ``time_limit_s`` seconds; once one has failed and none has found a start, the
     next one may use everything up to ``deadline`` (``packplace.run.clock()`` seconds) instead: without a start there is
-    nothing to search from, so the search's share is better spent finding one. The start backends run
+    nothing to search from, so the search's share is better spent finding one. No start backend runs past
+    ``run``'s own deadline (one reached there is skipped, with ``cut`` set). The start backends run
     through :meth:`~packplace.run.Run.call` (same evaluator and incumbent)."""
     evaluator = run.evaluator
     best: tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float] = (None, "", math.inf)
     notes = []
     cut = False
     started = clock()
+    hard = math.inf if run.deadline is None else run.deadline
     for name in (*START_SOLVERS, *((FALLBACK_SOLVER,) if FALLBACK_SOLVER else ())):
         if name == FALLBACK_SOLVER and best[0] is not None:
             break
         left = max(0.01, time_limit_s - (clock() - started))
         if best[0] is None and notes:  # every backend so far failed
             left = max(left, deadline - clock())
+        # never past lns's own deadline: a start backend gets no more time than it would alone, so lns never
+        # returns a plan made after its limit where ``repair`` under the same limit has none
+        left = min(left, hard - clock())
+        if left <= 0.0:
+            cut = True
+            notes.append(f"{name}: no time left (time limit reached)")
+            continue
         proposal = run.call(name, time_limit_s=left)
         if proposal.solution is None:
             cut = cut or proposal.hit_time_limit
