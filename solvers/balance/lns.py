@@ -77,7 +77,7 @@ START_SOLVERS = ("repair",)
 #: The backend of last resort when the start backend returns nothing (a dead end or its share of the
 #: limit spent): the cheapest construction, given the whole time left.
 FALLBACK_SOLVER: str | None = "lpt"
-#: Share of the time limit the start backend may use: all of it (less the read-back reserve), the budget
+#: Share of the time limit the start backend may use: all of it (up to lns's own deadline), the budget
 #: ``repair`` alone would get, so that lns's answer is never worse than ``repair``'s under the same limit
 #: and a start that ``repair`` finishes in the limit is never cut off by a smaller share (where ``repair``
 #: finishes early, as it mostly does, the rest of the limit goes to the neighbourhoods).
@@ -413,9 +413,10 @@ class _Lns:
             return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=True, iterations=0,
                             message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
                                      f"{len(instance.samples)} samples; no start made"))
-        start_share = max(0.01, START_SHARE * (deadline - READBACK_RESERVE_S - run.now()))
+        # the budget ``repair`` alone would get (the read-back reserve is for the neighbourhoods, which run after it)
+        start_share = max(0.01, START_SHARE * (deadline - run.now()))
         start, source, start_objective, notes, start_cut = _best_start(
-            instance, run, start_share, deadline - READBACK_RESERVE_S, self.meets_integer_bound)
+            instance, run, start_share, deadline, self.meets_integer_bound)
         self.start, self.source, self.start_objective = start, source, start_objective
         self.info = info = {"start": source or None, "start_objective": start_objective if start else None}
         if start is None:
