@@ -77,7 +77,7 @@ START_SOLVERS = ("repair",)
 #: The backend of last resort when the start backend returns nothing (a dead end or its share of the
 #: limit spent): the cheapest construction, given the whole time left.
 FALLBACK_SOLVER: str | None = "lpt"
-#: Share of the time limit the start backend may use: all of it (less the read-back reserve), the budget
+#: Share of the time limit the start backend may use: all of it (up to lns's own deadline), the budget
 #: ``repair`` alone would get, so that lns's answer is never worse than ``repair``'s under the same limit
 #: and a start that ``repair`` finishes in the limit is never cut off by a smaller share (where ``repair``
 #: finishes early, as it mostly does, the rest of the limit goes to the neighbourhoods).
@@ -223,19 +223,28 @@ def _best_start(instance: BalanceInstance, run: Run, time_limit_s: float,
     A start whose objective ``meets_bound`` (proven optimal) ends the list. The start backends share
     ``time_limit_s`` seconds; once one has failed and none has found a start, the
     next one may use everything up to ``deadline`` (``packplace.run.clock()`` seconds) instead: without a start there is
-    nothing to search from, so the search's share is better spent finding one. The start backends run
+    nothing to search from, so the search's share is better spent finding one. No start backend runs past
+    ``run``'s own deadline (one reached there is skipped, with ``cut`` set). The start backends run
     through :meth:`~packplace.run.Run.call` (same evaluator and incumbent)."""
     evaluator = run.evaluator
     best: tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float] = (None, "", math.inf)
     notes = []
     cut = False
     started = clock()
+    hard = math.inf if run.deadline is None else run.deadline
     for name in (*START_SOLVERS, *((FALLBACK_SOLVER,) if FALLBACK_SOLVER else ())):
         if name == FALLBACK_SOLVER and best[0] is not None:
             break
         left = max(0.01, time_limit_s - (clock() - started))
         if best[0] is None and notes:  # every backend so far failed
             left = max(left, deadline - clock())
+        # never past lns's own deadline: a start backend gets no more time than it would alone, so lns never
+        # returns a plan made after its limit where ``repair`` under the same limit has none
+        left = min(left, hard - clock())
+        if left <= 0.0:
+            cut = True
+            notes.append(f"{name}: no time left (time limit reached)")
+            continue
         proposal = run.call(name, time_limit_s=left)
         if proposal.solution is None:
             cut = cut or proposal.hit_time_limit
@@ -404,9 +413,10 @@ class _Lns:
             return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=True, iterations=0,
                             message=(f"lns: time limit {limit:g} s is shorter than a start takes at "
                                      f"{len(instance.samples)} samples; no start made"))
-        start_share = max(0.01, START_SHARE * (deadline - READBACK_RESERVE_S - run.now()))
+        # the budget ``repair`` alone would get (the read-back reserve is for the neighbourhoods, which run after it)
+        start_share = max(0.01, START_SHARE * (deadline - run.now()))
         start, source, start_objective, notes, start_cut = _best_start(
-            instance, run, start_share, deadline - READBACK_RESERVE_S, self.meets_integer_bound)
+            instance, run, start_share, deadline, self.meets_integer_bound)
         self.start, self.source, self.start_objective = start, source, start_objective
         self.info = info = {"start": source or None, "start_objective": start_objective if start else None}
         if start is None:

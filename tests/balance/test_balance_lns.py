@@ -305,3 +305,24 @@ def test_a_failed_start_is_named_once(monkeypatch):
     assert repaired.status == "optimal" and repaired.objective == 17.0 and repaired.bound == 17.0
     assert repaired.message == ("karmarkar_karp's answer (better than the rule-keeping repair: "
                                 f"{why.replace('7 samples', '6 samples')})")
+
+
+@pytest.mark.parametrize("limit", [1e-9, 1e-6])
+def test_lns_has_no_plan_at_a_limit_where_repair_has_none(work_clock, limit):
+    """Below the quick packing's size (2,000 samples) a limit too short for ``repair`` to finish its
+    construction leaves it without a plan; ``lns`` starts from ``repair`` and gives it no more time than
+    ``repair`` alone gets (its start backends stop at its own deadline), so it has none either, and it does not
+    run on past its limit to make one. On the work clock a call's readings are its only cost."""
+    rng = np.random.default_rng(1)
+    tokens = np.clip(rng.lognormal(7, 1.2, 2000).astype(int), 1, 8192)
+    instance = make_instance(tokens=tokens, seq_len=8192, data_parallel_size=8, local_batch_size="auto",
+                             objective="makespan")
+    results = {}
+    for solver in ("repair", "lns"):
+        begin = work_clock.now
+        results[solver] = packplace.balance(instance, solver=solver, time_limit_s=limit, seed=0)
+        assert results[solver].hit_time_limit
+        assert work_clock.now - begin < limit + 2e-3  # the front end's checks and finish, never a 10 ms start
+    assert (results["repair"].solution is None) == (results["lns"].solution is None)
+    if results["repair"].solution is None:
+        assert results["lns"].status == "unknown" and results["lns"].objective == float("inf")

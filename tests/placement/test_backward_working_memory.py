@@ -105,18 +105,20 @@ def test_pass_memory_prices_the_head_phase_of_every_trainer() -> None:
 
 def test_framework_head_backward_by_hand() -> None:
     """A framework trainer (bf16 weights, gradients held as training state), Llama-3.1-8B over tp 2, 2,048 tokens:
-    the head's backward holds the logits' bf16 gradient 2·V·1,024 (262.7 MB), the head input's 2·d·1,024 (8.4 MB)
-    and the head's bf16 weight gradient 2·V·d/2 (525.3 MB) with 3 MiB of slack: 799.5 MB, below the loss's phase
-    (12 · V · 1,024 = 1,576.0 MB); at 128 tokens (12 · V · 64 = 98.5 MB against 2·V·64 + 2·d·64 + 2·V·d/2 = 542.2 MB
-    and 3 MiB) the head's phase is the larger. verl's loss phase (4 · V · 1,024 = 525.3 MB) is below it at 2,048."""
+    the head's backward holds the logits' bf16 gradient 2·V·1,024 (262.7 MB), the head input's whole gradient
+    2·d·2,048 (16.8 MB), the input all-gathered again under sequence parallelism 2·d·2,048 (16.8 MB), the
+    reduce-scattered input gradient 2·d·1,024 (8.4 MB) and the head's bf16 weight gradient 2·V·d/2 (525.3 MB) with
+    5 MiB of slack: 835.2 MB, below the loss's phase (12 · V · 1,024 = 1,576.0 MB); at 128 tokens (12 · V · 64 =
+    98.5 MB against 2·V·64 + 2·d·(2·128 + 64) + 2·V·d/2 = 544.4 MB and 5 MiB) the head's phase is the larger.
+    verl's loss phase (4 · V · 1,024 = 525.3 MB) is below it at 2,048."""
     v, d = 128256, 4096
     tt = train_transient(LLAMA31_8B, tokens=2048, n_layers=32, last=True, first=True, recompute="none", tp=2,
                          inflight=1, autocast=False, held_gradients=True)
-    assert tt.head_gradient == 2 * v * 1024 + 2 * d * 1024 + 2 * v * d // 2 + 3 * MIB == 799_539_200
+    assert tt.head_gradient == 2 * v * 1024 + 2 * d * (2 * 2048 + 1024) + 2 * v * d // 2 + 5 * MIB == 835_190_784
     assert tt.logits_backward == 12 * v * 1024 == 1_576_009_728
     short = train_transient(LLAMA31_8B, tokens=128, n_layers=32, last=True, first=True, recompute="none", tp=2,
                             inflight=1, autocast=False, held_gradients=True)
-    assert short.head_gradient == 2 * v * 64 + 2 * d * 64 + 2 * v * d // 2 + 3 * MIB == 545_423_360
+    assert short.head_gradient == 2 * v * 64 + 2 * d * (2 * 128 + 64) + 2 * v * d // 2 + 5 * MIB == 549_617_664
     assert short.logits_backward == 12 * v * 64 == 98_500_608
     assert short.peak(0.0) == pytest.approx(short.saved + short.head_gradient + short.slack_forward)
     # verl's bf16 logits (2, 4 bytes per entry): the loss's phase 4·V·t, the head's phase as above
@@ -127,7 +129,7 @@ def test_framework_head_backward_by_hand() -> None:
 
 def test_a_short_fsdp_pass_peaks_at_the_roots_reduce_scatter() -> None:
     """``estimate``'s pass of a verl FSDP trainer (ZeRO-3 layout over 8, tp 2), Llama-3.1-8B, 128 tokens: the head's
-    gradient (545.4 MB beside the saved set in the head's backward phase) is now topped by the backward's end, where
+    gradient (549.6 MB beside the saved set in the head's backward phase) is now topped by the backward's end, where
     the FSDP root unit (embedding 525,336,576, final norm and head 525,340,672: R = 1,050,677,248/2 + 2·4096 =
     525,346,816 parameters per GPU) reduce-scatters its bf16 gradient and its fp32 copy: 4R = 2,101,387,264 bytes
     beyond its gathered weights (fsdp_root_bytes), on top of the sharded gradients 2·p/(tp·dp)."""
@@ -136,5 +138,5 @@ def test_a_short_fsdp_pass_peaks_at_the_roots_reduce_scatter() -> None:
     tt = train_transient(LLAMA31_8B, tokens=128, n_layers=32, last=True, first=True, recompute="none", tp=2,
                          inflight=1, autocast=False)
     assert pm.phase == "backward_end"
-    assert tt.head_gradient == 545_423_360
+    assert tt.head_gradient == 549_617_664
     assert pm.gradients == pytest.approx(2.0 * stage_params(LLAMA31_8B, 1)[0] / 2 / 8 + 2_101_387_264)

@@ -981,7 +981,7 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
         head_gradient, layer_gradients = _bare_loop_backward(model, t, head, model.block_params / model.layers / tp,
                                                              autocast, held_gradients)
     else:
-        head_gradient, layer_gradients = head_backward_bytes(model, t, head, autocast), 0.0
+        head_gradient, layer_gradients = head_backward_bytes(model, t, head, autocast, tp), 0.0
     return TrainTransient(
         copies_forward=copies_forward, copies_backward=copies_backward, saved=saved,
         logits_forward=logit_bytes_per_token(model, False, logit_bytes) * t if last else 0.0,
@@ -1026,7 +1026,7 @@ def _bare_loop_backward(model: ModelSpec, tokens: float, head: float, layer: flo
     return head_phase, layer_phase
 
 
-def head_backward_bytes(model: ModelSpec, tokens: float, head: float, autocast: bool) -> float:
+def head_backward_bytes(model: ModelSpec, tokens: float, head: float, autocast: bool, tp: int = 1) -> float:
     """Bytes the output head's matmul backward holds beside the saved tensors on the last stage, for ``tokens``
     tokens per GPU and ``head`` head parameters per GPU, on every trainer: the logits' 16-bit gradient (``2·V`` per
     token; the loss's fp32 tensors and their gradients are freed by then: the cast's backward, or verl's in-place
@@ -1051,11 +1051,28 @@ def head_backward_bytes(model: ModelSpec, tokens: float, head: float, autocast: 
     The loss's own phase (:func:`logit_bytes_per_token`) ends before this one starts (its fp32 tensors are freed
     when the matmul runs), so the two are separate phases, never summed. Sources: PyTorch ``derivatives.yaml``
     (``mm``: ``grad.mm(mat2.t())``, ``self.t().mm(grad)``; ``_to_copy``: the gradient cast back),
-    ``torch/csrc/autograd/engine.cpp`` (a node's inputs released once it has run)."""
-    phase = 2.0 * model.output_dim * tokens + 2.0 * model.hidden_dim * tokens + 2.0 * head
+    ``torch/csrc/autograd/engine.cpp`` (a node's inputs released once it has run).
+
+    ``tp`` above 1 (``tokens`` is then the GPU's ``s/tp`` share under sequence parallelism, the layout the model's
+    activations assume): the vocabulary-parallel head's backward forms the head input's whole gradient on every
+    rank, ``grad_output.matmul(weight)`` of shape ``[s, d]`` (``2d·s``), and, under sequence parallelism,
+    all-gathers the saved ``s/tp`` input once more into a full ``[s, d]`` buffer for the weight gradient (``2d·s``)
+    and allocates the ``s/tp`` reduce-scatter output (``2d·s/tp``), all live while the weight gradient is
+    computed (Megatron-Core ``LinearWithGradAccumulationAndAsyncCommunication.backward``: the gather, the input
+    gradient, the reduce-scatter into a new tensor started asynchronously, then the weight gradient, then the
+    wait). Without sequence parallelism the input is already whole and the gradient is all-reduced in place, less
+    than this, so the sequence-parallel figure bounds both: five tensors' slack instead of three."""
+    if tp > 1:
+        s = tokens * tp
+        inputs = 2.0 * model.hidden_dim * (2.0 * s + tokens)
+        tensors = 5
+    else:
+        inputs = 2.0 * model.hidden_dim * tokens
+        tensors = 3
+    phase = 2.0 * model.output_dim * tokens + inputs + 2.0 * head
     if autocast:
         phase = max(phase, 6.0 * head)
-    return phase + _slack(3, phase / 3.0)
+    return phase + _slack(tensors, phase / tensors)
 
 
 def _recomputed_layer(a_layer: float, tensors: int, beside: float) -> float:
