@@ -117,7 +117,8 @@ def counts_checked(function: Callable[..., Any]) -> Callable[..., Any]:
                 continue
             if minimum is None:
                 _check_amount(label, name, value)
-            elif not is_count(value, minimum) or value > maximum:
+            elif (not is_count(value, minimum) or value > maximum
+                  or (maximum == MAX_LEVEL and not isinstance(value, numbers.Integral))):   # a level indexes a tuple
                 _refuse_count(label, name, value, minimum, maximum)
         return function(*args, **kwargs)
 
