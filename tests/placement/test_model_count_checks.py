@@ -235,7 +235,8 @@ def test_an_array_amount_is_checked_elementwise(setup):
     assert cost.tp_allreduce(np.array([], dtype=float), 2, EXTENT).shape == (0,)   # an empty array passes
 
 
-@pytest.mark.parametrize("level", [-1, 3, 7, 1.5, float("nan"), True, 1.0, np.float64(1.0)])   # a float level: a tuple index
+# a float level (1.0 too: it indexes a tuple)
+@pytest.mark.parametrize("level", [-1, 3, 7, 1.5, float("nan"), True, 1.0, np.float64(1.0)])
 def test_a_level_outside_0_1_2_is_refused(setup, level):
     cost = setup[0]
     with pytest.raises(ValueError, match=r"^allreduce: level must be 0, 1 or 2 \(.*\), got "):
