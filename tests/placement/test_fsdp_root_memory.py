@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from packplace.placement.model import pass_memory as pass_memory_module
 from packplace.placement.model.deepspeed_zero3 import DEEPSPEED_DEFAULTS, zero3_kept_bytes
 from packplace.placement.model.memory import TrainingOptions, _fsdp_root
-from packplace.placement.model.pass_memory import fsdp_root_bytes, pass_memory
+from packplace.placement.model.pass_memory import fsdp_root_bytes, fsdp_train_bytes, pass_memory
 from packplace.placement.model.stages import stage_params
 from packplace.shape import from_hf_config
 
@@ -21,6 +22,8 @@ QWEN3_4B = from_hf_config({"model_type": "qwen3", "num_hidden_layers": 36, "hidd
                            "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": True})
 HEAD = 152064 * 3584 + 3584           # Qwen2.5-7B: lm_head V·d plus the final RMSNorm d = 545,000,960
 EMBED = 152064 * 3584                 # its untied embedding = 544,997,376
+# one Qwen2.5-7B decoder layer: q d·d + d, k and v d·512 + 512 each, o d·d, MLP 3·d·18944, two norms 2d
+P_L = (3584 * 3584 + 3584) + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944 + 2 * 3584   # 233,057,792
 
 
 def test_verl_root_counts_the_embedding_as_fsdp1_wraps_it() -> None:
@@ -76,9 +79,11 @@ def test_vertex_root_only_for_fsdp_and_no_gradient_under_lora() -> None:
     assert _fsdp_root(QWEN25_7B, TrainingOptions(sharding="zero2"), None, 1, "verl", True, True) == (0.0, 0.0, 0.0)
     assert _fsdp_root(QWEN25_7B, zero3, DEEPSPEED_DEFAULTS, 1, "openrlhf", True, True) == (0.0, 0.0, 0.0)
     root = HEAD + EMBED
-    assert _fsdp_root(QWEN25_7B, zero3, None, 1, "verl", True, True) == (2.0 * root, 2.0 * HEAD, 4.0 * root)
+    # the layer_backward term adds a decoder layer's FSDP backward: 8·p_L trained, the prefetched 2·p_L under LoRA
+    assert _fsdp_root(QWEN25_7B, zero3, None, 1, "verl", True, True) == (2.0 * root, 2.0 * HEAD + 8.0 * P_L,
+                                                                         4.0 * root)
     lora = TrainingOptions(sharding="zero3", lora_rank=16)
-    assert _fsdp_root(QWEN25_7B, lora, None, 1, "verl", True, True) == (2.0 * root, 0.0, 0.0)
+    assert _fsdp_root(QWEN25_7B, lora, None, 1, "verl", True, True) == (2.0 * root, 2.0 * P_L, 0.0)
 
 
 def test_deepspeed_frameworks_have_no_fsdp_root() -> None:
@@ -94,3 +99,23 @@ def test_vertex_infer_on_partitioned_weights_holds_the_root_on_fsdp_only() -> No
     assert _gathered(QWEN25_7B, True, None, 1, "verl", True, True) == pytest.approx(layer + 2.0 * (HEAD + EMBED))
     assert _gathered(QWEN25_7B, True, DEEPSPEED_DEFAULTS, 1, "openrlhf", True, True) == pytest.approx(layer)
     assert _gathered(QWEN25_7B, False, None, 1, "verl", True, True) == 0.0
+
+
+def test_fsdp_layer_backward_holds_two_gathered_layers_and_the_layer_gradients() -> None:
+    """A decoder layer's backward under FSDP (verl, Qwen2.5-7B, micro-batch 1, 1,024 tokens, dp 8, zero3, no
+    recomputation): the previous layer prefetched (2·p_L), the layer's unsharded bf16 gradients (2·p_L) and the
+    previous layer's fp32 reduce-scatter input (4·p_L) beyond the one gathered layer, 8·p_L = 8·233,057,792 =
+    1,864,462,336 B more in the ``layer_backward`` phase than the root alone, which then is the pass's peak."""
+    assert P_L == 233_057_792 == QWEN25_7B.block_params / QWEN25_7B.layers
+    assert fsdp_train_bytes(QWEN25_7B, 1, "verl", True, True)[1] == 2.0 * HEAD + 1_864_462_336
+    assert fsdp_train_bytes(QWEN25_7B, 1, "openrlhf", True, True) == (0.0, 0.0, 0.0)
+    args = dict(micro_batch=1, seq_len=1024, dp=8, sharding="zero3", framework="verl", recompute="none",
+                workspace_bytes=0.0)
+    after = pass_memory(QWEN25_7B, "train", **args)  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pass_memory_module, "fsdp_train_bytes", fsdp_root_bytes)
+        before = pass_memory(QWEN25_7B, "train", **args)  # type: ignore[arg-type]
+    assert after.phase == "layer_backward" and before.phase == "loss_backward"
+    # the root-only layer_backward phase, 26,364,696,985.6 B, was below loss_backward's (before.peak_bytes);
+    # 8·p_L lifts it above
+    assert before.peak_bytes < 26_364_696_985.6 + 1_864_462_336 == pytest.approx(after.peak_bytes, rel=1e-12)

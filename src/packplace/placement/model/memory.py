@@ -38,6 +38,7 @@ from packplace.placement.model.pass_memory import (
     context_parallel_tokens,
     eager_score_bytes_per_token,
     fsdp_root_bytes,
+    fsdp_train_bytes,
     in_flight,
     infer_transient,
     megatron_expert_tensor_parallel,
@@ -670,11 +671,12 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
 def _fsdp_root(model: ModelSpec, options: TrainingOptions, fetch: Zero3Prefetch | None, tp: int, framework: str,
                first: bool, last: bool) -> tuple[float, float, float]:
     """An FSDP trainer's root unit on a training vertex (``options.sharding`` zero3 without DeepSpeed's ``fetch``:
-    :func:`~packplace.placement.model.pass_memory.fsdp_root_bytes`; LoRA's frozen root has no gradient); zeros
+    :func:`~packplace.placement.model.pass_memory.fsdp_train_bytes`: the root and a decoder layer's
+    backward; LoRA's frozen root has no gradient); zeros
     otherwise."""
     if options.sharding != "zero3" or fetch is not None:
         return 0.0, 0.0, 0.0
-    return fsdp_root_bytes(model, tp, framework, first, last, trainable=not options.lora_rank)
+    return fsdp_train_bytes(model, tp, framework, first, last, trainable=not options.lora_rank)
 
 
 def _gathered(model: ModelSpec, sharded: bool, fetch: Zero3Prefetch | None, tp: int, framework: str, first: bool,

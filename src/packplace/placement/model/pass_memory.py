@@ -737,7 +737,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
                                 fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp), saved,
                                 kept, bare_loop(sharding, framework, trainer_backend, (tp, pp, ep, cp)),
-                                fsdp_root_bytes(model, tp, framework, i == 0, last) if fsdp else (0.0, 0.0, 0.0))
+                                fsdp_train_bytes(model, tp, framework, i == 0, last) if fsdp else (0.0, 0.0, 0.0))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward,
@@ -890,9 +890,42 @@ def fsdp_root_bytes(model: ModelSpec, tp: int, framework: str, first: bool, last
     ``end`` = ``6R − 2R`` beyond ``weights``. ``trainable`` False (LoRA: the root's matrices frozen): no
     gradients. DeepSpeed ZeRO-3 releases per module (its kept parameters:
     :func:`~packplace.placement.model.deepspeed_zero3.zero3_kept_bytes`), so this is FSDP's only: zeros for the
-    DeepSpeed trainers' frameworks (``layout_rules.DEEPSPEED_TRAINERS``)."""
+    DeepSpeed trainers' frameworks (``layout_rules.DEEPSPEED_TRAINERS``). A training pass adds a decoder layer's
+    FSDP backward to ``gradient`` (:func:`fsdp_train_bytes`)."""
     if framework in ("openrlhf", "deepspeed-chat"):
         return 0.0, 0.0, 0.0
+    return _fsdp_root_unit(model, tp, first, last, trainable)
+
+
+def fsdp_train_bytes(model: ModelSpec, tp: int, framework: str, first: bool, last: bool,
+                     trainable: bool = True) -> tuple[float, float, float]:
+    """:func:`fsdp_root_bytes` of a training pass, its ``gradient`` (the ``layer_backward`` phase's) with a decoder
+    layer's FSDP backward added (:func:`fsdp_layer_backward_bytes`, on every stage); zeros for the DeepSpeed
+    trainers' frameworks."""
+    if framework in ("openrlhf", "deepspeed-chat"):
+        return 0.0, 0.0, 0.0
+    weights, gradient, end = _fsdp_root_unit(model, tp, first, last, trainable)
+    return weights, gradient + fsdp_layer_backward_bytes(model, tp, trainable), end
+
+
+def fsdp_layer_backward_bytes(model: ModelSpec, tp: int, trainable: bool = True) -> float:
+    """Bytes per GPU a decoder layer's backward holds under PyTorch FSDP beyond the one gathered layer the ZeRO-3
+    layout counts (``2·p_L``, ``p_L`` one decoder layer's parameters over ``tp``), charged in the ``layer_backward``
+    phase. FSDP2 (``_fsdp_param_group.py``: ``pre_backward`` calls ``_backward_prefetch``, which unshards
+    ``post_forward_order[curr_index - 1]``) and FSDP1's default ``BackwardPrefetch.BACKWARD_PRE`` gather the
+    previous layer while the current one's backward runs: ``2·p_L`` more. The layer's unsharded 16-bit gradients
+    (``2·p_L``) live until its ``post_backward``, whose ``foreach_reduce`` copies them into a reduce-scatter input in
+    ``reduce_dtype`` (fp32 for verl and NeMo RL: ``4·p_L``) that ``comm_ctx.reduce_scatter_states`` keeps
+    (``reduce_scatter_max_input_buffers`` default 1) until the next layer's ``post_backward``, i.e. through the next
+    layer's backward beside its own gradients: ``2·p_L + 2·p_L + 4·p_L`` = ``8·p_L``. ``trainable`` False (LoRA:
+    the layer's matrices frozen): the prefetched layer only, ``2·p_L``."""
+    p_layer = model.block_params / model.layers / tp
+    return (8.0 if trainable else 2.0) * p_layer
+
+
+def _fsdp_root_unit(model: ModelSpec, tp: int, first: bool, last: bool,
+                    trainable: bool) -> tuple[float, float, float]:
+    """:func:`fsdp_root_bytes`' root unit alone, without the decoder layer's backward."""
     d = model.hidden_dim
     norm = 2.0 * d if tp > 1 else 0.0   # the final norm's weight and bias, not split by TP
     tied = model.tie_word_embeddings and model.lm_head
