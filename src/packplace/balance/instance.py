@@ -24,7 +24,6 @@ import numpy as np
 
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.samples import (
-    EXACT_INTEGER_LIMIT,
     MAX_TOKENS,
     PackingConstraints,
     SampleKey,
@@ -33,7 +32,6 @@ from packplace.balance.samples import (
     as_cost,
     check_key,
     is_bool,
-    refuse_inexact_integer,
 )
 from packplace.balance.schema import BalanceInstance, check_group_size_use
 from packplace.context_parallel.instance import ContextParallelInstance
@@ -145,8 +143,6 @@ def _cost_column(values: Any, keys: Sequence[SampleKey]) -> tuple[np.ndarray, li
         other = [c.other for c in costs] if any(c.other for c in costs) else None
         return np.fromiter((c.llm for c in costs), dtype=np.float64, count=len(costs)), other
     column = _numeric_column(values, "costs", kinds)
-    if len(column) and column.max() >= EXACT_INTEGER_LIMIT:   # one vectorised max; the exact look only past it
-        _refuse_inexact_integers(column, values, keys)
     column = column.astype(np.float64, copy=False)
     valid = np.isfinite(column) & (column >= 0)
     if not valid.all():
@@ -154,16 +150,6 @@ def _cost_column(values: Any, keys: Sequence[SampleKey]) -> tuple[np.ndarray, li
         name = f"sample {keys[i]!r}" if i < len(keys) else f"costs[{i}]"
         raise ConfigError(f"{name}: cost must be finite and >= 0, got {show(column[i].item())}")
     return column, None
-
-
-def _refuse_inexact_integers(column: np.ndarray, values: Any, keys: Sequence[SampleKey]) -> None:
-    """ConfigError naming the first cost given as an integer (an int or a numpy integer) above 2**53, which
-    float64 would round (:data:`~packplace.balance.samples.EXACT_INTEGER_LIMIT`); a float cost is taken as given."""
-    listed = column.tolist() if column.dtype.kind in "iu" else (
-        values.tolist() if isinstance(values, np.ndarray) else list(values))
-    for i, value in enumerate(listed):
-        if isinstance(value, numbers.Integral) and not is_bool(value) and int(value) > EXACT_INTEGER_LIMIT:
-            refuse_inexact_integer(f"sample {keys[i]!r}: cost" if i < len(keys) else f"costs[{i}]", int(value))
 
 
 def _key_column(values: Any, n: int) -> tuple[SampleKey, ...]:

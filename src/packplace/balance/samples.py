@@ -76,17 +76,6 @@ def is_bool(value: Any) -> bool:
     return isinstance(value, (bool, np.bool_))
 
 
-#: The largest integer cost or budget accepted (2**53): float64 holds every integer up to it exactly, and rounds
-#: larger ones (2**53 + 1 becomes 2**53), so an answer's objective would be rounded and its ``optimal`` claim wrong.
-EXACT_INTEGER_LIMIT = 2 ** 53
-
-
-def refuse_inexact_integer(field_name: str, value: int) -> None:
-    """Raise the ConfigError of an integer ``value`` above :data:`EXACT_INTEGER_LIMIT`."""
-    raise ConfigError(f"{field_name}: an integer above 2^53 (float64 rounds it, so the loads and an optimal claim "
-                      f"would be off), got {value}; rescale to a smaller unit")
-
-
 def finite_nonnegative(value: Any, field_name: str) -> float:
     """A Python float from an int, float or numpy number that is finite and >= 0, else ConfigError."""
     if is_bool(value) or not isinstance(value, numbers.Real):
@@ -98,14 +87,6 @@ def finite_nonnegative(value: Any, field_name: str) -> float:
     if not math.isfinite(number) or number < 0:
         raise ConfigError(f"{field_name}: must be finite and >= 0, got {show(value)}")
     return number
-
-
-def cost_number(value: Any, field_name: str) -> float:
-    """:func:`finite_nonnegative` for a cost, which also refuses an integer above :data:`EXACT_INTEGER_LIMIT`
-    (float64 would round it: :func:`refuse_inexact_integer`)."""
-    if isinstance(value, numbers.Integral) and not is_bool(value) and int(value) > EXACT_INTEGER_LIMIT:
-        refuse_inexact_integer(field_name, int(value))
-    return finite_nonnegative(value, field_name)
 
 
 def positive_int(value: Any, field_name: str, maximum: int | None = None) -> int:
@@ -133,8 +114,8 @@ class WorkloadCost:
     other: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "llm", cost_number(self.llm, "cost.llm"))
-        cleaned = {str(k): cost_number(v, f"cost.{k}") for k, v in dict(self.other).items()}
+        object.__setattr__(self, "llm", finite_nonnegative(self.llm, "cost.llm"))
+        cleaned = {str(k): finite_nonnegative(v, f"cost.{k}") for k, v in dict(self.other).items()}
         object.__setattr__(self, "other", MappingProxyType(dict(sorted(cleaned.items()))))
 
     @classmethod
@@ -186,8 +167,8 @@ def as_cost(value: WorkloadCost | float | int | Mapping[str, float], field_name:
         if "llm" not in components:
             raise ConfigError(f"{field_name}: a cost mapping needs an 'llm' component, got {components!r}")
         llm = components.pop("llm")
-        return WorkloadCost(cost_number(llm, f"{field_name}.llm"), components)
-    return WorkloadCost(cost_number(value, field_name))
+        return WorkloadCost(finite_nonnegative(llm, f"{field_name}.llm"), components)
+    return WorkloadCost(finite_nonnegative(value, field_name))
 
 
 def check_key(key: Any, field_name: str = "sample key") -> SampleKey:
