@@ -14,12 +14,9 @@ from packplace.placement.model.pass_memory import (
 )
 from packplace.placement.model.stages import stage_params
 from packplace.shape import from_hf_config
+from tests.placement.test_full_recompute_layer import LLAMA2_7B
 
 MIB = ALLOCATOR_BLOCK_SLACK
-#: Llama-2-7B (huggingface.co/meta-llama/Llama-2-7b-hf config.json).
-LLAMA2_7B = from_hf_config({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
-                            "intermediate_size": 11008, "vocab_size": 32000, "num_attention_heads": 32,
-                            "num_key_value_heads": 32})
 #: Llama-3.1-8B (huggingface.co/meta-llama/Llama-3.1-8B config.json): 8 key/value heads.
 LLAMA31_8B = from_hf_config({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
                              "intermediate_size": 14336, "vocab_size": 128256, "num_attention_heads": 32,
