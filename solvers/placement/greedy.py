@@ -104,13 +104,14 @@ from packplace.solvers.placement._common import (
     repair_memory,
     synchronous_only,
 )
+from packplace.solvers.placement._fitting import fitting_choice
 from packplace.solvers.placement._tilings import contiguous_tilings, packed_sequences, partitions
 
 __all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "MEMORY_FIRST_CLIMBS", "MEMORY_FIRST_LAYOUTS", "LayoutSearch",
            "assemble", "baseline_or_disjoint", "best_layout",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
-           "idle_layouts", "iter_vertex_layouts", "memory_first", "spread_layouts", "three_way_layouts",
-           "vertex_layouts",
+           "idle_layouts", "iter_vertex_layouts", "memory_first", "screened_plan", "spread_layouts",
+           "three_way_layouts", "vertex_layouts",
            "tilings", "trade", "trade_climb", "mirror_image", "climb_back", "CLIMB_EVALUATIONS", "TRADE_EVALUATIONS"]
 
 #: Most layouts of the family scored memory-blind per solve (the even tilings' layouts come first).
@@ -304,6 +305,7 @@ class LayoutSearch:
         self.stepped = 0
         self.evaluations = 0
         self.memory_screened = 0
+        self.memory_rescued = 0
         self.cut = ""
 
 
@@ -395,7 +397,7 @@ def memory_first(ev, run: Run, family: Iterable[Blocks], out: LayoutSearch) -> N
     ``out.step_time``, goes to ``out`` (offered to ``run``); ``out.memory_screened`` counts the screened
     layouts. Stops at the run's deadline or stop (``out.cut``)."""
     table = ev.table
-    least: dict[tuple[str, tuple[int, int, int]], object] = {}
+    least: dict[tuple, object] = {}
     fits: list[tuple[float, int, Plan, dict]] = []
     seen: set[tuple] = set()
     for blocks in family:
@@ -411,16 +413,11 @@ def memory_first(ev, run: Run, family: Iterable[Blocks], out: LayoutSearch) -> N
         fastest = _fastest_choice(table, blocks)
         if fastest is None:
             continue
-        small = {}
-        for name, block in blocks.items():
-            if (name, block.extent) not in least:
-                least[name, block.extent] = min((c for c in table.feasible[name] if c.extent == block.extent),
-                                                key=lambda c: (c.memory_bytes, c.time))
-            small[name] = (least[name, block.extent], block)
-        plan = assemble_for(ev, small)
+        plan, calls, rescued = screened_plan(ev, blocks, least, run.deadline)
         out.memory_screened += 1
-        out.evaluations += 1
-        if ev.step_time(plan) < float("inf"):
+        out.memory_rescued += rescued
+        out.evaluations += calls
+        if plan is not None:
             relaxed, _ = ev.relaxed_step_time(assemble_for(ev, fastest))
             out.evaluations += 1
             fits.append((relaxed, len(fits), plan, fastest))
@@ -439,6 +436,33 @@ def memory_first(ev, run: Run, family: Iterable[Blocks], out: LayoutSearch) -> N
         if t < out.step_time:
             out.plan, out.step_time = plan, t
             run.offer(plan, t)
+
+
+def screened_plan(ev, blocks: Blocks, least: dict | None = None,
+                  deadline: float | None = None) -> tuple[Plan | None, int, bool]:
+    """:func:`memory_first`'s screen of one layout: its plan with every vertex on its least-memory candidate of
+    its block's shape (least ``memory_bytes``, then time) where that fits, else a plan of the layout that fits
+    (:func:`~packplace.solvers.placement._fitting.fitting_choice`: the least-memory plan need not fit where
+    another does, that module's docstring), else None. ``least`` caches the least-memory candidates per
+    ``(vertex, extent)`` (and the fallback's candidates) across calls on the same evaluator; ``deadline``: a
+    :func:`packplace.run.clock` reading.
+
+    Returns:
+        ``(plan or None, evaluator calls, whether the plan came from the fallback search)``.
+    """
+    least = {} if least is None else least
+    table = ev.table
+    small = {}
+    for name, block in blocks.items():
+        if (name, block.extent) not in least:
+            least[name, block.extent] = min((c for c in table.feasible[name] if c.extent == block.extent),
+                                            key=lambda c: (c.memory_bytes, c.time))
+        small[name] = (least[name, block.extent], block)
+    plan = assemble_for(ev, small)
+    if ev.step_time(plan) < float("inf"):
+        return plan, 1, False
+    choice, calls, _ = fitting_choice(ev, blocks, deadline, cache=least)
+    return (None if choice is None else assemble_for(ev, choice)), 1 + calls, choice is not None
 
 
 #: Most evaluator calls of one :func:`climb_back` (per stepped-down layout).
@@ -695,7 +719,9 @@ def search(instance, run: Run) -> Proposal:
             memory_first(ev, run, memory_first_family(instance, ev.table), first)
             evaluations += first.evaluations
             cut_by_time = cut_by_time or first.cut == "time limit"
-            screened = f"{first.memory_screened} layouts screened memory first (least-memory candidates)"
+            rescued = f", {first.memory_rescued} fitting only off their least-memory plan" if first.memory_rescued \
+                else ""
+            screened = f"{first.memory_screened} layouts screened memory first (least-memory candidates{rescued})"
             if first.plan is not None:
                 plan, best_time, layout = first.plan, first.step_time, "split"
                 note = f"no colocated plan fits; {_split_winner(plan, instance.cluster, False)}; {counted}; {screened}"
