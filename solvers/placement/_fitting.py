@@ -15,9 +15,11 @@ own phases (:mod:`packplace.placement.model.memory`, :mod:`~packplace.placement.
 phases add nothing at this level; the sum-and-max shape does. The least-memory candidate minimises
 ``resident + transient``, not each term: candidate X (resident 10, transient 0) and Y (resident 2, transient
 9) of one vertex, beside another model's vertex (resident 0, transient 9) on the same GPU of capacity 15: X
-is the least-memory candidate (10 < 11) and needs 10 + 9 = 19; Y needs 2 + max(9, 9) = 11 and fits. Tensor
-parallelism, micro-batch and recomputation trade resident against transient bytes in the real tables, so
-no proof holds; this module searches instead.
+is the least-memory candidate (10 < 11) and needs 10 + 9 = 19; Y needs 2 + max(9, 9) = 11 and fits. The real
+tables have such pairs (a vLLM engine at tp 2 holds half its tp-1 twin's resident weights and more bytes in all:
+the two terms trade), so no proof from the model's structure holds; this module searches instead (none of the
+random small configs of ``benchmarks/small_rl_plans.py`` needed it: docs/performance.md, "Memory-first
+layouts").
 
 **The search** (:func:`fitting_choice`): depth first over the vertices, each vertex's candidates of its
 block's shape (least ``memory_bytes`` first) with the ones another candidate dominates in all three terms
