@@ -56,7 +56,8 @@ fastest one is returned. The family, in the order it is scored:
    per-vertex layouts (:func:`vertex_layouts`: per two-block tiling ``(A, B)`` every vertex on ``A``, ``B``
    or ``W`` independently, so that one trained model's training takes ``B`` while another's spans ``W``,
    beside generation on ``A``) are each scored once with every vertex on its least-memory candidate of its
-   block's shape (at most :data:`MEMORY_FIRST_LAYOUTS`); the :data:`MEMORY_FIRST_CLIMBS` that fit and are
+   block's shape (at most :data:`MEMORY_FIRST_LAYOUTS`), and where that plan does not fit, searched for one
+   that does (:func:`screened_plan`); the :data:`MEMORY_FIRST_CLIMBS` that fit and are
    fastest memory-blind then step down from their fastest candidates or climb back from the least-memory
    ones; the fastest is kept where it beats item 7's plan (``info["layout"]`` ``split``). Items 2-5 rank by
    memory-blind time, and where the engine of a small PPO setup fills its GPU nearly every fast layout is
@@ -383,19 +384,23 @@ def memory_first_family(instance, table) -> Iterator[Blocks]:
 
 #: Most layouts :func:`memory_first` screens (one evaluator call each: the layout's least-memory plan).
 MEMORY_FIRST_LAYOUTS = 3000
-#: Layouts whose least-memory plan fits that :func:`memory_first` then steps up to faster candidates.
+#: Layouts with a fitting screened plan (:func:`screened_plan`) that :func:`memory_first` then steps up to faster
+#: candidates.
 MEMORY_FIRST_CLIMBS = 12
 
 
 def memory_first(ev, run: Run, family: Iterable[Blocks], out: LayoutSearch) -> None:
     """Item 6 of the module docstring: each distinct layout of ``family`` (in order, at
-    most :data:`MEMORY_FIRST_LAYOUTS`) is scored once with every vertex on its least-memory candidate of its
-    block's shape (the plan that fits if any of the layout does, but for the evaluator's phase peaks); of those
-    that fit, the :data:`MEMORY_FIRST_CLIMBS` fastest by their fastest candidates' memory-blind time step down
-    from the fastest candidates (:func:`~packplace.solvers.placement._common.repair_memory`) or, where that
-    does not fit, climb back from the least-memory plan (:func:`climb_back`). The fastest plan, where it beats
+    most :data:`MEMORY_FIRST_LAYOUTS`) is screened by :func:`screened_plan`: its plan with every vertex on its
+    least-memory candidate of its block's shape or, where that does not fit, a plan of the layout that does (the
+    least-memory plan need not fit where another does: the models' resident bytes on a GPU add up while only
+    the largest transient bytes count, :mod:`~packplace.solvers.placement._fitting`); of the layouts with a
+    fitting plan, the :data:`MEMORY_FIRST_CLIMBS` fastest by their fastest candidates' memory-blind time step
+    down from the fastest candidates (:func:`~packplace.solvers.placement._common.repair_memory`) or, where that
+    does not fit, climb back from the screened plan (:func:`climb_back`). The fastest plan, where it beats
     ``out.step_time``, goes to ``out`` (offered to ``run``); ``out.memory_screened`` counts the screened
-    layouts. Stops at the run's deadline or stop (``out.cut``)."""
+    layouts, ``out.memory_rescued`` those whose plan came from the fallback search. Stops at the run's deadline
+    or stop (``out.cut``)."""
     table = ev.table
     least: dict[tuple, object] = {}
     fits: list[tuple[float, int, Plan, dict]] = []

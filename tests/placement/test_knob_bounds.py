@@ -29,6 +29,7 @@ from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import PRESETS
 from tests.conftest import run_cli
 from tests.placement.test_crossval import Run as CrossvalRun
+from tests.placement.test_placement_memory_first import LLAMA_1B
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 H200_FILE = os.path.join(ROOT, "benchmarks", "hardware", "h200", "measurements.json")
@@ -142,7 +143,6 @@ def test_a_knob_its_component_table_replaces_is_not_fitted_and_its_rows_take_the
 
 # --- a config's own knob values above the bound: accepted, with a warning naming field, value, bound, source
 
-LLAMA_1B = dict(layers=16, hidden_dim=2048, ffn_dim=8192, vocab_size=128256, head_dim=64, num_kv_heads=8)
 
 
 def _config(**hardware) -> dict:
