@@ -54,7 +54,7 @@ def test_the_reference_run_stands_in_under_equal_count_and_groups_by_hand():
     columns = _columns([8, 8, 8, 1, 1, 1], 2, 3, 8, equal_count=True)
     free = rr.FreeRanks(columns)
     assert free.members(columns) == [[0, 2, 5], [1, 3, 4]]
-    # at m = 2 rank 0's 17 tokens (two oversized-free 8s and a 1) exceed 2·8: no stand-in, and no packing
+    # at m = 2 rank 0's 17 tokens (8, 8 and 1) exceed 2·8: no stand-in, and no packing
     tight = _columns([8, 8, 8, 1, 1, 1], 2, 2, 8, equal_count=True)
     assert free.members(tight) is None and rr.construct(tight) is None
     # groups: {0, 1, 2} (17 tokens) on one rank, the three 1s on the other
