@@ -1,0 +1,158 @@
+"""What a DeepSpeed ZeRO or Megatron-Core trainer's gradient machinery holds on the GPU beyond the gradients the
+training state counts (bytes per GPU).
+
+:func:`~packplace.placement.model.memory.train_state_bytes` charges the gradients the layout keeps (``2p`` under
+``zero1``, ``2p/dp`` under ``zero2`` / ``zero3``). The trainers reduce them through buffers of their own, which
+:func:`gradient_buffers` prices as :class:`GradientBuffers` (every phase, the backward's phases, the
+``layer_backward`` phase):
+
+* DeepSpeed ZeRO-1/2 (``deepspeed/runtime/zero/stage_1_and_2.py``, ``DeepSpeedZeroOptimizer``):
+  :func:`zero12_buffers`;
+* DeepSpeed ZeRO-3 (``deepspeed/runtime/zero/stage3.py``, ``DeepSpeedZeroOptimizer_Stage3``): :func:`zero3_buffers`;
+* Megatron-Core's sequence-parallel output layer (``megatron/core/tensor_parallel/layers.py``):
+  :func:`megatron_buffers`.
+
+PyTorch FSDP's are :func:`~packplace.placement.model.pass_memory.fsdp_train_bytes`'. The DeepSpeed configurations
+are the frameworks' ``get_train_ds_config``: DeepSpeed-Chat's (``dschat/utils/ds_utils.py``, DeepSpeedExamples
+e468799f) and OpenRLHF's (``openrlhf/utils/deepspeed_utils.py``, v0.2.x-v0.4.x; ``utils/deepspeed/`` later) set
+no ``reduce_bucket_size`` (OpenRLHF's ``"auto"`` is dropped, ``runtime/config_utils.py``), no
+``contiguous_gradients`` and, for ZeRO-1/2, no ``overlap_comm`` (OpenRLHF from v0.5 only behind its
+``--overlap_comm`` flag, off by default), so DeepSpeed's defaults hold (``runtime/zero/config.py``, v0.9.0 to
+v0.16.x): ``reduce_bucket_size`` 5e8 elements, ``contiguous_gradients`` true, ``overlap_comm`` true for stage 3
+and false for stages 1 and 2 (validator ``overlap_comm_valid``), ``use_multi_rank_bucket_allreduce`` true (v0.12
+on). The gradients' dtype is the engine's 16-bit one (DeepSpeed-Chat ``fp16``, OpenRLHF ``bf16``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packplace.placement.model.deepspeed_zero2 import ZERO_BUCKET_ELEMENTS
+from packplace.placement.problem.models import ModelSpec
+
+#: The frameworks whose trainers run DeepSpeed's ZeRO (``layout_rules.DEEPSPEED_TRAINERS``).
+DEEPSPEED_FRAMEWORKS = ("openrlhf", "deepspeed-chat")
+#: DeepSpeed trainers on DeepSpeed v0.9.x-v0.10.x (DeepSpeed-Chat's Table 1 release installs
+#: ``deepspeed>=0.9.0``), whose ZeRO-1/2 reduces each bucket in place (``average_tensor``: one ``dist.reduce`` per
+#: rank's slice of the bucket); OpenRLHF pins v0.13.2 and later (``requirements.txt``), whose
+#: ``allreduce_bucket`` flattens the bucket first (:func:`zero12_buffers`).
+IN_PLACE_BUCKET_FRAMEWORKS = ("deepspeed-chat",)
+#: OpenRLHF releases whose ``get_train_ds_config`` sets ``"data_types": {"grad_accum_dtype": "fp32"}`` by default
+#: (v0.2.0-v0.4.x; from v0.5 it passes ``None``, the model's dtype under ZeRO): under ZeRO-3 DeepSpeed v0.12 and
+#: later keep the gradient partitions in that dtype (:func:`zero3_buffers`). The memory model does not see the
+#: release, so every OpenRLHF trainer is priced so (an over-count of ``2p/dp`` from v0.5).
+FP32_PARTITION_FRAMEWORKS = ("openrlhf",)
+
+
+@dataclass(frozen=True)
+class GradientBuffers:
+    """Bytes per GPU a trainer's gradient reduction holds beyond the gradients the training state counts:
+    ``resident`` in every phase of the pass (and of the training vertex's old-log-prob forward), ``backward`` in
+    every phase of the backward (the loss's, the layers', the output head's and its end), ``layer`` in the
+    ``layer_backward`` phase only."""
+
+    resident: float = 0.0
+    backward: float = 0.0
+    layer: float = 0.0
+
+
+NO_BUFFERS = GradientBuffers()
+
+
+def gradient_buffers(model: ModelSpec, *, framework: str, sharding: str, tp: int, dp: int, trainable: float,
+                     lora: bool = False, offload: str = "none", megatron: bool = False, tokens: float = 0.0,
+                     last: bool = False) -> GradientBuffers:
+    """The :class:`GradientBuffers` of a training pass: a DeepSpeed trainer's (``framework`` one of
+    :data:`DEEPSPEED_FRAMEWORKS`) under ``sharding`` ``zero1``/``zero2`` (:func:`zero12_buffers`) or ``zero3``
+    (:func:`zero3_buffers`), a Megatron-Core trainer's (``megatron``, :func:`megatron_buffers`), none otherwise.
+    ``trainable``: the parameters with gradients on the GPU (its stage's over ``tp``, unsharded); ``lora``: the
+    layers' matrices frozen; ``offload``: the ZeRO offload; ``tokens`` the micro-batch's tokens on the GPU
+    before the TP split, ``last`` the stage holds the output layer."""
+    if megatron:
+        return megatron_buffers(model, tp=tp, tokens=tokens, last=last)
+    if framework not in DEEPSPEED_FRAMEWORKS or sharding == "none":
+        return NO_BUFFERS
+    matrix = 0.0 if lora else largest_layer_matrix(model, tp)
+    if sharding == "zero3":
+        return zero3_buffers(trainable, matrix, dp,
+                             fp32_partitions=framework in FP32_PARTITION_FRAMEWORKS and offload == "none")
+    return zero12_buffers(trainable, matrix, flattens=framework not in IN_PLACE_BUCKET_FRAMEWORKS)
+
+
+def largest_layer_matrix(model: ModelSpec, tp: int) -> float:
+    """Elements of a decoder layer's largest weight matrix on one GPU (Hugging Face modules: Q, K, V and O apart,
+    gate, up and down apart, each routed or shared expert its own ``nn.Linear``), over ``tp``."""
+    d = model.hidden_dim
+    widths = [model.attention_dim, model.kv_dim, model.expert_ffn_dim, model.shared_expert_ffn_dim]
+    if not model.is_moe or model.dense_layers:
+        widths.append(model.ffn_dim)
+    return d * max(widths) / tp
+
+
+def zero12_buffers(trainable: float, matrix: float, flattens: bool,
+                   bucket: int = ZERO_BUCKET_ELEMENTS) -> GradientBuffers:
+    """DeepSpeed ZeRO-1/2's gradient buffers (``stage_1_and_2.py``, the same in v0.9.0 and v0.13.5), for
+    ``trainable`` parameters with gradients, ``matrix`` elements in the largest layer matrix and a
+    ``reduce_bucket_size`` of ``bucket`` elements.
+
+    * ``DeepSpeedZeroOptimizer.backward`` allocates, before the loss's backward, ``ipg_buffer[0]``: ``bucket``
+      16-bit elements (a second only with ``overlap_comm``, off for stages 1 and 2 by default and in both
+      frameworks' configs); ``independent_gradient_partition_epilogue`` releases it after the backward
+      (``_release_ipg_buffers``): ``backward`` = ``2·bucket`` bytes, 1.0 GB at the default 5e8.
+    * ``reduce_independent_p_g_buckets_and_remove_grads`` copies each parameter's new gradient, made whole by
+      autograd, into that buffer: the largest layer matrix's 16-bit gradient beside it, ``2·matrix``
+      (``layer``; the output head's is :func:`~packplace.placement.model.pass_memory.head_backward_bytes`').
+    * ``flattens`` (DeepSpeed v0.12 on: ``average_tensor`` → ``allreduce_and_scatter`` →
+      ``allreduce_bucket``, ``self.flatten(bucket)``, ``use_multi_rank_bucket_allreduce`` true by default): a
+      bucket's reduction first copies its gradients into a new flat tensor, up to ``min(bucket, trainable)``
+      elements, ``layer`` + ``2·min(bucket, trainable)``. The reduction runs when the bucket is full, inside a
+      gradient hook, so during a layer's backward; with fewer parameters than a bucket, in the epilogue after the
+      backward, whose live set (no activations) the ``layer_backward`` phase bounds. DeepSpeed v0.9.x-v0.10.x
+      reduces each rank's slice of the bucket in place (``dist.reduce(grad_slice)``): no copy.
+    """
+    flat = 2.0 * min(float(bucket), trainable) if flattens else 0.0
+    return GradientBuffers(backward=2.0 * bucket, layer=2.0 * matrix + flat)
+
+
+def zero3_buffers(trainable: float, matrix: float, dp: int, fp32_partitions: bool = False,
+                  bucket: int = ZERO_BUCKET_ELEMENTS) -> GradientBuffers:
+    """DeepSpeed ZeRO-3's gradient buffers (``stage3.py``, v0.9.0 and v0.13.5), for ``trainable`` parameters with
+    gradients on the GPU, ``matrix`` elements in the largest layer matrix, ``dp`` ranks and a
+    ``reduce_bucket_size`` of ``bucket`` elements.
+
+    * ``DeepSpeedZeroOptimizer_Stage3.__init__`` ("IPG", with ``contiguous_gradients``) allocates
+      ``__ipg_bucket_flat_buffer``: ``bucket`` 16-bit elements, kept for the optimizer's life (freed only by
+      ``destroy``), so in every phase: ``resident`` = ``2·bucket``, 1.0 GB at the default 5e8.
+    * ``__add_grad_to_ipg_bucket`` copies each parameter's whole gradient, made by autograd, into it: the
+      largest layer matrix's 16-bit gradient beside it, ``2·matrix`` (``layer``).
+    * ``__reduce_and_partition_ipg_grads`` → ``__avg_scatter_grads`` → ``reduce_scatter_coalesced``
+      (``runtime/comm/coalesced_collectives.py``) interleaves the bucket's gradients into a new tensor
+      (``torch.cat`` of every rank's chunks, padded) for the reduce-scatter: up to ``min(bucket, trainable)``
+      elements, ``layer`` + ``2·min(bucket, trainable)`` (a full bucket is reduced in a gradient hook, during a
+      layer's backward; a smaller remainder in the epilogue, which that phase bounds).
+    * ``fp32_partitions``: ``grad_partitions_flat_buffer`` in ``gradient_accumulation_dtype`` (v0.12 on;
+      ``self.dtype`` in v0.9.0) is fp32 where the config's ``grad_accum_dtype`` says so (OpenRLHF v0.2-v0.4,
+      :data:`FP32_PARTITION_FRAMEWORKS`), on the GPU unless the optimizer is offloaded: ``4·trainable/dp`` where
+      the training state counts ``2·trainable/dp``, ``resident`` + ``2·trainable/dp``.
+    """
+    fp32 = 2.0 * trainable / dp if fp32_partitions else 0.0
+    return GradientBuffers(resident=2.0 * bucket + fp32, layer=2.0 * matrix + 2.0 * min(float(bucket), trainable))
+
+
+def megatron_buffers(model: ModelSpec, *, tp: int, tokens: float, last: bool) -> GradientBuffers:
+    """Megatron-Core's sequence-parallel gather buffer on the stage holding the output layer (``last``), at
+    ``tp`` above 1, for a micro-batch of ``tokens`` tokens (before the TP split).
+    ``LinearWithGradAccumulationAndAsyncCommunication`` (``megatron/core/tensor_parallel/layers.py``,
+    core_v0.12.0-core_v0.15.0), which the output layer's ``ColumnParallelLinear`` runs (the decoder layers'
+    Transformer Engine linears gather into tensors of their own), all-gathers its ``s/tp`` input into
+    ``get_global_memory_buffer().get_tensor(dim_size, dtype, "mpu")`` in the forward and again in the backward;
+    ``GlobalMemoryBuffer.get_tensor`` (``megatron/core/utils.py``) allocates that buffer once and keeps it, only
+    growing it, so from the first micro-batch on every phase holds it: ``resident`` = ``2·d·s`` (16-bit). The
+    output head's backward phase already counts its gathered input
+    (:func:`~packplace.placement.model.pass_memory.head_backward_bytes`), so that phase holds it twice in the
+    model: an over-count of ``2·d·s`` there. The gradient buffer itself (``ParamAndGradBuffer``) is the training
+    state's; its buckets are views of it. With ``gradient_accumulation_fusion`` (Megatron-Bridge's default) the
+    layers' weight gradients are written into ``main_grad``: no matrix-sized temporary."""
+    if not last or tp <= 1:
+        return NO_BUFFERS
+    return GradientBuffers(resident=2.0 * model.hidden_dim * tokens)
