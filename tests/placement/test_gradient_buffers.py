@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from packplace.placement.model.deepspeed_zero2 import zero2_partition_gradient_elements
 from packplace.placement.model.deepspeed_zero3 import DEEPSPEED_DEFAULTS
 from packplace.placement.model.gradient_buffers import (
     NO_BUFFERS,
@@ -40,11 +41,30 @@ def test_zero2_holds_one_bucket_through_the_backward_and_openrlhf_flattens_it() 
     """ZeRO-2: ipg_buffer[0], 5e8 bf16 elements = 1,000,000,000 B in every backward phase; in the layer's backward
     one MLP matrix's gradient, 2·45,088,768 = 90,177,536 B, and on OpenRLHF (DeepSpeed 0.13.5) the bucket's
     flat copy, 2·5e8 = 1,000,000,000 B: 1,090,177,536 B. DeepSpeed-Chat (0.9.x) reduces in place: 90,177,536 B."""
+    # resident: the straddling tensors of the fullest rank's grads_in_partition (test below), 2·73,793,280 B
+    straddling = 2 * (494_944_256 - P // 16)
+    assert straddling == 147_586_560
     openrlhf = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero2", tp=1, dp=16, trainable=P)
-    assert openrlhf == GradientBuffers(resident=0.0, backward=1_000_000_000, layer=1_090_177_536)
+    assert openrlhf == GradientBuffers(resident=straddling, backward=1_000_000_000, layer=1_090_177_536)
     dschat = gradient_buffers(LLAMA2_7B, framework="deepspeed-chat", sharding="zero2", tp=1, dp=16, trainable=P)
-    assert dschat == GradientBuffers(resident=0.0, backward=1_000_000_000, layer=90_177_536)
-    assert gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero1", tp=1, dp=16, trainable=P) == openrlhf
+    assert dschat == GradientBuffers(resident=straddling, backward=1_000_000_000, layer=90_177_536)
+    # ZeRO-1 keeps whole gradients in the training state (no partition buffer priced)
+    zero1 = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero1", tp=1, dp=16, trainable=P)
+    assert zero1 == GradientBuffers(resident=0.0, backward=1_000_000_000, layer=1_090_177_536)
+
+
+def test_zero2_partition_buffer_holds_the_tensors_straddling_its_edges() -> None:
+    """A one-layer toy (d 4, f 8, V 16, untied): tensors embed 64, Q K V O 16 each, norm 4, gate up down 32 each,
+    norm 4, final norm 4, head 64 = 300 elements; over 2 ranks 150 each. Rank 0's partition [0, 150) ends inside
+    gate [132, 164): it holds embed..norm (132) and the whole gate, 164; rank 1 the whole gate, up, down, the two
+    norms and the head, 32·3 + 4 + 4 + 64 = 168, the largest. Llama-2-7B over 16: 494,944,256 (P/16 =
+    421,150,976)."""
+    toy = from_hf_config({"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4, "intermediate_size": 8,
+                          "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 4, "vocab_size": 16})
+    assert toy.params == 300
+    assert zero2_partition_gradient_elements(toy, 2) == 168
+    assert zero2_partition_gradient_elements(toy, 1) == 300
+    assert zero2_partition_gradient_elements(LLAMA2_7B, 16) == 494_944_256
 
 
 def test_a_model_smaller_than_a_bucket_flattens_only_its_gradients() -> None:
@@ -101,11 +121,11 @@ def test_vertex_charges_zero3_bucket_as_resident() -> None:
 
 def test_estimate_zero2_layer_backward_holds_bucket_matrix_and_flat_copy() -> None:
     """``estimate``'s pass, OpenRLHF ZeRO-2 over 16: the ``layer_backward`` phase's gradients are the shard
-    2·P/16 = 842,301,952 B plus 1,000,000,000 + 1,090,177,536 B of buffers = 2,932,479,488 B."""
+    2·P/16 = 842,301,952 B plus 147,586,560 + 1,000,000,000 + 1,090,177,536 B of buffers = 3,080,066,048 B."""
     pm = pass_memory(LLAMA2_7B, "train", micro_batch=1, seq_len=1024, dp=16, sharding="zero2",
                      framework="openrlhf", recompute="full", workspace_bytes=0.0)
     assert pm.phase == "layer_backward"
-    assert pm.gradients == pytest.approx(2_932_479_488)
+    assert pm.gradients == pytest.approx(3_080_066_048)
 
 
 def test_autocast_head_weight_cast_holds_the_fp32_input_gradient() -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packplace.placement.model.deepspeed_zero2 import ZERO_BUCKET_ELEMENTS
+from packplace.placement.model.deepspeed_zero2 import ZERO_BUCKET_ELEMENTS, zero2_partition_gradient_elements
 from packplace.placement.problem.models import ModelSpec
 
 #: The frameworks whose trainers run DeepSpeed's ZeRO (``layout_rules.DEEPSPEED_TRAINERS``).
@@ -76,7 +76,11 @@ def gradient_buffers(model: ModelSpec, *, framework: str, sharding: str, tp: int
     if sharding == "zero3":
         return zero3_buffers(trainable, matrix, dp,
                              fp32_partitions=framework in FP32_PARTITION_FRAMEWORKS and offload == "none")
-    return zero12_buffers(trainable, matrix, flattens=framework not in IN_PLACE_BUCKET_FRAMEWORKS)
+    straddling = 0.0
+    if sharding == "zero2" and not lora and tp == 1 and dp > 1:
+        straddling = max(0.0, zero2_partition_gradient_elements(model, dp) - trainable / dp)
+    return zero12_buffers(trainable, matrix, flattens=framework not in IN_PLACE_BUCKET_FRAMEWORKS,
+                          straddling=straddling)
 
 
 def largest_layer_matrix(model: ModelSpec, tp: int) -> float:
@@ -89,7 +93,7 @@ def largest_layer_matrix(model: ModelSpec, tp: int) -> float:
     return d * max(widths) / tp
 
 
-def zero12_buffers(trainable: float, matrix: float, flattens: bool,
+def zero12_buffers(trainable: float, matrix: float, flattens: bool, straddling: float = 0.0,
                    bucket: int = ZERO_BUCKET_ELEMENTS) -> GradientBuffers:
     """DeepSpeed ZeRO-1/2's gradient buffers (``stage_1_and_2.py``, the same in v0.9.0 and v0.13.5), for
     ``trainable`` parameters with gradients, ``matrix`` elements in the largest layer matrix and a
@@ -109,9 +113,14 @@ def zero12_buffers(trainable: float, matrix: float, flattens: bool,
       gradient hook, so during a layer's backward; with fewer parameters than a bucket, in the epilogue after the
       backward, whose live set (no activations) the ``layer_backward`` phase bounds. DeepSpeed v0.9.x-v0.10.x
       reduces each rank's slice of the bucket in place (``dist.reduce(grad_slice)``): no copy.
+    * ZeRO-2's ``copy_grads_in_partition`` allocates ``grads_in_partition`` for the whole of every parameter
+      touching the rank's partition (:func:`~packplace.placement.model.deepspeed_zero2.
+      zero2_partition_gradient_elements`), which ``averaged_gradients`` keeps viewing until the step: ``straddling``
+      elements beyond the ``1/dp`` partition the training state counts, ``resident`` = ``2·straddling``
+      (``gradient_buffers`` passes them for a model trained whole at ``tp`` 1).
     """
     flat = 2.0 * min(float(bucket), trainable) if flattens else 0.0
-    return GradientBuffers(backward=2.0 * bucket, layer=2.0 * matrix + flat)
+    return GradientBuffers(resident=2.0 * straddling, backward=2.0 * bucket, layer=2.0 * matrix + flat)
 
 
 def zero3_buffers(trainable: float, matrix: float, dp: int, fp32_partitions: bool = False,
