@@ -16,6 +16,7 @@ from packplace.placement.model.gradient_buffers import (
     megatron_buffers,
     zero3_buffers,
     zero12_buffers,
+    zero_step_bytes,
 )
 from packplace.placement.model.memory import TrainingOptions, vertex_memory
 from packplace.placement.model.pass_memory import head_backward_bytes, pass_memory
@@ -45,12 +46,14 @@ def test_zero2_holds_one_bucket_through_the_backward_and_openrlhf_flattens_it() 
     straddling = 2 * (494_944_256 - P // 16)
     assert straddling == 147_586_560
     openrlhf = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero2", tp=1, dp=16, trainable=P)
-    assert openrlhf == GradientBuffers(resident=straddling, backward=1_000_000_000, layer=1_090_177_536)
+    # the step: the partition flattened and cast to fp32, 6·P/16 = 6·421,150,976 = 2,526,905,856 B
+    step = 2_526_905_856
+    assert openrlhf == GradientBuffers(resident=straddling, backward=1_000_000_000, layer=1_090_177_536, step=step)
     dschat = gradient_buffers(LLAMA2_7B, framework="deepspeed-chat", sharding="zero2", tp=1, dp=16, trainable=P)
-    assert dschat == GradientBuffers(resident=straddling, backward=1_000_000_000, layer=90_177_536)
+    assert dschat == GradientBuffers(resident=straddling, backward=1_000_000_000, layer=90_177_536, step=step)
     # ZeRO-1 keeps whole gradients in the training state (no partition buffer priced)
     zero1 = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero1", tp=1, dp=16, trainable=P)
-    assert zero1 == GradientBuffers(resident=0.0, backward=1_000_000_000, layer=1_090_177_536)
+    assert zero1 == GradientBuffers(resident=0.0, backward=1_000_000_000, layer=1_090_177_536, step=step)
 
 
 def test_zero2_partition_buffer_holds_the_tensors_straddling_its_edges() -> None:
@@ -77,14 +80,23 @@ def test_zero3_keeps_its_flat_bucket_and_openrlhf_its_fp32_partitions() -> None:
     """ZeRO-3, Llama-2-7B over 8 ranks: the flat ipg bucket, 1,000,000,000 B, in every phase; OpenRLHF's fp32
     gradient partitions add 2·P/8 = 1,684,603,904 B to it (2,684,603,904 B), none with the optimizer offloaded
     (they live on the host); the layer's backward holds one matrix's gradient and the reduce-scatter's
-    interleaved copy of the bucket: 90,177,536 + 1,000,000,000 = 1,090,177,536 B."""
+    interleaved copy of the bucket: 90,177,536 + 1,000,000,000 = 1,090,177,536 B; the step's flat fp32 cast of the
+    partition (842,301,952 elements, below the 1e9 sub-group): 6·842,301,952 = 5,053,811,712 B."""
+    step = 5_053_811_712
     openrlhf = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero3", tp=1, dp=8, trainable=P)
-    assert openrlhf == GradientBuffers(resident=2_684_603_904, backward=0.0, layer=1_090_177_536)
+    assert openrlhf == GradientBuffers(resident=2_684_603_904, backward=0.0, layer=1_090_177_536, step=step)
     offloaded = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero3", tp=1, dp=8, trainable=P,
                                  offload="optimizer")
-    assert offloaded.resident == 1_000_000_000
+    assert offloaded.resident == 1_000_000_000 and offloaded.step == 0.0
     dschat = gradient_buffers(LLAMA2_7B, framework="deepspeed-chat", sharding="zero3", tp=1, dp=8, trainable=P)
-    assert dschat == GradientBuffers(resident=1_000_000_000, backward=0.0, layer=1_090_177_536)
+    assert dschat == GradientBuffers(resident=1_000_000_000, backward=0.0, layer=1_090_177_536, step=step)
+
+
+def test_zero3_step_casts_one_sub_group_at_a_time() -> None:
+    """ZeRO-3's step casts each sub-group (1e9 elements) in turn: a 70e9-parameter model over 8 ranks (8.75e9 a
+    rank) holds 6·1e9 = 6e9 B at the step, ZeRO-2 its whole partition, 6·8.75e9 = 5.25e10 B."""
+    assert zero_step_bytes("zero3", 70e9, 8) == 6e9
+    assert zero_step_bytes("zero2", 70e9, 8) == 5.25e10
 
 
 def test_lora_has_no_layer_matrix_gradient_and_other_trainers_no_buffers() -> None:
@@ -136,3 +148,15 @@ def test_autocast_head_weight_cast_holds_the_fp32_input_gradient() -> None:
     head = 32000 * 4096
     assert head_backward_bytes(LLAMA2_7B, 1024, head, True) == 806_354_944
     assert head_backward_bytes(LLAMA2_7B, 1024, head, False) == 65_536_000 + 8_388_608 + 262_144_000 + 3 * 2**20
+
+
+def test_estimate_prices_the_zero_step_as_a_phase() -> None:
+    """A 16-token micro-batch (OpenRLHF ZeRO-2 over 16, Llama-2-7B): the step's flat fp32 cast, 2,526,905,856 B,
+    exceeds the layer backward's buffers (1,000,000,000 + 1,090,177,536 B) and its activations, so the pass peaks
+    at the step: gradients 842,301,952 (shard) + 147,586,560 (straddling) + 2,526,905,856 = 3,516,794,368 B, no
+    activations or logits."""
+    pm = pass_memory(LLAMA2_7B, "train", micro_batch=1, seq_len=16, dp=16, sharding="zero2",
+                     framework="openrlhf", recompute="full", workspace_bytes=0.0)
+    assert pm.phase == "optimizer_step"
+    assert pm.gradients == pytest.approx(3_516_794_368)
+    assert pm.activations == pm.logits == 0.0

@@ -25,11 +25,14 @@ on). The gradients' dtype is the engine's 16-bit one (DeepSpeed-Chat ``fp16``, O
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packplace.placement.model.deepspeed_zero2 import ZERO_BUCKET_ELEMENTS, zero2_partition_gradient_elements
 from packplace.placement.problem.models import ModelSpec
 
+#: DeepSpeed's ZeRO ``sub_group_size`` default, elements (``runtime/zero/config.py``, v0.9.0 to v0.16.x:
+#: ``pp_int(1e9)``; DeepSpeed-Chat's config sets none, OpenRLHF's ``"auto"`` is dropped).
+ZERO_SUB_GROUP_ELEMENTS = 1_000_000_000
 #: The frameworks whose trainers run DeepSpeed's ZeRO (``layout_rules.DEEPSPEED_TRAINERS``).
 DEEPSPEED_FRAMEWORKS = ("openrlhf", "deepspeed-chat")
 #: DeepSpeed trainers on DeepSpeed v0.9.x-v0.10.x (DeepSpeed-Chat's Table 1 release installs
@@ -49,11 +52,13 @@ class GradientBuffers:
     """Bytes per GPU a trainer's gradient reduction holds beyond the gradients the training state counts:
     ``resident`` in every phase of the pass (and of the training vertex's old-log-prob forward), ``backward`` in
     every phase of the backward (the loss's, the layers', the output head's and its end), ``layer`` in the
-    ``layer_backward`` phase only."""
+    ``layer_backward`` phase only, ``step`` at the optimizer step, a phase of its own once the pass's activations
+    are freed."""
 
     resident: float = 0.0
     backward: float = 0.0
     layer: float = 0.0
+    step: float = 0.0
 
 
 NO_BUFFERS = GradientBuffers()
@@ -74,13 +79,30 @@ def gradient_buffers(model: ModelSpec, *, framework: str, sharding: str, tp: int
         return NO_BUFFERS
     matrix = 0.0 if lora else largest_layer_matrix(model, tp)
     if sharding == "zero3":
-        return zero3_buffers(trainable, matrix, dp,
-                             fp32_partitions=framework in FP32_PARTITION_FRAMEWORKS and offload == "none")
-    straddling = 0.0
-    if sharding == "zero2" and not lora and tp == 1 and dp > 1:
-        straddling = max(0.0, zero2_partition_gradient_elements(model, dp) - trainable / dp)
-    return zero12_buffers(trainable, matrix, flattens=framework not in IN_PLACE_BUCKET_FRAMEWORKS,
-                          straddling=straddling)
+        buffers = zero3_buffers(trainable, matrix, dp,
+                                fp32_partitions=framework in FP32_PARTITION_FRAMEWORKS and offload == "none")
+    else:
+        straddling = 0.0
+        if sharding == "zero2" and not lora and tp == 1 and dp > 1:
+            straddling = max(0.0, zero2_partition_gradient_elements(model, dp) - trainable / dp)
+        buffers = zero12_buffers(trainable, matrix, flattens=framework not in IN_PLACE_BUCKET_FRAMEWORKS,
+                                 straddling=straddling)
+    return replace(buffers, step=zero_step_bytes(sharding, trainable, dp) if offload == "none" else 0.0)
+
+
+def zero_step_bytes(sharding: str, trainable: float, dp: int, sub_group: int = ZERO_SUB_GROUP_ELEMENTS) -> float:
+    """Bytes a DeepSpeed ZeRO rank's optimizer step holds beyond its training state, for ``trainable`` parameters
+    with gradients over ``dp`` ranks (the optimizer on the GPU): the rank's 16-bit gradient partition flattened into
+    a new tensor and cast to fp32 for the optimizer, ``2 + 4`` bytes an element while the cast runs.
+    ZeRO-1/2 (``stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.step``, v0.9.0 and v0.13.5: ``single_grad_partition =
+    self.flatten(self.averaged_gradients[i]).to(fp32)`` per parameter group, freed after its update): the whole
+    partition, ``6·trainable/dp`` (at most; a model's groups split it). ZeRO-3 (``stage3.py``
+    ``_prepare_fp32_grad_for_sub_group``, the same per sub-group of ``sub_group_size`` elements, DeepSpeed's default
+    1e9, which neither framework sets): ``6·min(sub_group, trainable/dp)``."""
+    part = trainable / dp
+    if sharding == "zero3":
+        part = min(float(sub_group), part)
+    return 6.0 * part
 
 
 def largest_layer_matrix(model: ModelSpec, tp: int) -> float:

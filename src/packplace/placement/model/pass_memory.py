@@ -193,8 +193,8 @@ class PassMemory:
     ``activations``: saved activations or the no-grad working set; ``logits``; ``kv_cache``;
     ``workspace``: the stack's workspace plus allocator slack. ``phase`` names the phase that sets the
     peak (``forward``, ``loss_backward``, ``backward_end``, ``layer_backward``, ``head_backward``,
-    ``ring_forward``, ``ring_backward``, ``moe_combine_forward``, ``moe_combine_backward``, ``layer``, ``logits``,
-    ``prefill``, ``decode``).
+    ``ring_forward``, ``ring_backward``, ``moe_combine_forward``, ``moe_combine_backward``, ``optimizer_step``,
+    ``layer``, ``logits``, ``prefill``, ``decode``).
     """
 
     peak_bytes: float
@@ -872,7 +872,8 @@ class TrainTransient:
             self.copies_backward + self.saved + self.layer_backward + self.root_gradient + self.slack_forward
             + backward + self.buffers.layer,
             self.copies_backward + self.saved + self.head_backward + self.head_gradient + self.slack_forward
-            + backward)
+            + backward,
+            self.buffers.step)
 
 
 def fsdp_root_bytes(model: ModelSpec, tp: int, framework: str, first: bool, last: bool,
@@ -1255,6 +1256,9 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     phases.append(_assemble("layer_backward", weights + part.copies_backward,
                             held + part.root_gradient + buffers.layer, moments,
                             part.saved + part.layer_backward, 0.0, 0.0, ws + part.slack_forward))
+    if buffers.step > 0.0:
+        phases.append(_assemble("optimizer_step", weights, grads - buffers.backward + buffers.step, moments, 0.0, 0.0,
+                                0.0, ws))
     if part.head_gradient > 0.0:
         phases.append(_assemble("head_backward", weights + part.copies_backward, held, moments,
                                 part.saved + part.head_backward + part.head_gradient, 0.0, 0.0,
