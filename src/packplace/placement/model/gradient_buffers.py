@@ -117,7 +117,7 @@ def largest_layer_matrix(model: ModelSpec, tp: int) -> float:
 
 def zero12_buffers(trainable: float, matrix: float, flattens: bool, straddling: float = 0.0,
                    bucket: int = ZERO_BUCKET_ELEMENTS) -> GradientBuffers:
-    """DeepSpeed ZeRO-1/2's gradient buffers (``stage_1_and_2.py``, the same in v0.9.0 and v0.13.5), for
+    """DeepSpeed ZeRO-1/2's gradient buffers (``stage_1_and_2.py``, the same in v0.9.0, v0.13.5 and v0.16.7), for
     ``trainable`` parameters with gradients, ``matrix`` elements in the largest layer matrix and a
     ``reduce_bucket_size`` of ``bucket`` elements.
 
@@ -147,7 +147,8 @@ def zero12_buffers(trainable: float, matrix: float, flattens: bool, straddling: 
 
 def zero3_buffers(trainable: float, matrix: float, dp: int, fp32_partitions: bool = False,
                   bucket: int = ZERO_BUCKET_ELEMENTS) -> GradientBuffers:
-    """DeepSpeed ZeRO-3's gradient buffers (``stage3.py``, v0.9.0 and v0.13.5), for ``trainable`` parameters with
+    """DeepSpeed ZeRO-3's gradient buffers (``stage3.py``, v0.9.0, v0.13.5 and v0.16.7; master keeps the bucket per
+    communication dtype, ``IPGBucketZ3``, one for a 16-bit model), for ``trainable`` parameters with
     gradients on the GPU, ``matrix`` elements in the largest layer matrix, ``dp`` ranks and a
     ``reduce_bucket_size`` of ``bucket`` elements.
 
