@@ -8,6 +8,7 @@ import pytest
 
 from packplace.placement.model.deepspeed_zero2 import zero2_partition_gradient_elements
 from packplace.placement.model.deepspeed_zero3 import DEEPSPEED_DEFAULTS
+from packplace.placement.model.framework import fp32_gradient_accumulation
 from packplace.placement.model.gradient_buffers import (
     NO_BUFFERS,
     GradientBuffers,
@@ -78,15 +79,19 @@ def test_a_model_smaller_than_a_bucket_flattens_only_its_gradients() -> None:
 
 def test_zero3_keeps_its_flat_bucket_and_openrlhf_its_fp32_partitions() -> None:
     """ZeRO-3, Llama-2-7B over 8 ranks: the flat ipg bucket, 1,000,000,000 B, in every phase; OpenRLHF's fp32
-    gradient partitions add 2·P/8 = 1,684,603,904 B to it (2,684,603,904 B), none with the optimizer offloaded
-    (they live on the host); the layer's backward holds one matrix's gradient and the reduce-scatter's
-    interleaved copy of the bucket: 90,177,536 + 1,000,000,000 = 1,090,177,536 B; the step's flat fp32 cast of the
-    partition (842,301,952 elements, below the 1e9 sub-group): 6·842,301,952 = 5,053,811,712 B."""
+    gradient partitions (before v0.5) add 2·P/8 = 1,684,603,904 B to it (2,684,603,904 B), none with the optimizer
+    offloaded (they live on the host) or at a current release; the layer's backward holds one matrix's gradient and
+    the reduce-scatter's interleaved copy of the bucket: 90,177,536 + 1,000,000,000 = 1,090,177,536 B; the step's
+    flat fp32 cast of the partition (842,301,952 elements, below the 1e9 sub-group): 6·842,301,952 = 5,053,811,712
+    B."""
     step = 5_053_811_712
-    openrlhf = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero3", tp=1, dp=8, trainable=P)
+    openrlhf = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero3", tp=1, dp=8, trainable=P,
+                                fp32_partitions=True)
     assert openrlhf == GradientBuffers(resident=2_684_603_904, backward=0.0, layer=1_090_177_536, step=step)
+    current = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero3", tp=1, dp=8, trainable=P)
+    assert current.resident == 1_000_000_000
     offloaded = gradient_buffers(LLAMA2_7B, framework="openrlhf", sharding="zero3", tp=1, dp=8, trainable=P,
-                                 offload="optimizer")
+                                 offload="optimizer", fp32_partitions=True)
     assert offloaded.resident == 1_000_000_000 and offloaded.step == 0.0
     dschat = gradient_buffers(LLAMA2_7B, framework="deepspeed-chat", sharding="zero3", tp=1, dp=8, trainable=P)
     assert dschat == GradientBuffers(resident=1_000_000_000, backward=0.0, layer=1_090_177_536, step=step)
@@ -121,14 +126,28 @@ def test_megatron_output_layer_keeps_its_sequence_parallel_gather_buffer() -> No
 
 
 def test_vertex_charges_zero3_bucket_as_resident() -> None:
-    """``place``'s training vertex: OpenRLHF ZeRO-3 over 8 ranks holds 2,684,603,904 B more resident than
-    the same layout on verl's FSDP, whose root and layer backward are transient (fsdp_train_bytes)."""
+    """``place``'s training vertex: OpenRLHF 0.2.7 ZeRO-3 over 8 ranks holds 2,684,603,904 B more resident than
+    the same layout on verl's FSDP, whose root and layer backward are transient (fsdp_train_bytes); a current
+    OpenRLHF (bf16 gradient partitions) the bucket alone, 1,000,000,000 B."""
     args = dict(dp=8, pp=1, tp=1, micro_batch=1, micro_batches=1, seq_len=1024, prompt_len=512, live_len=1024,
                 options=TrainingOptions(sharding="zero3", recompute="full"), workspace_bytes=0.0)
     openrlhf = vertex_memory(LLAMA2_7B, "train", framework="openrlhf", zero3_fetch=DEEPSPEED_DEFAULTS,
+                             fp32_grad_partitions=fp32_gradient_accumulation("openrlhf", "0.2.7"),
                              **args)  # type: ignore[arg-type]
+    current = vertex_memory(LLAMA2_7B, "train", framework="openrlhf", zero3_fetch=DEEPSPEED_DEFAULTS,
+                            **args)  # type: ignore[arg-type]
     verl = vertex_memory(LLAMA2_7B, "train", framework="verl", **args)  # type: ignore[arg-type]
     assert openrlhf[0] - verl[0] == pytest.approx(2_684_603_904)
+    assert current[0] - verl[0] == pytest.approx(1_000_000_000)
+
+
+def test_openrlhf_accumulates_in_fp32_before_v0_5_only() -> None:
+    """OpenRLHF's get_train_ds_config: ``"fp32"`` by default to v0.4.x, unset from v0.5; no version: current."""
+    assert fp32_gradient_accumulation("openrlhf", "0.2.7")
+    assert fp32_gradient_accumulation("openrlhf", "0.4.6")
+    assert not fp32_gradient_accumulation("openrlhf", "0.5.0")
+    assert not fp32_gradient_accumulation("openrlhf", None)
+    assert not fp32_gradient_accumulation("verl", "0.4.1")
 
 
 def test_estimate_zero2_layer_backward_holds_bucket_matrix_and_flat_copy() -> None:

@@ -40,11 +40,6 @@ DEEPSPEED_FRAMEWORKS = ("openrlhf", "deepspeed-chat")
 #: rank's slice of the bucket); OpenRLHF pins v0.13.2 and later (``requirements.txt``), whose
 #: ``allreduce_bucket`` flattens the bucket first (:func:`zero12_buffers`).
 IN_PLACE_BUCKET_FRAMEWORKS = ("deepspeed-chat",)
-#: OpenRLHF releases whose ``get_train_ds_config`` sets ``"data_types": {"grad_accum_dtype": "fp32"}`` by default
-#: (v0.2.0-v0.4.x; from v0.5 it passes ``None``, the model's dtype under ZeRO): under ZeRO-3 DeepSpeed v0.12 and
-#: later keep the gradient partitions in that dtype (:func:`zero3_buffers`). The memory model does not see the
-#: release, so every OpenRLHF trainer is priced so (an over-count of ``2p/dp`` from v0.5).
-FP32_PARTITION_FRAMEWORKS = ("openrlhf",)
 
 
 @dataclass(frozen=True)
@@ -66,13 +61,15 @@ NO_BUFFERS = GradientBuffers()
 
 def gradient_buffers(model: ModelSpec, *, framework: str, sharding: str, tp: int, dp: int, trainable: float,
                      lora: bool = False, offload: str = "none", megatron: bool = False, tokens: float = 0.0,
-                     last: bool = False) -> GradientBuffers:
+                     last: bool = False, fp32_partitions: bool = False) -> GradientBuffers:
     """The :class:`GradientBuffers` of a training pass: a DeepSpeed trainer's (``framework`` one of
     :data:`DEEPSPEED_FRAMEWORKS`) under ``sharding`` ``zero1``/``zero2`` (:func:`zero12_buffers`) or ``zero3``
     (:func:`zero3_buffers`), a Megatron-Core trainer's (``megatron``, :func:`megatron_buffers`), none otherwise.
     ``trainable``: the parameters with gradients on the GPU (its stage's over ``tp``, unsharded); ``lora``: the
     layers' matrices frozen; ``offload``: the ZeRO offload; ``tokens`` the micro-batch's tokens on the GPU
-    before the TP split, ``last`` the stage holds the output layer."""
+    before the TP split, ``last`` the stage holds the output layer; ``fp32_partitions``: the engine accumulates
+    gradients in fp32 (``grad_accum_dtype``; OpenRLHF before v0.5,
+    :func:`~packplace.placement.model.framework.fp32_gradient_accumulation`)."""
     if megatron:
         return megatron_buffers(model, tp=tp, tokens=tokens, last=last)
     if framework not in DEEPSPEED_FRAMEWORKS or sharding == "none":
@@ -80,7 +77,7 @@ def gradient_buffers(model: ModelSpec, *, framework: str, sharding: str, tp: int
     matrix = 0.0 if lora else largest_layer_matrix(model, tp)
     if sharding == "zero3":
         buffers = zero3_buffers(trainable, matrix, dp,
-                                fp32_partitions=framework in FP32_PARTITION_FRAMEWORKS and offload == "none")
+                                fp32_partitions=fp32_partitions and offload == "none")
     else:
         straddling = 0.0
         if sharding == "zero2" and not lora and tp == 1 and dp > 1:
@@ -163,8 +160,8 @@ def zero3_buffers(trainable: float, matrix: float, dp: int, fp32_partitions: boo
       elements, ``layer`` + ``2·min(bucket, trainable)`` (a full bucket is reduced in a gradient hook, during a
       layer's backward; a smaller remainder in the epilogue, which that phase bounds).
     * ``fp32_partitions``: ``grad_partitions_flat_buffer`` in ``gradient_accumulation_dtype`` (v0.12 on;
-      ``self.dtype`` in v0.9.0) is fp32 where the config's ``grad_accum_dtype`` says so (OpenRLHF v0.2-v0.4,
-      :data:`FP32_PARTITION_FRAMEWORKS`), on the GPU unless the optimizer is offloaded: ``4·trainable/dp`` where
+      ``self.dtype`` in v0.9.0) is fp32 where the config's ``grad_accum_dtype`` says so (OpenRLHF v0.2-v0.4), on the
+      GPU unless the optimizer is offloaded: ``4·trainable/dp`` where
       the training state counts ``2·trainable/dp``, ``resident`` + ``2·trainable/dp``.
     """
     fp32 = 2.0 * trainable / dp if fp32_partitions else 0.0

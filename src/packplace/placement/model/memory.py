@@ -480,7 +480,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   offload_between_passes: bool = False, bare_loop: bool = False, weight_shard: int | None = None,
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
                   fused_kernels: bool = False, fused_swiglu: bool = False, zero3_fetch: Zero3Prefetch | None = None,
-                  router_dtype: str = "bf16", max_out_tokens: int | None = None) -> tuple[float, float]:
+                  router_dtype: str = "bf16", max_out_tokens: int | None = None,
+                  fp32_grad_partitions: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -491,7 +492,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             ``micro_batch · seq_len`` tokens unless ``pass_tokens`` is given.
         prompt_len: Prompt tokens ``S`` (generation's prefill workspace).
         live_len: Live KV tokens per generated sequence (``S + mean response``, paged cache).
-        options: Training memory options (train only); ``zero3_fetch``: DeepSpeed's (:func:`zero3_kept_bytes`).
+        options: Training memory options (train only); ``zero3_fetch``: DeepSpeed's (:func:`zero3_kept_bytes`);
+            ``fp32_grad_partitions``: DeepSpeed's fp32 gradient accumulation (:func:`_train_buffers`).
         prefill_sequences: Prompts whose prefill workspace a generation engine holds at once (default
             ``micro_batch``; a continuously batched engine prefills a bounded chunk: 1 prompt).
         ep: Expert-parallel degree (a MoE model; divides ``dp``): the stage's weights are
@@ -550,7 +552,7 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                 model, options, framework, (i, pp, tp, dp, ep), p, split is not None, (tokens, logprob_tokens),
                 layers[i], in_flight(pp, i, inflight), cp, workspace, logit_bytes,
                 (fused_kernels, fused_swiglu, router_dtype), seq_len, (bare_loop, micro_batches),
-                offload_between_passes, zero3_fetch)
+                offload_between_passes, zero3_fetch, fp32_grad_partitions)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
@@ -574,20 +576,21 @@ def _train_stage_bytes(model: ModelSpec, options: TrainingOptions, framework: st
                        tokens: tuple[float, float | None], n_layers: int, inflight: int, cp: ContextParallelSplit,
                        workspace: float, logit_bytes: tuple[float, float] | None, megatron: tuple[bool, bool, str],
                        seq_len: float, bare: tuple[bool, int], offload_between_passes: bool,
-                       zero3_fetch: Zero3Prefetch | None) -> tuple[float, float]:
+                       zero3_fetch: Zero3Prefetch | None, fp32_partitions: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of a training vertex's stage ``i`` of ``where`` =
     ``(i, pp, tp, dp, ep)`` (:func:`vertex_memory`'s train branch): :func:`_stage_train_state`, less a bare loop's
     late gradients (:func:`_bare_loop_gradients`; ``bare`` = ``(bare_loop, micro_batches)``), with the gradient
     buffers (:func:`_train_buffers`), DeepSpeed's kept parameters (:func:`zero3_kept_bytes`) and the pass
     (:func:`_train_vertex_transient`; ``tokens`` = ``(pass, old-log-prob forward)``, ``megatron`` =
     ``(fused_kernels, fused_swiglu, router_dtype)``); ``p`` the stage's parameters per GPU, ``moe_split`` whether
-    they are an expert-parallel split (all trainable)."""
+    they are an expert-parallel split (all trainable); ``fp32_partitions``: :func:`vertex_memory`'s
+    ``fp32_grad_partitions``."""
     i, pp, tp, dp, ep = where
     last = i == pp - 1
     resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
     late = _bare_loop_gradients(p, bare[0] and not cp.active and bare[1] <= options.optimizer_steps)
     kept, buffers = _train_buffers(model, options, framework, (i, pp, tp, dp), p if moe_split else None,
-                                   megatron[0], max(tokens[0], tokens[1] or 0.0))
+                                   megatron[0], max(tokens[0], tokens[1] or 0.0), fp32_partitions)
     transient = loaded + zero3_kept_bytes(model, zero3_fetch, options, tp, ep) + _train_vertex_transient(
         model, options, tokens[0], tokens[1], n_layers, i == 0, last, tp, inflight, ep, cp.ring, framework,
         workspace, logit_bytes, late, megatron[0], megatron[1], megatron[2], seq_len, bare[0] and not cp.active,
@@ -596,19 +599,21 @@ def _train_stage_bytes(model: ModelSpec, options: TrainingOptions, framework: st
 
 
 def _train_buffers(model: ModelSpec, options: TrainingOptions, framework: str, where: tuple[int, int, int, int],
-                   trainable: float | None, megatron: bool, tokens: float) -> tuple[float, GradientBuffers]:
+                   trainable: float | None, megatron: bool, tokens: float,
+                   fp32_partitions: bool = False) -> tuple[float, GradientBuffers]:
     """``(resident, transient)``: a training vertex's gradient buffers on stage ``i`` of ``where`` =
     ``(i, pp, tp, dp)`` (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`), those kept from the
     trainer's start (ZeRO-3's bucket, Megatron's gather buffer) as resident bytes, the others for the pass;
     ``trainable`` the stage's parameters per GPU with gradients (``None``: :func:`trainable_stage_params` over
     ``tp``), ``megatron`` a Megatron-Core trainer, ``tokens`` its largest micro-batch's tokens per GPU before the
-    TP split."""
+    TP split, ``fp32_partitions`` DeepSpeed's fp32 gradient accumulation."""
     i, pp, tp, dp = where
     if trainable is None:
         trainable = trainable_stage_params(model, pp, options.lora_rank)[i] / tp
     buffers = gradient_buffers(model, framework=framework, sharding=options.sharding, tp=tp,
                                dp=options.shard_ranks(dp), trainable=trainable, lora=bool(options.lora_rank),
-                               offload=options.offload, megatron=megatron, tokens=tokens, last=i == pp - 1)
+                               offload=options.offload, megatron=megatron, tokens=tokens, last=i == pp - 1,
+                               fp32_partitions=fp32_partitions)
     return buffers.resident, replace(buffers, resident=0.0)
 
 

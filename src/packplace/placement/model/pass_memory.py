@@ -660,7 +660,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                 ep: int = 1, framework: str = "none", sharding: str = "none", micro_batches: int = 1,
                 workspace_bytes: float | None = None, cp: int = 1, logit_bytes: tuple[float, float] | None = None,
                 trainer_backend: str = "none", cp_exact: bool = True, fused_swiglu: bool = False,
-                router_dtype: str = "bf16", zero3_fetch: Zero3Prefetch | None = None) -> PassMemory:
+                router_dtype: str = "bf16", zero3_fetch: Zero3Prefetch | None = None,
+                fp32_grad_partitions: bool = False) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -710,6 +711,9 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             backward (:func:`~packplace.placement.model.deepspeed_zero3.zero3_kept_bytes`) in every phase, as
             ``place`` does; None (FSDP, or no profile): one gathered layer and the root unit
             (:func:`fsdp_root_bytes`).
+        fp32_grad_partitions: A DeepSpeed trainer accumulates gradients in fp32 (OpenRLHF before v0.5,
+            :func:`~packplace.placement.model.framework.fp32_gradient_accumulation`): ZeRO-3 keeps fp32 gradient
+            partitions (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`).
 
     Returns:
         :class:`PassMemory`.
@@ -741,7 +745,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 fsdp_train_bytes(model, tp, framework, i == 0, last) if fsdp else (0.0, 0.0, 0.0),
                                 gradient_buffers(model, framework=framework, sharding=sharding, tp=tp, dp=dp,
                                                  trainable=per_gpu[i], megatron=trainer_backend == "megatron",
-                                                 tokens=tokens, last=last) if optimizer == "adam" else NO_BUFFERS)
+                                                 tokens=tokens, last=last, fp32_partitions=fp32_grad_partitions)
+                                if optimizer == "adam" else NO_BUFFERS)
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward,
