@@ -711,9 +711,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             backward (:func:`~packplace.placement.model.deepspeed_zero3.zero3_kept_bytes`) in every phase, as
             ``place`` does; None (FSDP, or no profile): one gathered layer and the root unit
             (:func:`fsdp_root_bytes`).
-        fp32_grad_partitions: A DeepSpeed trainer accumulates gradients in fp32 (OpenRLHF before v0.5,
-            :func:`~packplace.placement.model.framework.fp32_gradient_accumulation`): ZeRO-3 keeps fp32 gradient
-            partitions (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`).
+        fp32_grad_partitions: DeepSpeed's fp32 gradient accumulation (:func:`gradient_buffers`' ``fp32_partitions``).
 
     Returns:
         :class:`PassMemory`.
@@ -732,8 +730,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     kept = zero3_kept_bytes(model, zero3_fetch, recompute == "full", tp, ep) if sharding == "zero3" else 0.0
     fsdp = sharding == "zero3" and zero3_fetch is None   # FSDP's root unit stays gathered (fsdp_root_bytes)
     for i in range(pp):
-        last = i == pp - 1
-        tokens = _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
+        last, tokens = i == pp - 1, _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
                                 optimizer, tp, in_flight(pp, i, micro_batches), dp, sharding, micro_batches, ws,
@@ -743,10 +740,10 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp), saved,
                                 kept, bare_loop(sharding, framework, trainer_backend, (tp, pp, ep, cp)),
                                 fsdp_train_bytes(model, tp, framework, i == 0, last) if fsdp else (0.0, 0.0, 0.0),
-                                gradient_buffers(model, framework=framework, sharding=sharding, tp=tp, dp=dp,
-                                                 trainable=per_gpu[i], megatron=trainer_backend == "megatron",
-                                                 tokens=tokens, last=last, fp32_partitions=fp32_grad_partitions)
-                                if optimizer == "adam" else NO_BUFFERS)
+                                NO_BUFFERS if optimizer != "adam" else gradient_buffers(
+                                    model, framework=framework, sharding=sharding, tp=tp, dp=dp, trainable=per_gpu[i],
+                                    megatron=trainer_backend == "megatron", tokens=tokens, last=last,
+                                    fp32_partitions=fp32_grad_partitions))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward,
