@@ -200,7 +200,8 @@ class PackplacePackingScheduler:
         multiple = self.microbatch_group_size_per_vp_stage or 1
         positive = [i for i, length in enumerate(lengths) if length > 0]
         if len(positive) < self.dp_size * multiple:   # zero-length sequences must fill packs: no solve needed
-            return self._with_empty(self._one_per_pack(positive, costs, multiple, len(lengths)), lengths, costs)
+            packs = self._one_per_pack(positive, costs, multiple, len(lengths))
+            return self._heaviest_first(self._with_empty(packs, lengths, costs), costs)
         nonzero = np.asarray(positive, dtype=np.int64)
         instance = self._instance(tokens[nonzero], costs[nonzero], multiple)
         result = self._solve(instance, deadline)
@@ -302,7 +303,8 @@ class PackplacePackingScheduler:
         order = sorted(positive, key=lambda i: (-float(costs[i]), i))
         for k, i in enumerate(order):
             packs[k % ranks][k // ranks].append(i)
-        zeros = iter(i for i in range(n) if i not in set(positive))
+        taken = set(positive)
+        zeros = iter(i for i in range(n) if i not in taken)
         for rank in packs:
             for pack in rank:
                 if not pack:
@@ -314,16 +316,20 @@ class PackplacePackingScheduler:
         """``packs`` with every zero-length sequence not yet in one placed as Megatron's next-fit places it,
         in a pack beside the sequence before it in the batch (the sequence after it where it comes first;
         no tokens and no FLOPs, so the cap and the balance stay as they are); packs re-sorted, heaviest first."""
-        placed = {i for rank in packs for pack in rank for i in pack}
         where = {i: pack for rank in packs for pack in rank for i in pack}
-        missing = [i for i, length in enumerate(lengths) if length == 0 and i not in placed]
-        if not missing:
+        if len(where) == len(lengths):
             return packs
-        anchor = next(i for i in range(len(lengths)) if i in placed)
-        for i in missing:
-            host = max((j for j in where if j < i), default=anchor)
-            where[host].append(i)
-            where[i] = where[host]
+        host = where[min(where)]   # a leading zero-length sequence joins the first placed one
+        for i in range(len(lengths)):
+            if i in where:
+                host = where[i]
+            else:
+                host.append(i)
+        return PackplacePackingScheduler._heaviest_first(packs, costs)
+
+    @staticmethod
+    def _heaviest_first(packs: list[list[list[int]]], costs: np.ndarray) -> list[list[list[int]]]:
+        """Each pack's positions sorted, each rank's packs heaviest first (ties by their positions)."""
         for rank in packs:
             for pack in rank:
                 pack.sort()
