@@ -256,6 +256,10 @@ def test_zero_length_sequences_are_placed_as_megatron_places_them():
     packs = _each_key_once(groups, 5)
     assert sorted(packs) == [[0], [1], [2], [3, 4]]
     assert groups[0] == [[2], [0]]   # heaviest first: 6 on rank 0, 3 on rank 1
+    # a sequence over the cap is refused on that path too (it had no instance to check it)
+    with pytest.raises(ConfigError, match=r"^sample_id_seqlens\[0\]\[1\]: 10 tokens exceed the cap "
+                                          r"max_seqlen_per_dp_cp_rank x cp_size = 8 tokens per pack$"):
+        scheduler.get_groups_and_subsamples([(0, 10), (1, 0), (2, 0)])
 
 
 def test_a_plan_the_clock_cut_is_replaced_by_the_deterministic_fallback(monkeypatch):

@@ -198,6 +198,11 @@ class PackplacePackingScheduler:
         tokens = np.asarray(lengths, dtype=np.int64)
         costs = sequence_flops(tokens, self.hidden_size)
         multiple = self.microbatch_group_size_per_vp_stage or 1
+        cap = self.max_seq_len_all_ranks
+        for i, length in enumerate(lengths):   # as make_instance words it, before the path that builds none
+            if length > cap:
+                raise ConfigError(f"seqlens[{i}]: {length} tokens exceed the cap max_seqlen_per_dp_cp_rank x cp_size "
+                                  f"= {cap} tokens per pack")
         positive = [i for i, length in enumerate(lengths) if length > 0]
         if len(positive) < self.dp_size * multiple:   # zero-length sequences must fill packs: no solve needed
             packs = self._one_per_pack(positive, costs, multiple, len(lengths))
