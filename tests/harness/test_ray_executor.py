@@ -4,6 +4,7 @@ serial one, error cells included (only wall times differ)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,56 @@ def test_executor_and_address_are_checked_before_running():
         compare("balance", "smoke", executor="dask", progress=False)
     with pytest.raises(ConfigError, match="address: a cluster address needs executor 'ray'"):
         compare("balance", "smoke", address="auto", progress=False)
+
+
+class _RayThatMustNotConnect:
+    """A stand-in ``ray`` module: nothing joined yet, and ``init`` (which retries an unreachable GCS for
+    minutes) must never run for an address the probe refuses."""
+
+    def __init__(self):
+        self.inits = 0
+
+    def is_initialized(self):
+        return False
+
+    def init(self, *args, **kwargs):
+        self.inits += 1
+        raise AssertionError("ray.init ran for an unreachable address")
+
+
+def _unreachable(monkeypatch):
+    """Every TCP connect fails as a host that drops packets does (no real network, no waiting)."""
+    from packplace.harness import executors
+    tried = []
+
+    def refuse(target, timeout=None):
+        tried.append((target, timeout))
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(executors.socket, "create_connection", refuse)
+    fake = _RayThatMustNotConnect()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    return tried, fake
+
+
+def test_an_unreachable_address_is_refused_before_ray_init(monkeypatch, capsys):
+    from packplace.harness.executors import RAY_PROBE_TIMEOUT_S
+    tried, fake = _unreachable(monkeypatch)
+    with pytest.raises(ConfigError, match=r"^address: cannot start or reach Ray at 10\.255\.255\.1:6379: no TCP "
+                                          r"connection within 10 s \(TimeoutError: timed out\)$"):
+        compare("balance", "smoke", executor="ray", address="10.255.255.1:6379", progress=False)
+    assert tried == [(("10.255.255.1", 6379), RAY_PROBE_TIMEOUT_S)] and fake.inits == 0
+    code = main(["compare", "--problem", "balance", "--suite", "smoke", "--executor", "ray", "--address",
+                 "ray://head.invalid:10001", "--solvers", "repair", "--json", "--quiet"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and out["exit_code"] == 2 and out["error"]["type"] == "ConfigError"
+    assert out["error"]["message"].startswith("address: cannot start or reach Ray at ray://head.invalid:10001: ")
+    assert tried[-1] == (("head.invalid", 10001), RAY_PROBE_TIMEOUT_S) and fake.inits == 0
+
+
+def test_addresses_ray_resolves_itself_are_not_probed(monkeypatch):
+    from packplace.harness.executors import probe_ray_address
+    tried, _ = _unreachable(monkeypatch)
+    for address in (None, "auto", "local"):
+        probe_ray_address(address)
+    assert tried == []

@@ -81,7 +81,7 @@ CALLS = [
     ("restore_dynamic_batch", pv.restore_dynamic_batch, {"data": np.arange(4), "batch_idx_list": [[1, 0], [3, 2]]},
      {}),
     ("get_group_balanced_partitions", pv.get_group_balanced_partitions,
-     {"seqlen_list": [1, 2, 3, 4], "uid_list": ["a", "a", "b", "c"], "k_partitions": 2}, {}),
+     {"seqlen_list": [1, 2, 3, 4], "uid_list": ["a", "a", "b", "b"], "k_partitions": 2}, {}),
     ("micro_batch_partitions", micro_batch_partitions, {"seqlens": [3, 1, 2, 2], "max_token_len": 4, "dp_size": 2},
      {}),
     ("micro_batch_partitions(costs)", micro_batch_partitions,

@@ -65,10 +65,16 @@ def test_packaged_differencing_reproduces_the_oracle_exactly(data, k, equal_size
     assert differencing_partitions(values, k, equal_size) == verl_partitions(values, k, equal_size)
 
 
-def test_equal_size_not_dividing_gives_sizes_within_one():
-    parts = get_seqlen_balanced_partitions(list(range(1, 12)), 3, True)
-    _check_shape(parts, 11, 3)
-    assert sorted(len(p) for p in parts) == [3, 4, 4]
+def test_equal_size_not_dividing_is_refused_where_verl_refuses():
+    # verl 0.9.1's karmarkar_karp asserts n % k == 0 under equal_size (the oracle ports it): so does the drop-in
+    with pytest.raises(AssertionError):
+        verl_partitions(list(range(1, 12)), 3, True)
+    with pytest.raises(ConfigError, match=r"^seqlen_list: 11 items do not split into k_partitions=3 parts of equal "
+                                          r"size \(equal_size; 11 % 3 = 2; verl refuses them too\)$"):
+        get_seqlen_balanced_partitions(list(range(1, 12)), 3, True)
+    # k dividing n, or no equal_size: answers as before
+    _check_shape(get_seqlen_balanced_partitions(list(range(1, 13)), 3, True), 12, 3)
+    _check_shape(get_seqlen_balanced_partitions(list(range(1, 12)), 3, False), 11, 3)
 
 
 def test_bad_input_is_a_value_error_with_one_line():

@@ -10,10 +10,13 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from packplace.balance import rank_rules, reference
 from packplace.errors import ConfigError
-from packplace.integrations.megatron import PackplacePackingScheduler, register, sequence_flops
+from packplace.integrations import megatron
+from packplace.integrations.megatron import PackplacePackingScheduler, construction_count, register, sequence_flops
 
 _SPEC = importlib.util.spec_from_file_location(
     "megatron_dp_balanced", Path(__file__).resolve().parents[2] / "benchmarks" / "megatron_dp_balanced.py")
@@ -78,7 +81,7 @@ def test_entries_that_are_not_id_length_pairs_or_bad_lengths_are_refused_in_one_
     for entries, message in (([4, 3], r"sample_id_seqlens\[0\]: must be a \(sample id, sequence length\) pair, got 4"),
                              ([(0, "x"), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be a number, got 'x'"),
                              ([(0, 4.5), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be an integer, got 4\.5"),
-                             ([(0, 0), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be >= 1, got 0")):
+                             ([(0, -1), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be >= 0, got -1")):
         with pytest.raises(ConfigError, match=message):
             scheduler.get_groups_and_subsamples(entries)
     assert scheduler.get_groups_and_subsamples([(7, 4), (9, 3)]) == [[[0, 1]]]
@@ -157,3 +160,127 @@ def test_the_docs_megatron_recipe_runs_as_written(monkeypatch):
             monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
         monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(_recipe("megatron-register"), "docs/integrations.md", "exec"), {})
+
+
+def _each_key_once(groups, n, cp_size=1):
+    """Every sample position in exactly one pack of one DP rank (the CP ranks of a DP rank share its pack)."""
+    packs = [group[j] for group in groups for j in range(0, len(group), cp_size)]
+    assert sorted(i for pack in packs for i in pack) == list(range(n))
+    return packs
+
+
+def _batch(seed, n, cap):
+    import random
+    rng = random.Random(seed)
+    return [(1000 + i, rng.randint(1, cap)) for i in range(n)]
+
+
+def test_the_pack_count_is_decided_without_cpsat_or_the_clock(monkeypatch, work_clock):
+    # local_batch_size="auto" ran an exact CP-SAT check (seconds on small batches) before the backend's deadline
+    # started; the scheduler's count comes from the construction alone: a CP-SAT call here would raise
+    def no_exact(*args, **kwargs):
+        raise AssertionError("the count decision ran CP-SAT")
+
+    monkeypatch.setattr(reference, "exact_packing", no_exact)
+    monkeypatch.setattr(rank_rules, "exact_packing", no_exact)
+    batch = _batch(5, 120, 8192)
+    first = PackplacePackingScheduler(4096, 2, 4, 2, time_limit_s=0.2)
+    groups = first.get_groups_and_subsamples(batch)
+    packs = _each_key_once(groups, len(batch), cp_size=2)
+    assert all(sum(batch[i][1] for i in pack) <= 8192 for pack in packs)
+    tokens = np.array([length for _, length in batch])
+    per_rank = construction_count(tokens, 8192, 4, 2)
+    assert len(groups) == per_rank and per_rank % 2 == 0
+    # the same batch gives a fresh scheduler (another rank) and a second call the same plan (the work clock: the
+    # limit falls at the same point of the search on any machine; repair finishes well within it)
+    again = PackplacePackingScheduler(4096, 2, 4, 2, time_limit_s=0.2)
+    assert again.get_groups_and_subsamples(batch) == groups == first.get_groups_and_subsamples(batch)
+    assert not first.last_result.hit_time_limit and first.last_result.info["fallback"] is None
+
+
+def test_construction_count_on_hand_cases():
+    # 6 sequences of 4 tokens, cap 10, one rank: two a pack, 3 packs; with a multiple of 2, 4
+    assert construction_count(np.array([4] * 6), 10, 1) == 3
+    assert construction_count(np.array([4] * 6), 10, 1, 2) == 4
+    # 5 full packs on 2 ranks: 3 per rank would need 6 sequences, so no count (the exact check proves it)
+    assert construction_count(np.array([9] * 5), 9, 2) is None
+    # a sequence above the cap: none (make_instance names it)
+    assert construction_count(np.array([11, 1]), 10, 1) is None
+
+
+def test_a_cold_first_call_falls_back_instead_of_raising(work_clock, monkeypatch):
+    # a fresh rank's first call imports the solvers inside the backend's time limit; a stand-in import of 1 s
+    # on the work clock against a limit of 0.05 s stops repair before it places a sample. The scheduler falls back
+    # on lpt run to completion (deterministic) and flags the cut, where it raised RuntimeError.
+    import packplace.run as run_module
+    original, calls = run_module.get, []
+
+    def cold_get(problem, name):
+        if not calls:
+            work_clock.now += 1.0
+        calls.append(name)
+        return original(problem, name)
+
+    monkeypatch.setattr(run_module, "get", cold_get)
+    lengths = [4000, 3000, 100, 2000, 500, 700]
+    scheduler = PackplacePackingScheduler(4096, 1, 2, None, time_limit_s=0.05)
+    groups = scheduler.get_groups_and_subsamples(list(enumerate(lengths)))
+    packs = _each_key_once(groups, len(lengths))
+    assert all(sum(lengths[i] for i in pack) <= 4096 for pack in packs)
+    result = scheduler.last_result
+    assert calls[0] == "repair" and result.hit_time_limit and result.info["fallback"] in megatron.FALLBACK_SOLVERS
+    assert "repair found no assignment" in result.message
+    # lpt's plan is a function of the batch: a warm call with fallback forced gives the same groups
+    monkeypatch.setattr(run_module, "get", original)
+    warm = PackplacePackingScheduler(4096, 1, 2, None, solver=result.info["fallback"])
+    assert warm.get_groups_and_subsamples(list(enumerate(lengths))) == groups
+
+
+def test_zero_length_sequences_are_placed_as_megatron_places_them():
+    # Megatron's next fit packs a zero-length sequence with the sequence before it (0 + its tokens fit), and an
+    # all-zero batch on 2 ranks splits into [[0], [1]]: every key exactly once
+    scheduler = PackplacePackingScheduler(8, 1, 2, None, hidden_size=1)
+    assert scheduler.get_groups_and_subsamples([(0, 0), (1, 0)]) == [[[0], [1]]]
+    # (Megatron's own pass asserts "Not enough samples to move" on this batch: it splits packs after the first only)
+    with pytest.raises(ValueError, match="Not enough samples to move"):
+        dp_balanced.dp_balanced_groups([(0, 0), (1, 0)], 8, 1, 2)
+    assert dp_balanced.dp_balanced_groups([(0, 0), (1, 5), (2, 0), (3, 4), (4, 0)], 8, 1, 2) == [[[0, 1, 2], [3, 4]]]
+    # 5 + 4 tokens need a pack each on 2 ranks; zero-length 0 goes beside 1 (the first sequence after it),
+    # 2 beside 1 (the one before it), 4 beside 3
+    groups = scheduler.get_groups_and_subsamples([(0, 0), (1, 5), (2, 0), (3, 4), (4, 0)])
+    assert groups == [[[0, 1, 2], [3, 4]]]
+    # fewer sequences of positive length than packs: each alone, zero-length ones fill the rest (VPP group 2:
+    # 2 packs a rank); 4 is left over and goes beside 3
+    groups = PackplacePackingScheduler(8, 1, 2, 2, hidden_size=1).get_groups_and_subsamples(
+        list(enumerate([3, 0, 6, 0, 0])))
+    packs = _each_key_once(groups, 5)
+    assert sorted(packs) == [[0], [1], [2], [3, 4]]
+    assert groups[0] == [[2], [0]]   # heaviest first: 6 on rank 0, 3 on rank 1
+    # a sequence over the cap is refused on that path too (it had no instance to check it)
+    with pytest.raises(ConfigError, match=r"^sample_id_seqlens\[0\]\[1\]: 10 tokens exceed the cap "
+                                          r"max_seqlen_per_dp_cp_rank x cp_size = 8 tokens per pack$"):
+        scheduler.get_groups_and_subsamples([(0, 10), (1, 0), (2, 0)])
+
+
+def test_a_plan_the_clock_cut_is_replaced_by_the_deterministic_fallback(monkeypatch):
+    # Megatron schedules the batch on every rank: a plan the time limit cut depends on each rank's load, so the
+    # scheduler returns lpt's (run to completion) instead. Stand-in: repair's answer flagged as cut by the clock.
+    import dataclasses
+    original = megatron.solve_balance
+
+    def cut_repair(instance, solver, **kwargs):
+        result = original(instance, solver, **kwargs)
+        return dataclasses.replace(result, hit_time_limit=True) if solver == "repair" else result
+
+    batch = _batch(7, 40, 4096)
+    lpt_groups = PackplacePackingScheduler(4096, 1, 4, None, solver="lpt", time_limit_s=5.0) \
+        .get_groups_and_subsamples(batch)
+    monkeypatch.setattr(megatron, "solve_balance", cut_repair)
+    scheduler = PackplacePackingScheduler(4096, 1, 4, None, time_limit_s=5.0)
+    assert scheduler.get_groups_and_subsamples(batch) == lpt_groups
+    assert scheduler.last_result.info["fallback"] == "lpt" and scheduler.last_result.hit_time_limit
+    assert "repair was cut by the time limit" in scheduler.last_result.message
+    # without a limit the flag is the backend's own work budget, not the clock: repair's answer stays
+    unlimited = PackplacePackingScheduler(4096, 1, 4, None)
+    unlimited.get_groups_and_subsamples(batch)
+    assert unlimited.last_result.info["fallback"] is None and unlimited.last_result.solver == "repair"

@@ -70,6 +70,29 @@ def test_group_balanced_partitions_keep_uids_together_and_never_lose_to_verl():
         assert max(sum(loads[i] for i in part) for part in parts) <= theirs
 
 
+def test_group_counts_k_does_not_divide_are_refused_as_verl_refuses():
+    # verl 0.9.1 balances the 3 uid groups with equal_size=True and asserts 3 % 2 == 0; its trainer's
+    # _balance_batch needs parts of equal size, so the drop-in refuses too instead of returning [[0, 1], [2, 3, 4, 5]]
+    with pytest.raises(AssertionError):
+        verl_partitions([1, 2, 3], 2, True)
+    with pytest.raises(ConfigError, match=r"^uid_list: 3 uid groups do not split into k_partitions=2 parts of equal "
+                                          r"size \(3 % 2 = 1; verl refuses them too\)$"):
+        pv.get_group_balanced_partitions([5, 3, 2, 2, 1, 1], list("aabbcc"), 2)
+    # 4 groups: workloads 24576 s + s^2 per sample: a 196642, b 98312, c 49154, d 196640; two groups a part:
+    # {a, c} | {b, d} = 245796 | 294952 is the least largest part ({a, b} | {c, d}: 294954, {a, d} | {b, c}: 393282)
+    parts = pv.get_group_balanced_partitions([5, 3, 2, 2, 1, 1, 4, 4], list("aabbccdd"), 2)
+    assert sorted(parts) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+
+
+def test_rearrange_accepts_min_num_micro_batch_zero_as_verl():
+    # verl 0.9.1: max(0, count) leaves the count as it is; None likewise. 8 tokens, cap 4: two micro-batches
+    for minimum in (0, None):
+        assert pv.rearrange_micro_batches([3, 1, 2, 2], 4, min_num_micro_batch=minimum) == (
+            [[3, 1], [2, 2]], [[0, 1], [2, 3]])
+    with pytest.raises(ConfigError, match=r"^min_num_micro_batch: must be an integer >= 0 \(or None\), got -1$"):
+        pv.rearrange_micro_batches([3, 1, 2, 2], 4, min_num_micro_batch=-1)
+
+
 def test_group_balanced_partitions_join_uids_that_are_not_adjacent():
     parts = pv.get_group_balanced_partitions([10, 20, 10, 20], ["a", "b", "a", "b"], 2)
     assert sorted(parts) == [[0, 2], [1, 3]]

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import multiprocessing
 import signal
+import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -27,6 +28,10 @@ from packplace.harness.suites import InstanceSpec
 
 #: How :func:`~packplace.harness.comparison.compare` runs its instances.
 EXECUTORS = ("process", "ray")
+#: Seconds :func:`probe_ray_address` waits for a TCP connection to a ``host:port`` cluster address before
+#: ``ray.init`` runs (which retries an unreachable GCS for minutes): a head node on the network answers a
+#: connect within one round trip; the rest is room for a slow network.
+RAY_PROBE_TIMEOUT_S = 10.0
 
 #: ``failed(spec, solver names, message) -> outcome``: the outcome of an instance whose worker failed.
 Failed = Callable[[InstanceSpec, Sequence[str], str], dict[str, Any]]
@@ -71,14 +76,37 @@ def import_ray() -> Any:
     return ray
 
 
+def probe_ray_address(address: str | None, timeout_s: float = RAY_PROBE_TIMEOUT_S) -> None:
+    """Refuse a ``host:port`` (or ``ray://host:port``) cluster address nothing answers on within ``timeout_s``
+    (one TCP connect), before ``ray.init`` retries it for minutes; ``auto``, ``local`` and None are Ray's own
+    to resolve and pass unprobed.
+
+    Raises:
+        ConfigError: no TCP connection to the address (``address: cannot start or reach Ray at ...``).
+    """
+    if address is None:
+        return
+    target = address[len("ray://"):] if address.startswith("ray://") else address
+    host, colon, port = target.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"address: cannot start or reach Ray at {address}: no TCP connection within "
+                          f"{timeout_s:g} s ({type(exc).__name__}: {exc})") from None
+
+
 def run_ray(task: Callable[..., dict[str, Any]], failed: Failed, specs: Sequence[InstanceSpec], workers: int,
             finished: Callable[[dict[str, Any]], None], args: tuple[Any, ...], kwargs: dict[str, Any],
             address: str | None) -> None:
     """Run ``task`` on ``specs`` as Ray tasks (one CPU each), calling ``finished`` with each outcome (as
     :func:`run_pool`).
 
-    Connects to the cluster at ``address`` (or the one this process already joined), else starts a local
-    Ray with ``workers`` CPUs and stops it afterwards. A task whose worker died or raised gives ``error``
+    Connects to the cluster at ``address`` (or the one this process already joined; a ``host:port`` address
+    nothing answers on is refused first, :func:`probe_ray_address`), else starts a local Ray with ``workers``
+    CPUs and stops it afterwards. A task whose worker died or raised gives ``error``
     cells naming the cause (Ray already retried a dead worker's task once: ``max_retries=1``); on
     SIGINT/SIGTERM the pending tasks are cancelled before the exception propagates.
     """
@@ -90,6 +118,7 @@ def run_ray(task: Callable[..., dict[str, Any]], failed: Failed, specs: Sequence
                                    "logging_level": logging.ERROR}
         if address is None:
             options["num_cpus"] = workers
+        probe_ray_address(address)
         try:
             ray.init(address=address, **options)
         except Exception as exc:  # noqa: BLE001 - a cluster that cannot be reached is the user's input

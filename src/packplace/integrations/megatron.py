@@ -28,6 +28,7 @@ Megatron need not be installed. Performance: docs/performance.md (Integrations).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import importlib
 from collections.abc import Sequence
@@ -37,9 +38,27 @@ import numpy as np
 
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
+from packplace.balance.rank_rules import FreeRanks, PackingColumns, construct
+from packplace.balance.reference import local_batch_size_bound
+from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError, InfeasibleError, show
 from packplace.integrations.arguments import BalanceTerms, callers_terms, number_list, positive_integer
 from packplace.integrations.partition import DEFAULT_SOLVER
+from packplace.registry import get as get_solver
+from packplace.result import INFEASIBLE, SolveResult
+from packplace.run import Run
+
+#: The least ``time_limit_s`` (seconds) the backend is given where the count decision used up the deadline (the
+#: backends refuse 0); what it cannot finish there the fallbacks do.
+MIN_SOLVE_S = 1e-3
+#: The backends run, in turn, to completion with no time limit where the scheduler's backend found no assignment
+#: and none is proven impossible: ``lpt`` (deterministic, a dead end hands over to the construction), then
+#: ``reference`` (the instance's own construction).
+FALLBACK_SOLVERS = ("lpt", "reference")
+#: The counts of packs per rank :func:`construction_count` tries one by one from the lower bound before it
+#: doubles its steps (then bisects), as ``local_batch_size="auto"`` does
+#: (:func:`packplace.balance.reference.smallest_local_batch_size`).
+LINEAR_STEPS = 8
 
 
 def sequence_flops(seqlens: Sequence[int] | np.ndarray, hidden_size: int) -> np.ndarray:
@@ -55,6 +74,51 @@ def sequence_flops(seqlens: Sequence[int] | np.ndarray, hidden_size: int) -> np.
     return 6.0 * hidden * values + values * values
 
 
+def construction_count(tokens: np.ndarray, seq_len: int, ranks: int, multiple: int = 1) -> int | None:
+    """The fewest packs per rank m, a multiple of ``multiple``, for which the feasibility-first construction
+    (:func:`packplace.balance.rank_rules.construct`, ordered by tokens) packs ``tokens`` (positive ints, shape
+    (n,), none above ``seq_len``) on ``ranks`` ranks, every pack non-empty; None where it packs at no m in
+    [lower bound, n // ranks].
+
+    The search of ``local_batch_size="auto"`` without its exact CP-SAT check (whose work, seconds on a small
+    batch, no time limit bounds): each candidate from the tight lower bound for :data:`LINEAR_STEPS` steps,
+    then doubling steps and a bisection. It reads no clock: the same batch gives the same m on every rank.
+    """
+    n = len(tokens)
+    if not n or int(tokens.max()) > seq_len:   # make_instance names the sequence over the cap
+        return None
+    no_groups = np.full(n, -1, dtype=np.int64)
+    lower = local_batch_size_bound(tokens, seq_len, None, no_groups, ranks, tight=True)
+    first, last = -(-lower // multiple), n // ranks // multiple
+    if first > last:
+        return None
+
+    def columns_at(k: int) -> PackingColumns:
+        return PackingColumns(tokens=tokens, priority=tokens.astype(np.float64), key_rank=np.arange(n),
+                              group_of=no_groups, ranks=ranks, per_rank=k * multiple, seq_len=seq_len)
+
+    free = FreeRanks(columns_at(first))
+
+    def packs(k: int) -> bool:
+        return construct(columns_at(k), free=free) is not None
+
+    failed, step, k = first - 1, 1, first
+    while k <= last:
+        if packs(k):
+            while k - failed > 1:
+                middle = (failed + k) // 2
+                if packs(middle):
+                    k = middle
+                else:
+                    failed = middle
+            return k * multiple
+        failed = k
+        if k - first >= LINEAR_STEPS:
+            step *= 2
+        k = min(last + (k == last), k + step)
+    return None
+
+
 class PackplacePackingScheduler:
     """Megatron-Core packing scheduler that balances FLOPs across DP ranks under the token cap.
 
@@ -66,7 +130,9 @@ class PackplacePackingScheduler:
         microbatch_group_size_per_vp_stage: With virtual pipelining, packs per rank are a multiple
             of it (None: any count).
         hidden_size: h of the FLOP proxy :func:`sequence_flops`.
-        solver, time_limit_s, seed: packplace balance backend (default ``repair``).
+        solver, time_limit_s, seed: packplace balance backend (default ``repair``); ``time_limit_s`` bounds
+            each call as a whole, the count decision included (:meth:`rank_packs`: with a limit the count
+            is the construction's, and a plan the limit cut is replaced by a deterministic fallback's).
         tie_break: ``"lockstep"`` (default) or None: passed to ``repair`` (other backends' answers are
             taken as they are): among packings at its makespan, the lowest lockstep time.
 
@@ -95,6 +161,9 @@ class PackplacePackingScheduler:
             raise ConfigError(f"tie_break: must be 'lockstep' or None, got {show(tie_break)}")
         self.solver, self.time_limit_s, self.seed = solver, time_limit_s, seed
         self.tie_break = tie_break
+        # validates the name and loads the backends now, so that a process's first batch does not pay the import
+        # within its time limit
+        get_solver("balance", solver)
         self.last_result: Any = None
 
     def get_required_sample_keys(self) -> list[str]:
@@ -104,49 +173,173 @@ class PackplacePackingScheduler:
     def rank_packs(self, seqlens: Sequence[int] | np.ndarray) -> list[list[list[int]]]:
         """``packs[r][i]``: sorted sample positions of rank r's i-th pack, heaviest pack first.
 
+        ``time_limit_s`` bounds the whole call (one deadline, :class:`~packplace.run.Run`): the count of packs
+        per rank comes first, from a decision that does not read the clock (:meth:`_instance`: with a limit,
+        the fewest counts for which the feasibility-first construction packs, no CP-SAT), and the backend
+        gets what is left of the deadline (at least :data:`MIN_SOLVE_S`). Where the backend found no
+        assignment and none is proven impossible (its time limit ran out: what a process's first call
+        loads counts against it), or where the time limit cut it (its plan would depend on the machine's load, and
+        Megatron schedules the batch on every rank), :data:`FALLBACK_SOLVERS` run in turn to completion with
+        no time limit (deterministic); ``last_result.hit_time_limit`` is then true and
+        ``last_result.info["fallback"]`` names the one whose plan it is (None where no fallback ran). So the
+        plan is the backend's full answer or the fallback's, each a function of the batch: ranks disagree
+        only where the clock cut the backend on some ranks and not on others (a limit near the call's own
+        time; docs/performance.md has the times). Zero-length sequences are placed too (:meth:`_with_empty`).
+
         Raises:
             ConfigError: a sequence above the pack cap, bad lengths.
             InfeasibleError: fewer sequences than ranks (a pack cannot be empty).
-            RuntimeError: the backend found no assignment.
+            RuntimeError: neither the backend nor the fallbacks found an assignment.
         """
-        lengths = number_list(seqlens, "seqlens", integers=True, minimum=1)
+        lengths = number_list(seqlens, "seqlens", integers=True, minimum=0)
         if not lengths:
             raise ConfigError("seqlens: no sequences to pack")
+        deadline = Run("balance", None, time_limit_s=self.time_limit_s)
         tokens = np.asarray(lengths, dtype=np.int64)
         costs = sequence_flops(tokens, self.hidden_size)
         multiple = self.microbatch_group_size_per_vp_stage or 1
+        cap = self.max_seq_len_all_ranks
+        for i, length in enumerate(lengths):   # as make_instance words it, before the path that builds none
+            if length > cap:
+                raise ConfigError(f"seqlens[{i}]: {length} tokens exceed the cap max_seqlen_per_dp_cp_rank x cp_size "
+                                  f"= {cap} tokens per pack")
+        positive = [i for i, length in enumerate(lengths) if length > 0]
+        if len(positive) < self.dp_size * multiple:   # zero-length sequences must fill packs: no solve needed
+            packs = self._one_per_pack(positive, costs, multiple, len(lengths))
+            return self._heaviest_first(self._with_empty(packs, lengths, costs), costs)
+        nonzero = np.asarray(positive, dtype=np.int64)
+        instance = self._instance(tokens[nonzero], costs[nonzero], multiple)
+        result = self._solve(instance, deadline)
+        out = []
+        for rank in result.solution.ranks():
+            packs = [sorted(int(nonzero[i]) for i in pack) for pack in rank]
+            packs.sort(key=lambda pack: (-float(costs[pack].sum()), pack))
+            out.append(packs)
+        return self._with_empty(out, lengths, costs)
+
+    def _solve(self, instance: BalanceInstance, deadline: Run) -> SolveResult:
+        """The backend's answer within what ``deadline`` has left, else :data:`FALLBACK_SOLVERS`' (no time limit);
+        kept in ``last_result``.
+
+        Raises:
+            RuntimeError: no assignment from any of them.
+        """
+        # ranks synchronise every micro-batch: among makespan-optimal answers, the lowest lockstep time
+        tie = {"tie_break": self.tie_break} if self.solver == "repair" and self.tie_break else {}
+        limit = None if self.time_limit_s is None else max(MIN_SOLVE_S, deadline.left())
+        result = solve_balance(instance, self.solver, time_limit_s=limit, seed=self.seed, **tie)
+        fallback = None
+        # a plan the clock cut is the machine's load's (ranks would disagree): the fallback's is the batch's own
+        if result.status != INFEASIBLE and (result.solution is None or (limit is not None and result.hit_time_limit)):
+            first = result
+            why = ("found no assignment" if first.solution is None
+                   else "was cut by the time limit (its plan would depend on the machine's load)")
+            for name in FALLBACK_SOLVERS:
+                result = solve_balance(instance, name, seed=self.seed)
+                if result.solution is not None:
+                    fallback = name
+                    result = dataclasses.replace(
+                        result, hit_time_limit=True,
+                        message=f"{first.solver} {why} ({first.status}: {first.message}); returning the {name} "
+                                f"fallback's plan (run to completion, no time limit)")
+                    break
+            else:
+                result = first
+        self.last_result = dataclasses.replace(result, info={**result.info, "fallback": fallback})
+        if result.solution is None:
+            raise RuntimeError(f"megatron packing: {result.solver} found no assignment ({result.status}: "
+                               f"{result.message})")
+        return result
+
+    def _instance(self, tokens: np.ndarray, costs: np.ndarray, multiple: int) -> BalanceInstance:
+        """The balance instance of the sequences (all of positive length) at a count of packs per rank, a
+        multiple of ``multiple``.
+
+        With ``time_limit_s``: the fewest counts for which the feasibility-first construction packs them
+        (:func:`construction_count`: no CP-SAT and no clock, so every rank decides alike, within the limit;
+        the count may be above the proven fewest where only an exact search packs fewer). Without a limit, or
+        where the construction packs at no count: ``local_batch_size="auto"`` (the construction, then CP-SAT's
+        exact check of the smaller counts under its deterministic work limit while the model is small: the
+        proven fewest, or the proof that none packs; seconds on a batch of a few hundred sequences).
+
+        Raises:
+            ConfigError: a sequence above the pack cap.
+            InfeasibleError: no count of packs per rank holds the sequences (proven).
+        """
         terms = BalanceTerms(
             sequences="seqlens", element="seqlens[{key}]",
             cap=f"max_seqlen_per_dp_cp_rank x cp_size = {self.max_seq_len_all_ranks} tokens per pack",
             ranks=f"dp_size={self.dp_size}", unit="pack", count="packs per rank")
+        shape = {"seq_len": self.max_seq_len_all_ranks, "data_parallel_size": self.dp_size,
+                 "name": "megatron-packing"}
         with callers_terms(terms):
-            instance = make_instance(tokens, costs, seq_len=self.max_seq_len_all_ranks,
-                                     data_parallel_size=self.dp_size, local_batch_size="auto",
-                                     name="megatron-packing")
+            per_rank = None if self.time_limit_s is None else construction_count(
+                tokens, self.max_seq_len_all_ranks, self.dp_size, multiple)
+            instance = make_instance(tokens, costs, local_batch_size=per_rank or "auto", **shape)
         if instance.local_batch_size % multiple:
             per_rank = -(-instance.local_batch_size // multiple) * multiple
             try:
-                instance = make_instance(tokens, costs, seq_len=self.max_seq_len_all_ranks,
-                                         data_parallel_size=self.dp_size, local_batch_size=per_rank,
-                                         name="megatron-packing")
+                instance = make_instance(tokens, costs, local_batch_size=per_rank, **shape)
             except InfeasibleError:
                 raise InfeasibleError(
                     f"microbatch_group_size_per_vp_stage: {multiple} needs {per_rank} packs per rank here, and "
                     f"{per_rank} packs on each of dp_size={self.dp_size} ranks need at least "
-                    f"{per_rank * self.dp_size} sequences; seqlens has {len(lengths)}") from None
-        # ranks synchronise every micro-batch: among makespan-optimal answers, the lowest lockstep time
-        tie = {"tie_break": self.tie_break} if self.solver == "repair" and self.tie_break else {}
-        result = solve_balance(instance, self.solver, time_limit_s=self.time_limit_s, seed=self.seed, **tie)
-        self.last_result = result
-        if result.solution is None:
-            raise RuntimeError(f"megatron packing: {result.solver} found no assignment ({result.status}: "
-                               f"{result.message})")
-        out = []
-        for rank in result.solution.ranks():
-            packs = [sorted(int(i) for i in pack) for pack in rank]
-            packs.sort(key=lambda pack: (-float(costs[pack].sum()), pack))
-            out.append(packs)
-        return out
+                    f"{per_rank * self.dp_size} sequences; seqlens has {len(tokens)}") from None
+        return instance
+
+    def _one_per_pack(self, positive: list[int], costs: np.ndarray, multiple: int, n: int) -> list[list[list[int]]]:
+        """Where fewer sequences of positive length than ``dp_size × multiple`` packs are given: that many
+        packs, each positive one alone in a pack (heaviest first, one per rank in turn), the zero-length ones
+        filling the packs left empty in rank order (:meth:`_with_empty` places the rest).
+
+        Raises:
+            InfeasibleError: fewer sequences than packs.
+        """
+        ranks = self.dp_size
+        if n < ranks:
+            raise InfeasibleError(f"seqlens: {n} sequences cannot give each of dp_size={ranks} ranks a non-empty "
+                                  "pack")
+        if n < ranks * multiple:
+            raise InfeasibleError(
+                f"microbatch_group_size_per_vp_stage: {multiple} needs {multiple} packs per rank here, and "
+                f"{multiple} packs on each of dp_size={ranks} ranks need at least {ranks * multiple} sequences; "
+                f"seqlens has {n}")
+        packs: list[list[list[int]]] = [[[] for _ in range(multiple)] for _ in range(ranks)]
+        order = sorted(positive, key=lambda i: (-float(costs[i]), i))
+        for k, i in enumerate(order):
+            packs[k % ranks][k // ranks].append(i)
+        taken = set(positive)
+        zeros = iter(i for i in range(n) if i not in taken)
+        for rank in packs:
+            for pack in rank:
+                if not pack:
+                    pack.append(next(zeros))
+        return packs
+
+    @staticmethod
+    def _with_empty(packs: list[list[list[int]]], lengths: list[int], costs: np.ndarray) -> list[list[list[int]]]:
+        """``packs`` with every zero-length sequence not yet in one placed as Megatron's next-fit places it,
+        in a pack beside the sequence before it in the batch (the sequence after it where it comes first;
+        no tokens and no FLOPs, so the cap and the balance stay as they are); packs re-sorted, heaviest first."""
+        where = {i: pack for rank in packs for pack in rank for i in pack}
+        if len(where) == len(lengths):
+            return packs
+        host = where[min(where)]   # a leading zero-length sequence joins the first placed one
+        for i in range(len(lengths)):
+            if i in where:
+                host = where[i]
+            else:
+                host.append(i)
+        return PackplacePackingScheduler._heaviest_first(packs, costs)
+
+    @staticmethod
+    def _heaviest_first(packs: list[list[list[int]]], costs: np.ndarray) -> list[list[list[int]]]:
+        """Each pack's positions sorted, each rank's packs heaviest first (ties by their positions)."""
+        for rank in packs:
+            for pack in rank:
+                pack.sort()
+            rank.sort(key=lambda pack: (-float(costs[pack].sum()), pack))
+        return packs
 
     def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[Any, int]]) -> list[list[list[int]]]:
         """Megatron's slot: ``groups[i][j]`` = sample positions (into ``sample_id_seqlens``) of micro-batch i

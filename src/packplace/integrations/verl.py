@@ -12,9 +12,10 @@ verl's back. Differences, all on the safe side:
   balancing and :func:`get_group_balanced_partitions`) is never above verl's: verl's own answer
   (:func:`~packplace.integrations.differencing.differencing_partitions`, its tie rules) is computed
   and kept unless packplace's is exactly better (integer sums in Python integers, so values above
-  2^53 are not rounded); ``equal_size`` with k not dividing n gives part sizes within one (verl
-  raises ``AssertionError``); any iterable is accepted (lists, tuples, generators, numpy arrays,
-  torch tensors);
+  2^53 are not rounded); any iterable is accepted (lists, tuples, generators, numpy arrays,
+  torch tensors); ``equal_size`` with k not dividing n is refused as verl refuses it (``ConfigError``
+  where verl raises ``AssertionError``), and so is :func:`get_group_balanced_partitions` with a uid-group
+  count k does not divide (verl's trainer relies on parts of equal size);
 * :func:`rearrange_micro_batches` grows the micro-batch count, as verl does, until every
   micro-batch holds at most ``max_token_len`` tokens, trying at each count both packplace's
   token-capped balance and verl's partition, so it never needs more micro-batches than verl;
@@ -24,6 +25,11 @@ verl's back. Differences, all on the safe side:
   maximum over ranks of :func:`required_micro_batches`);
 * :func:`get_group_balanced_partitions` keeps samples of one uid together even when they are not
   adjacent (verl groups runs of equal uids);
+* :func:`rearrange_micro_batches` accepts ``min_num_micro_batch`` None or 0 (no minimum: verl's
+  ``max(0, count)``); deliberate differences, each a ``ConfigError`` naming the argument: a negative
+  ``min_num_micro_batch`` (verl's ``max`` ignores it silently), a non-integer one (verl goes on with a
+  float count), ``num_batches_divided_by`` or ``force_group_size`` of 0 or below or not an integer, and a
+  ``max_token_len`` below 1 (verl fails later, deep inside, or not at all);
 * bad input raises :class:`~packplace.errors.ConfigError` (a ``ValueError``) with one line naming the
   argument, where verl raises ``AssertionError`` or fails deep inside.
 
@@ -114,7 +120,7 @@ def get_seqlen_balanced_partitions(
 ) -> list[list[int]]:
     """Partition indices of ``seqlen_list`` into ``k_partitions`` parts with balanced sums.
 
-    ``equal_size`` with k dividing n: verl's answer refined by part-size-preserving swaps
+    ``equal_size`` (k must divide n, as in verl): verl's answer refined by part-size-preserving swaps
     (:func:`~packplace.integrations.differencing.refine_equal_size`, 2k + 16 rounds). Otherwise
     packplace's ``solver`` answer (:func:`~packplace.integrations.partition.partition`), replaced by
     verl's when that is exactly better. Either way the largest part sum is never above verl's.
@@ -123,8 +129,8 @@ def get_seqlen_balanced_partitions(
         seqlen_list: Per-item values to balance (sequence lengths or workloads), shape (n,), >= 0;
             any iterable.
         k_partitions: Number of parts (data-parallel ranks or micro-batches), 1 <= k <= n.
-        equal_size: Truthy: every part gets the same number of items (within one when k does not
-            divide n). bools, ints and None are accepted.
+        equal_size: Truthy: every part gets the same number of items (n / k; k must divide n). bools,
+            ints and None are accepted.
         solver: packplace balance backend for the other paths (default ``repair``).
         time_limit_s, seed: Passed to the backend.
 
@@ -132,7 +138,8 @@ def get_seqlen_balanced_partitions(
         ``k_partitions`` lists of indices, each sorted ascending and non-empty, every index once.
 
     Raises:
-        ConfigError: n < k, bad values (:func:`as_values`), k < 1, a bad ``equal_size``, an unknown solver.
+        ConfigError: n < k, bad values (:func:`as_values`), k < 1, a bad ``equal_size``, ``equal_size`` with k
+            not dividing n (verl raises ``AssertionError`` there), an unknown solver.
     """
     equal = _flag(equal_size, "equal_size")
     get_solver("balance", solver)   # an unknown name is an error on every path
@@ -144,14 +151,16 @@ def get_seqlen_balanced_partitions(
     if n < k:
         raise ConfigError(f"seqlen_list: {n} samples cannot fill {k} non-empty bins (k_partitions={k})")
     divisible = n % k == 0
-    if equal and divisible:
+    if equal and not divisible:
+        raise ConfigError(f"seqlen_list: {n} items do not split into k_partitions={k} parts of equal size "
+                          f"(equal_size; {n} % {k} = {n % k}; verl refuses them too)")
+    if equal:
         theirs = differencing_partitions(values, k, True)
         return refine_equal_size(values, theirs, 2 * k + 16)
     exact_in_float = sum(values) < _EXACT_FLOAT
-    parts, proven = partition(values, k, equal_count=equal, solver=solver, time_limit_s=time_limit_s,
-                              seed=seed, with_proof=True)
-    if (not proven or not exact_in_float) and (not equal or divisible):
-        theirs = differencing_partitions(values, k, equal)
+    parts, proven = partition(values, k, solver=solver, time_limit_s=time_limit_s, seed=seed, with_proof=True)
+    if not proven or not exact_in_float:
+        theirs = differencing_partitions(values, k, False)
         if largest_sum(values, theirs) < largest_sum(values, parts):
             return theirs
     return parts
@@ -298,7 +307,7 @@ def rearrange_micro_batches(
             Without torch.distributed pass that count as ``num_micro_batches``.
         num_batches_divided_by: The count is a multiple of it (virtual pipeline stages).
         same_micro_num_in_dp: Synchronise the count over ``dp_group``.
-        min_num_micro_batch: At least this many micro-batches.
+        min_num_micro_batch: At least this many micro-batches (None or 0: no minimum, as verl).
         use_dynamic_bsz_balance: Order micro-batches as verl does.
         force_group_size: Consecutive samples kept in one micro-batch; divides B.
         num_micro_batches: A count synchronised across ranks (the maximum over ranks of
@@ -401,8 +410,8 @@ class _MicroBatchPlan:
         # verl's start, min(groups, ceil(tokens / cap)), is 0 for a batch of zero-length rows; one
         # micro-batch still has to hold them (a count of 0 would drop every sample)
         count = max(1, min(len(self.tokens), -(-sum(lengths) // self.cap)))
-        if minimum is not None:
-            count = max(count, _positive(minimum, "min_num_micro_batch"))
+        if minimum is not None:   # 0 asks for no minimum, as verl's max(0, count)
+            count = max(count, _non_negative(minimum, "min_num_micro_batch"))
             if count > len(self.tokens):
                 raise ConfigError(f"min_num_micro_batch: {count} non-empty micro-batches asked for, but the batch "
                                   f"has only {len(self.tokens)} groups of force_group_size={self.group_size}")
@@ -451,6 +460,12 @@ class _MicroBatchPlan:
 def _positive(value: Any, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigError(f"{field}: must be an integer >= 1, got {show(value)}")
+    return int(value)
+
+
+def _non_negative(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ConfigError(f"{field}: must be an integer >= 0 (or None), got {show(value)}")
     return int(value)
 
 
@@ -735,7 +750,8 @@ def get_group_balanced_partitions(
 
     Raises:
         ConfigError: bad lengths, ``uid_list`` of another length or with an unhashable uid, fewer
-            uids than partitions, k < 1.
+            uids than partitions, a uid-group count that k does not divide (verl raises ``AssertionError``
+            there: its trainer's ``_balance_batch`` needs parts of equal size), k < 1.
     """
     values = as_values(seqlen_list)
     if hasattr(uid_list, "tolist"):
@@ -754,6 +770,9 @@ def get_group_balanced_partitions(
     k = _positive(k_partitions, "k_partitions")
     if len(members) < k:
         raise ConfigError(f"uid_list: {len(members)} uid groups cannot fill k_partitions={k}")
+    if len(members) % k:
+        raise ConfigError(f"uid_list: {len(members)} uid groups do not split into k_partitions={k} parts of equal "
+                          f"size ({len(members)} % {k} = {len(members) % k}; verl refuses them too)")
     loads = workload(values, "seqlen_list")
     groups = list(members.values())
     group_loads = [sum(loads[i] for i in group) for group in groups]
