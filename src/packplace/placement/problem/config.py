@@ -44,11 +44,13 @@ from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
     FRAMEWORK_NAMES,
     INFERENCE_OFFLOAD,
+    FrameworkVersionWarning,
     VersionDefaults,
     default_gpu_memory_utilization,
     engine_takes_model_context,
     engine_vllm_release,
     host_seconds_per_sequence,
+    newer_than_known,
     profile,
     table_release,
     version_defaults,
@@ -850,6 +852,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                           "continuous-batching engine takes every request at once (set batching: static, or "
                           "drop dispatch)")
     version = version_defaults(policy["framework"], policy.get("framework_version"))
+    if (newer := newer_than_known(policy["framework"], policy.get("framework_version"))) is not None:
+        warnings.warn(newer, FrameworkVersionWarning, stacklevel=2)
     engine = _rollout_engine(policy, policy_cfg, version)
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)
