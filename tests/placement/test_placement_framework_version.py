@@ -402,7 +402,7 @@ def test_a_release_past_the_newest_known_one_is_named_with_it(framework, version
 
 
 def test_a_config_past_the_newest_release_warns_and_prices_it_as_the_newest(recwarn):
-    from packplace.placement.model.framework import FrameworkVersionWarning
+    from packplace.errors import FrameworkVersionWarning
     config = copy.deepcopy(QWEN3_8B_VERL)
     config["policy"]["framework_version"] = "99.0"
     with pytest.warns(FrameworkVersionWarning, match=r"framework_version: '99.0' is newer than verl 0\.7\.x"):
@@ -432,4 +432,5 @@ def test_the_command_line_warns_on_stderr_and_keeps_json_stdout_clean(tmp_path):
                            "greedy", "--json", "--quiet"], capture_output=True, text=True, timeout=300)
     out, err = done.stdout, done.stderr
     assert json.loads(out)["status"] in ("feasible", "optimal")
-    assert "framework_version: '5.0' is newer than verl 0.7.x, the newest release the model knows" in err
+    assert ("packplace place: warning: [policy] framework_version: '5.0' is newer than verl 0.7.x, the newest "
+            "release the model knows" in err)

@@ -870,11 +870,6 @@ def version_defaults(framework: str, version: str | None) -> VersionDefaults | N
 NEWEST_KNOWN_RELEASE: dict[str, tuple[int, int]] = {"verl": (0, 7), "nemo-rl": (0, 7), "openrlhf": (0, 11)}
 
 
-class FrameworkVersionWarning(UserWarning):
-    """A ``policy.framework_version`` past the newest release the framework tables know
-    (:data:`NEWEST_KNOWN_RELEASE`): accepted and priced as that release, which may not hold for it."""
-
-
 def newer_than_known(framework: str, version: str | None) -> str | None:
     """The warning for a ``framework_version`` whose release series is past :data:`NEWEST_KNOWN_RELEASE`
     (``'99.0'``, ``'5.0'`` or ``'0.8.0'`` of verl), naming the field, the value and the newest known release;

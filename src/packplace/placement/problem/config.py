@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.contract import Field, check_count, check_section, key_shown
-from packplace.errors import ConfigError, KnobAboveBoundWarning, show
+from packplace.errors import ConfigError, FrameworkVersionWarning, KnobAboveBoundWarning, show
 from packplace.placement.checking.knob_bounds import above_bound_messages
 from packplace.placement.model.cp_balance import ContextParallelSetting
 from packplace.placement.model.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
@@ -44,7 +44,6 @@ from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
     FRAMEWORK_NAMES,
     INFERENCE_OFFLOAD,
-    FrameworkVersionWarning,
     VersionDefaults,
     default_gpu_memory_utilization,
     engine_takes_model_context,
