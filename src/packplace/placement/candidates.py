@@ -237,7 +237,7 @@ def block_counts(total: int) -> list[int]:
     from 2 up: every count when ``total ≤`` :data:`EVERY_COUNT_UP_TO` (8 of 9 nodes, 16 of 18 trays: the
     block of a smaller cluster, with the other nodes idle; any split into two blocks), else the divisors of
     ``total``, every count up to :data:`EVERY_COUNT_UP_TO` and every ``n`` that is ``p/q`` of it with
-    ``q ≤`` :data:`MAX_SHARES` (8:4 of 12 · 8, 12:4 of 16 · 8)."""
+    ``q ≤`` :data:`MAX_SHARES` (of 96 nodes also 72 and 84: 72:24, 84:12)."""
     if total <= EVERY_COUNT_UP_TO:
         return list(range(2, total + 1))
     return [n for n in range(2, total + 1)
