@@ -2,7 +2,8 @@
 
 The step graph's vertices are grouped into phases by longest-path depth (each phase an antichain: PPO's
 ``[generate]``, ``[reference, reward, critic infer]``, ``[actor, critic train]``). Each phase is placed on
-a partition of the whole cluster: every tiling of the cluster with at most one block per vertex
+a partition of the whole cluster or of a smaller block at its first GPU, the rest idle (:func:`sub_blocks`:
+8 of 9 nodes where no plan uses all 9): every tiling of it with at most one block per vertex
 (recursive splits into the next smaller block shape, and two-block splits of unequal node or rack
 counts: 2:1, 3:1), every assignment of the phase's vertices to the
 blocks, each vertex on its fastest memory-feasible candidate of its block's shape; a partition's score is
@@ -44,12 +45,13 @@ PhaseChoice = dict[str, tuple[Candidate, Allocation]]
 
 
 def phase_options(table, names: list[str], whole: Allocation) -> list[tuple[float, PhaseChoice]]:
-    """Ranked placements of one phase: for every partition with at most ``len(names)`` parts and every
-    assignment of the vertices to parts, each vertex runs its fastest memory-feasible candidate of the
+    """Ranked placements of one phase: for every partition with at most ``len(names)`` parts of ``whole`` or
+    of one of its :func:`sub_blocks` (the rest of the cluster idle) and every assignment of the vertices to
+    parts, each vertex runs its fastest memory-feasible candidate of the
     part's shape; a part's time is the sum of its vertices' (they serialise); the score is the slowest part."""
     ranked = []
     seen = set()
-    for parts in partitions(table, whole, len(names)):
+    for parts in (p for block in sub_blocks(table, whole) for p in partitions(table, block, len(names))):
         for assign in itertools.product(range(len(parts)), repeat=len(names)):
             load = [0.0] * len(parts)
             choice = {}
@@ -70,6 +72,21 @@ def phase_options(table, names: list[str], whole: Allocation) -> list[tuple[floa
             ranked.append((max(load), key, choice))
     ranked.sort(key=lambda item: (item[0], item[1]))
     return [(score, choice) for score, _, choice in ranked[:KEEP_PER_PHASE]]
+
+
+def sub_blocks(table, whole: Allocation) -> list[Allocation]:
+    """``whole`` and, largest first, the block of every smaller shape of the table at ``whole``'s first GPU
+    (its lowest position there): a phase may leave the rest of the cluster idle, so the search on a cluster
+    offers every plan of a smaller cluster whose blocks fit in it (8 of 9 nodes when dp must divide 2,048
+    sequences)."""
+    cluster = table.cluster
+    lo, hi = whole.gpu_range(cluster)
+    out = [whole]
+    for extent in reversed(table.extents):
+        size = extent[0] * extent[1] * extent[2]
+        if size < hi - lo:
+            out += [a for a in table.origins(extent) if a.gpu_range(cluster) == (lo, lo + size)][:1]
+    return out
 
 
 def _choice(options, picks) -> dict:

@@ -66,6 +66,12 @@ def plain_bool(value: Any) -> Any:
     return bool(value) if isinstance(value, np.bool_) else value
 
 
+#: Units a value out of its field's range is shown with (``[hardware] memory_bandwidth: must be a finite number in
+#: [1e11, 1e16] (bytes/s), got 3350000.0 bytes/s``): the hardware figures, where a value in other units (MB/s,
+#: GB) is the likely mistake.
+UNITS_SAID = frozenset({"bytes/s", "FLOP/s", "bytes"})
+
+
 @dataclass(frozen=True)
 class Field:
     """The contract of one config field.
@@ -152,6 +158,8 @@ class Field:
         )
         above = self.maximum is not None and number > self.maximum
         if below or above:
+            if self.unit in UNITS_SAID:   # out of range: a figure in other units (MB/s for bytes/s) reads as such
+                raise ConfigError(f"{label}: must be {self.describe()} ({self.unit}), got {show(value)} {self.unit}")
             raise wrong
         return number
 

@@ -5,7 +5,8 @@
   answer (more tokens than the bins hold, fewer samples than non-empty bins, a model that fits on no
   legal block of the cluster).
 * :class:`PackplaceWarning` (a :class:`UserWarning`, not an error) — accepted input worth a look, e.g.
-  :class:`KnobAboveBoundWarning`: an efficiency knob above its GPU's measured bound.
+  :class:`KnobAboveBoundWarning`: an efficiency knob above its GPU's measured bound;
+  :class:`FrameworkVersionWarning`: a framework release past the newest the model knows.
 * :class:`TimeLimitError` — a subclass of :class:`InfeasibleError` (so ``except InfeasibleError`` still
   catches it) for no answer found before the time limit (or a work budget) ran out, not proven infeasible.
 
@@ -65,6 +66,12 @@ class KnobAboveBoundWarning(PackplaceWarning):
     :mod:`packplace.placement.checking.knob_bounds`): the model then prices the GPU faster than it was ever
     measured to run. Accepted (the user may have better hardware data); the message names the field, the value,
     the bound and its source."""
+
+
+class FrameworkVersionWarning(PackplaceWarning):
+    """A config's ``policy.framework_version`` is past the newest release the framework tables know
+    (:data:`packplace.placement.model.framework.NEWEST_KNOWN_RELEASE`): accepted and priced with that release's
+    defaults, which may not hold for it; the message names the field, the value and the newest release."""
 
 
 _REPR = reprlib.Repr()

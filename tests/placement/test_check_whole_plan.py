@@ -214,15 +214,17 @@ def test_a_task_the_framework_runs_alone_cannot_share_the_gpus_a_trainer_needs_w
     assert check_instance(build_instance(cfg), time_limit_s=unhurried).whole_plan
 
 
-def test_no_proof_where_a_legal_block_size_is_not_proposed():
-    # 11 nodes of one GPU: the table proposes blocks of 1 and 11 nodes only (block_counts), while a plan may
-    # hold the actor's tasks on 10 nodes and the reward on the 11th; a proof from the proposed sizes alone
-    # ("share a GPU in any plan") would be false, so there is none
-    from packplace.placement.candidates import CandidateTable, block_counts
+def test_no_proof_where_a_legal_block_size_is_not_proposed(monkeypatch):
+    # 11 nodes of one GPU, every count proposed only up to 8 nodes: the table proposes blocks of 1 to 8 and 11
+    # nodes (block_counts), while a plan may hold the actor's tasks on 10 nodes and the reward on the 11th; a
+    # proof from the proposed sizes alone ("share a GPU in any plan") would be false, so there is none
+    from packplace.placement import candidates
+    from packplace.placement.candidates import CandidateTable
     from packplace.placement.evaluator import PlacementEvaluator
     from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
     from packplace.placement.whole_plan import every_block_size_proposed
-    assert 10 not in block_counts(11)
+    monkeypatch.setattr(candidates, "EVERY_COUNT_UP_TO", 8)
+    assert 10 not in candidates.block_counts(11)
     actor = dict(layers=40, hidden_dim=2048, ffn_dim=8192, vocab_size=32000, head_dim=128)
     reward = dict(layers=1, hidden_dim=12288, ffn_dim=49152, vocab_size=32000, head_dim=128)
     # the GPU holds the plan below with 0.01 % to spare (7,968,025,804.8 bytes on the actor's GPUs, with the first
@@ -247,6 +249,11 @@ def test_no_proof_where_a_legal_block_size_is_not_proposed():
     assert shared_gpu_shortfall(get_table(inst)) is None
     # not a refusal, and no plan either when greedy and concurrent run their course
     assert check_instance(inst, time_limit_s=UNHURRIED_S).verdict == "no plan found"
+    # every count proposed (the default up to 64 nodes): the search finds a plan (10 | 1 nodes)
+    monkeypatch.undo()
+    proposed = build_instance(cfg)
+    assert every_block_size_proposed(proposed.cluster)
+    assert check_instance(proposed, time_limit_s=UNHURRIED_S).whole_plan
 
 
 def test_nemo_rl_reference_runs_with_the_policys_context_parallelism():

@@ -88,12 +88,14 @@ def test_block_shapes_and_origins_are_aligned_when_they_divide_the_rack():
 
 
 def test_node_counts_split_the_rack_into_shares():
-    from packplace.placement.candidates import MAX_SHARES, block_counts, block_step
+    from packplace.placement.candidates import EVERY_COUNT_UP_TO, block_counts, block_step
     assert block_counts(3) == [2, 3] and block_counts(4) == [2, 3, 4]
-    assert block_counts(MAX_SHARES) == list(range(2, MAX_SHARES + 1))   # any two-block split up to 8 nodes
-    assert block_counts(12) == [2, 3, 4, 6, 8, 9, 10, 12]               # 8:4, 9:3, 10:2 and the divisors
-    assert block_counts(16) == [2, 4, 6, 8, 10, 12, 14, 16]             # sixteenths are not shares: 3 is out
-    assert block_counts(4096)[-5:] == [2048, 2560, 3072, 3584, 4096]
+    # every count up to 64 nodes: 8 of 9 (a smaller cluster's block, one node idle), 5 of 16
+    assert block_counts(9) == list(range(2, 10)) and block_counts(16) == list(range(2, 17))
+    assert block_counts(EVERY_COUNT_UP_TO) == list(range(2, EVERY_COUNT_UP_TO + 1))
+    # above it: every count up to 64, the divisors and the shares p/q with q <= 8 (67 is prime: 65, 66 are out)
+    assert block_counts(67) == list(range(2, 65)) + [67]
+    assert block_counts(4096)[-5:] == [2048, 2560, 3072, 3584, 4096] and 65 not in block_counts(4096)
     assert (block_step(2, 4), block_step(3, 4), block_step(8, 12), block_step(2, 3)) == (2, 1, 4, 1)
     c = Cluster(1, 12, 8)
     # 8 of 12 nodes at node 0 (8:4) or node 4 (4:8): both halves of each split are legal blocks

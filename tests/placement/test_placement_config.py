@@ -82,7 +82,8 @@ def test_unknown_staleness_key_lists_valid_ones():
 
 @pytest.mark.parametrize("section,field,value,fragment", [
     ("hardware", "racks", 0, "[hardware] racks: must be an integer in [1, 4096], got 0"),
-    ("hardware", "flops_per_gpu", -1.0, "[hardware] flops_per_gpu: must be a finite number in [1e6, 1e18], got -1.0"),
+    ("hardware", "flops_per_gpu", -1.0,
+     "[hardware] flops_per_gpu: must be a finite number in [1e6, 1e18] (FLOP/s), got -1.0 FLOP/s"),
     ("hardware", "decode_bw_eff", 1.5, "[hardware] decode_bw_eff: must be a finite number in [0.001, 1], got 1.5"),
     ("hardware", "gpus_per_nod", 8, "[hardware] Unknown field: 'gpus_per_nod'"),
     ("workload", "batch_size", "many",
@@ -96,9 +97,12 @@ def test_unknown_staleness_key_lists_valid_ones():
     ("hardware", "gemm_peak_fraction", 1.2,
      "[hardware] gemm_peak_fraction: must be a finite number in [0.001, 1], got 1.2"),
     ("hardware", "flops_per_gpu", 1e3,
-     "[hardware] flops_per_gpu: must be a finite number in [1e6, 1e18], got 1000.0"),
+     "[hardware] flops_per_gpu: must be a finite number in [1e6, 1e18] (FLOP/s), got 1000.0 FLOP/s"),
     ("hardware", "memory_bandwidth", 5e5,
-     "[hardware] memory_bandwidth: must be a finite number in [1e6, 1e16], got 500000.0"),
+     "[hardware] memory_bandwidth: must be a finite number in [1e11, 1e16] (bytes/s), got 500000.0 bytes/s"),
+    # an H100's 3.35 TB/s written in MB/s: refused naming the field and the unit, not priced at months a step
+    ("hardware", "memory_bandwidth", 3.35e6,
+     "[hardware] memory_bandwidth: must be a finite number in [1e11, 1e16] (bytes/s), got 3350000.0 bytes/s"),
     ("workload", "generation_length", 2 * 10**7,
      "[workload] generation_length: must be an integer in [1, 10,000,000], got 20000000"),
     ("workload", "context_length", 10**8,

@@ -376,3 +376,61 @@ def test_a_release_reads_as_its_pep_440_normal_form_in_messages():
             continue
         assert str(parse_version(text)) == shown and f"{parse_version(text)}" == shown
         assert parse_version(str(parse_version(text))) == parse_version(text)   # it reads back as itself
+
+
+QWEN3_8B_VERL = {"hardware": {"preset": "h100-sxm"},
+                 "models": {"actor": dict(model_type="qwen3", num_hidden_layers=36, hidden_size=4096,
+                                          intermediate_size=12288, vocab_size=151936, num_attention_heads=32,
+                                          head_dim=128, num_key_value_heads=8), "reward": "rule"},
+                 "workload": dict(batch_size=256, samples_per_prompt=8, context_length=1024, generation_length=4096),
+                 "policy": dict(algorithm="grpo", framework="verl", trainer_backend="fsdp"),
+                 "training": {"sharding": "zero3"}}
+
+
+@pytest.mark.parametrize("framework, version, warned", [
+    ("verl", "99.0", True), ("verl", "5.0", True), ("verl", "0.8.0", True), ("verl", "0.7.4", False),
+    ("verl", "0.5.0", False), ("nemo-rl", "0.8.0rc1", True), ("nemo-rl", "0.7.0", False),
+    ("openrlhf", "0.11.2", False), ("openrlhf", "0.12", True), ("openrlhf", "1", True)])
+def test_a_release_past_the_newest_known_one_is_named_with_it(framework, version, warned):
+    from packplace.placement.model.framework import newer_than_known
+    message = newer_than_known(framework, version)
+    assert (message is not None) == warned
+    if warned:
+        newest = {"verl": "0.7", "nemo-rl": "0.7", "openrlhf": "0.11"}[framework]
+        assert message.startswith(f"[policy] framework_version: {version!r} is newer than {framework} {newest}.x")
+    assert newer_than_known(framework, None) is None and newer_than_known("deepspeed-chat", "9.0") is None
+
+
+def test_a_config_past_the_newest_release_warns_and_prices_it_as_the_newest(recwarn):
+    from packplace.errors import FrameworkVersionWarning
+    config = copy.deepcopy(QWEN3_8B_VERL)
+    config["policy"]["framework_version"] = "99.0"
+    with pytest.warns(FrameworkVersionWarning, match=r"framework_version: '99.0' is newer than verl 0\.7\.x"):
+        future = build_instance(config)
+    config["policy"]["framework_version"] = "0.7.0"
+    newest = build_instance(config)
+    assert not [w for w in recwarn if issubclass(w.category, FrameworkVersionWarning)]
+    assert future.engine == newest.engine
+
+
+def test_the_command_line_warns_on_stderr_and_keeps_json_stdout_clean(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = {"hardware": {"preset": "h100-sxm", "gpus_per_node": 1},
+              "models": {"actor": dict(model_type="qwen2", num_hidden_layers=24, hidden_size=896,
+                                       intermediate_size=4864, vocab_size=151936, num_attention_heads=14,
+                                       head_dim=64, num_key_value_heads=2, tie_word_embeddings=True),
+                         "reward": "rule"},
+              "workload": dict(batch_size=8, samples_per_prompt=2, context_length=256, generation_length=256),
+              "policy": dict(algorithm="grpo", framework="verl", framework_version="5.0")}
+    path = tmp_path / "future.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run([sys.executable, "-m", "packplace.cli", "place", "--config", str(path), "--solver",
+                           "greedy", "--json", "--quiet"], capture_output=True, text=True, timeout=300)
+    out, err = done.stdout, done.stderr
+    assert json.loads(out)["status"] in ("feasible", "optimal")
+    assert ("packplace place: warning: [policy] framework_version: '5.0' is newer than verl 0.7.x, the newest "
+            "release the model knows" in err)

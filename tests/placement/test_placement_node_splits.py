@@ -36,7 +36,7 @@ def legal_blocks(c: Cluster) -> list[Allocation]:
 
 @pytest.mark.parametrize("shape", [(1, 3, 1), (1, 3, 2), (1, 4, 2), (1, 5, 1), (2, 3, 1), (3, 2, 1)])
 def test_every_legal_block_of_a_small_rack_is_a_table_position(shape):
-    # up to 8 nodes per rack and 8 racks every count is a share (block_counts), and a two-block split's
+    # up to 64 nodes per rack and 64 racks every count is a block (block_counts), and a two-block split's
     # positions are every node: the table proposes every legal block except 3-part splits' middle blocks
     c = Cluster(*shape)
     proposed = {a for e in block_extents(c) for a in block_origins(c, e)}
@@ -129,12 +129,14 @@ def test_annealing_places_every_shape_on_a_legal_block():
             assert block in legal and (lo <= gpu < hi or hi - lo == 3)
 
 
-def test_a_published_plan_scores_on_a_node_count_the_search_does_not_propose():
-    # 5 of 16 nodes is no share of the rack (block_counts), but it is a legal block: validation scores it
-    from packplace.placement.candidates import block_counts
+def test_a_published_plan_scores_on_a_node_count_the_search_does_not_propose(monkeypatch):
+    # with every count proposed only up to 4 nodes, 5 of 16 nodes is no share of the rack (block_counts), but
+    # it is a legal block: validation scores it
+    from packplace.placement import candidates
     from packplace.placement.checking.validate import plan_evaluator
     from packplace.placement.problem.plan import Strategy, VertexPlan
-    assert 5 not in block_counts(16)
+    monkeypatch.setattr(candidates, "EVERY_COUNT_UP_TO", 4)
+    assert 5 not in candidates.block_counts(16)
     inst = build_instance({"hardware": {**HW, "nodes_per_rack": 16, "gpus_per_node": 1},
                            "models": {"actor": SMALL},
                            "workload": dict(batch_size=5, samples_per_prompt=2, context_length=256,

@@ -222,18 +222,26 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(small + large[::-1])
 
 
-#: Most equal shares a rack's nodes (or the cluster's racks) are split into by the block shapes that do not
-#: divide them (:func:`block_counts`): a block may hold ``p/q`` of the rack for every ``q`` up to this.
+#: Most equal shares a rack's nodes (or the cluster's racks) are split into by the block shapes of a rack
+#: (cluster) larger than :data:`EVERY_COUNT_UP_TO` (:func:`block_counts`): a block may hold ``p/q`` of it for
+#: every ``q`` up to this.
 MAX_SHARES = 8
+#: Largest rack (in nodes; likewise cluster, in racks) whose every node (rack) count is a block shape
+#: (:func:`block_counts`), so that every smaller cluster's blocks fit inside it and its search offers their
+#: plans with the remaining GPUs idle; a search-space limit, not a physical constant.
+EVERY_COUNT_UP_TO = 64
 
 
 def block_counts(total: int) -> list[int]:
     """Node counts (of a rack of ``total`` nodes; likewise rack counts of the cluster) a block may have,
-    from 2 up: the divisors of ``total``, and every ``n`` that is ``p/q`` of it with ``q ≤``
-    :data:`MAX_SHARES` (a 2:1 split of 3 nodes, 3:1 of 4, 8:4 of 12, 12:4 of 16). Every count when
-    ``total ≤ MAX_SHARES``: then any split of the nodes into two blocks is legal."""
+    from 2 up: every count when ``total ≤`` :data:`EVERY_COUNT_UP_TO` (8 of 9 nodes, 16 of 18 trays: the
+    block of a smaller cluster, with the other nodes idle; any split into two blocks), else the divisors of
+    ``total``, every count up to :data:`EVERY_COUNT_UP_TO` and every ``n`` that is ``p/q`` of it with
+    ``q ≤`` :data:`MAX_SHARES` (of 96 nodes also 72 and 84: 72:24, 84:12)."""
+    if total <= EVERY_COUNT_UP_TO:
+        return list(range(2, total + 1))
     return [n for n in range(2, total + 1)
-            if total % n == 0 or any(n * q % total == 0 for q in range(2, MAX_SHARES + 1))]
+            if n <= EVERY_COUNT_UP_TO or total % n == 0 or any(n * q % total == 0 for q in range(2, MAX_SHARES + 1))]
 
 
 def block_step(count: int, total: int) -> int:
@@ -244,12 +252,23 @@ def block_step(count: int, total: int) -> int:
     return math.gcd(count, total)
 
 
+def node_part_sizes(cluster: Cluster) -> list[int]:
+    """GPU counts of the blocks inside one node, increasing: the divisors of its ``G`` GPUs and, on a node of
+    several hosts (``gpus_per_host`` ``H < G``: a GB200 NVL72 domain of 4-GPU trays), every count of whole
+    hosts (16 of 18 trays, the domain of a smaller cluster with two trays idle)."""
+    G, H = cluster.gpus_per_node, cluster.host_gpus
+    sizes = set(divisors(G))
+    if H < G:
+        sizes |= set(range(H, G + 1, H))
+    return sorted(sizes)
+
+
 def block_extents(cluster: Cluster) -> list[tuple[int, int, int]]:
-    """Every block shape, smallest first: ``(1, 1, g)`` for g | G (part of a node), ``(1, n, G)`` for
-    ``n`` of :func:`block_counts` of ``N`` (whole nodes of one rack) and ``(r, N, G)`` for ``r`` of
-    :func:`block_counts` of ``R`` (whole racks)."""
+    """Every block shape, smallest first: ``(1, 1, g)`` for ``g`` of :func:`node_part_sizes` (part of a node),
+    ``(1, n, G)`` for ``n`` of :func:`block_counts` of ``N`` (whole nodes of one rack) and ``(r, N, G)`` for
+    ``r`` of :func:`block_counts` of ``R`` (whole racks)."""
     R, N, G = cluster.racks, cluster.nodes_per_rack, cluster.gpus_per_node
-    out = [(1, 1, g) for g in divisors(G)]
+    out = [(1, 1, g) for g in node_part_sizes(cluster)]
     out += [(1, n, G) for n in block_counts(N)]
     out += [(r, N, G) for r in block_counts(R)]
     return out
@@ -257,7 +276,8 @@ def block_extents(cluster: Cluster) -> list[tuple[int, int, int]]:
 
 def block_origins(cluster: Cluster, extent: tuple[int, int, int]) -> list[Allocation]:
     """Every position of a block of ``extent``, in linear GPU order: part of a node at the multiples of
-    its size inside each node; ``n`` whole nodes at the multiples of :func:`block_step` inside each rack
+    its size inside each node (of :func:`block_step` for whole hosts that do not divide the node: 64 of 72
+    GPUs at 0 and 8); ``n`` whole nodes at the multiples of :func:`block_step` inside each rack
     where they fit; ``r`` whole racks likewise. Aligned, as before, for a count that divides the rack;
     a 2-node block of a 3-node rack sits at node 0 or 1, so 2:1 and 1:2 both tile the rack."""
     R, N, G = cluster.racks, cluster.nodes_per_rack, cluster.gpus_per_node
@@ -267,7 +287,8 @@ def block_origins(cluster: Cluster, extent: tuple[int, int, int]) -> list[Alloca
     if n_ext > 1:
         return [Allocation((r, n, 0), extent) for r in range(R)
                 for n in range(0, N - n_ext + 1, block_step(n_ext, N))]
-    return [Allocation((r, n, g), extent) for r in range(R) for n in range(N) for g in range(0, G, g_ext)]
+    return [Allocation((r, n, g), extent) for r in range(R) for n in range(N)
+            for g in range(0, G - g_ext + 1, block_step(g_ext, G))]
 
 
 def tensor_parallel_degrees(cluster: Cluster, extent: tuple[int, int, int], kind: str | None = None) -> list[int]:
@@ -448,7 +469,7 @@ class CandidateTable:
         if plan is not None:  # scoring one known plan (validation): its own candidates only
             only = {name: {(vp.strategy, vp.micro_batch, tuple(vp.allocation.extent))} for name, vp in plan.vertices}
             wanted = {key[2] for keys in only.values() for key in keys}
-            # the plan's own shapes, also a node count the search does not propose (5 of 16 nodes): the
+            # the plan's own shapes, also a node count the search does not propose (66 of 67 nodes): the
             # evaluator checks that each block is legal (Allocation.check)
             self.extents = sorted(wanted, key=lambda e: (e[0] * e[1] * e[2], e))
         self._origins = {ext: tuple(block_origins(instance.cluster, ext)) for ext in self.extents}

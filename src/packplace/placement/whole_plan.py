@@ -112,8 +112,8 @@ def _shared_bytes(models: tuple[str, ...], choice: tuple[tuple[int, float, float
 def every_block_size_proposed(cluster: Cluster) -> bool:
     """Whether the candidate table proposes a block of every size a plan may hold: every node count of a
     rack and every rack count (:func:`~packplace.placement.candidates.block_counts` names every count up to
-    :data:`~packplace.placement.candidates.MAX_SHARES`, a subset above it, where a legal block of, say, 15 of
-    16 nodes is never proposed); part of a node is legal only at the divisors the table proposes. The proof of
+    :data:`~packplace.placement.candidates.EVERY_COUNT_UP_TO`, a subset above it, where a legal block of, say,
+    66 of 67 nodes is never proposed); part of a node is legal only at the sizes the table proposes. The proof of
     :func:`shared_gpu_shortfall` reads each task's least GPUs from the table, so it holds for any plan only
     where this is true."""
     return all(set(block_counts(total)) == set(range(2, total + 1))

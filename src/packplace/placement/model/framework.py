@@ -863,6 +863,28 @@ def version_defaults(framework: str, version: str | None) -> VersionDefaults | N
     return chosen
 
 
+#: The newest release series of each framework whose files the release tables were read at (:data:`FRAMEWORK_VERSIONS`
+#: sources: verl v0.7.x, NeMo RL v0.7.x ``pyproject.toml``, OpenRLHF v0.11.0 ``train_ppo_ray.py``); a
+#: ``framework_version`` past it is priced with the newest entry's defaults and warned about
+#: (:func:`newer_than_known`).
+NEWEST_KNOWN_RELEASE: dict[str, tuple[int, int]] = {"verl": (0, 7), "nemo-rl": (0, 7), "openrlhf": (0, 11)}
+
+
+def newer_than_known(framework: str, version: str | None) -> str | None:
+    """The warning for a ``framework_version`` whose release series is past :data:`NEWEST_KNOWN_RELEASE`
+    (``'99.0'``, ``'5.0'`` or ``'0.8.0'`` of verl), naming the field, the value and the newest known release;
+    ``None`` for a known one, no version or a framework without a table. Errors: :func:`table_release`'s."""
+    newest = NEWEST_KNOWN_RELEASE.get(framework)
+    if version is None or newest is None:
+        return None
+    release = table_release(version)
+    if tuple(release)[:2] + (0,) * (2 - len(release)) <= newest:
+        return None
+    known = ".".join(map(str, newest))
+    return (f"[policy] framework_version: {version!r} is newer than {framework} {known}.x, the newest release the "
+            f"model knows; priced with {known}.x's defaults, which may not hold for it")
+
+
 def default_gpu_memory_utilization(framework: str, version: str | None) -> float:
     """The rollout engine's ``gpu_memory_utilization`` (a fraction in (0, 1]) that ``framework`` at release
     ``version`` sets when a config leaves ``policy.gpu_memory_utilization`` unset: the release's

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.contract import Field, check_count, check_section, key_shown
-from packplace.errors import ConfigError, KnobAboveBoundWarning, show
+from packplace.errors import ConfigError, FrameworkVersionWarning, KnobAboveBoundWarning, show
 from packplace.placement.checking.knob_bounds import above_bound_messages
 from packplace.placement.model.cp_balance import ContextParallelSetting
 from packplace.placement.model.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
@@ -49,6 +49,7 @@ from packplace.placement.model.framework import (
     engine_takes_model_context,
     engine_vllm_release,
     host_seconds_per_sequence,
+    newer_than_known,
     profile,
     table_release,
     version_defaults,
@@ -107,15 +108,20 @@ CLUSTER_FIELDS: dict[str, Field] = {
 _ALPHA = "latency of one step of a {what} {level}"
 _BETA = "inverse bandwidth of a {what} {level}"
 _LEVELS = {"g": "inside a node", "n": "across nodes of a rack", "r": "across racks"}
+#: Least ``memory_bandwidth`` (bytes/s) accepted: 100 GB/s, under a third of the slowest data-center GPU memory a
+#: training framework runs on (NVIDIA T4 datasheet: 320 GB/s GDDR6), so that a figure in MB/s or GB/s (3.35e6,
+#: 3350 for an H100's 3.35e12) is refused naming the field instead of pricing every step at months.
+MIN_MEMORY_BANDWIDTH = 1e11
 #: Per-GPU figures, α–β link model and efficiency knobs of ``[hardware]`` (every :class:`Hardware` field;
 #: defaults from :data:`HARDWARE_DEFAULTS`; a ``preset`` fills fields before they are checked). Minimum
-#: 1e6 of the figures: smaller values are not a GPU and only make every predicted time astronomically
-#: large. A new hardware field needs a row here (a test checks that every field has one).
+#: 1e6 of the figures (``memory_bandwidth``: :data:`MIN_MEMORY_BANDWIDTH`): smaller values are not a GPU and
+#: only make every predicted time astronomically large. A new hardware field needs a row here (a test checks
+#: that every field has one).
 HARDWARE_FIELDS: dict[str, Field] = {
     "flops_per_gpu": Field("float", "FLOP/s", 1e6, 1e18, meaning="peak dense bf16 throughput"),
     "memory_per_gpu": Field("float", "bytes", 1e6, 1e15,
                             meaning="the GPU's memory as CUDA reports it (torch.cuda.mem_get_info total)"),
-    "memory_bandwidth": Field("float", "bytes/s", 1e6, 1e16, meaning="HBM bandwidth"),
+    "memory_bandwidth": Field("float", "bytes/s", MIN_MEMORY_BANDWIDTH, 1e16, meaning="HBM bandwidth"),
     **{f"{kind}_{what}_{level}": Field("float", "s" if kind == "alpha" else "s/byte", 0, 1,
                                        meaning=(_ALPHA if kind == "alpha" else _BETA).format(
                                            what="collective" if what == "coll" else "point-to-point transfer",
@@ -850,6 +856,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                           "continuous-batching engine takes every request at once (set batching: static, or "
                           "drop dispatch)")
     version = version_defaults(policy["framework"], policy.get("framework_version"))
+    if (newer := newer_than_known(policy["framework"], policy.get("framework_version"))) is not None:
+        warnings.warn(newer, FrameworkVersionWarning, stacklevel=2)
     engine = _rollout_engine(policy, policy_cfg, version)
     models_cfg = _section(config, "models")
     spec = algorithm_spec(algorithm)

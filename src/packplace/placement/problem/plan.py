@@ -43,7 +43,9 @@ class Allocation:
     Attributes:
         origin: ``(rack, node, gpu)`` of the first GPU.
         extent: ``(r_ext, n_ext, g_ext)``. Legal shapes: part of one node
-            ``(1, 1, g_ext)`` with ``g_ext`` dividing ``G`` and ``gpu % g_ext == 0`` (aligned); whole nodes
+            ``(1, 1, g_ext)`` with ``g_ext`` dividing ``G`` and ``gpu % g_ext == 0`` (aligned), or, on a node
+            of several hosts (``gpus_per_host < G``: an NVL72 domain of 4-GPU trays), whole hosts (``g_ext``
+            and ``gpu`` multiples of the host's GPUs: 16 of 18 trays); whole nodes
             of one rack ``(1, n_ext, G)`` from a node it fits in (``node + n_ext ≤ N``); whole racks
             ``(r_ext, N, G)`` from a rack they fit in. The counts need not divide the rack or the
             cluster, so a rack's nodes split 2:1 or 3:1; the search proposes the counts and positions
@@ -76,8 +78,11 @@ class Allocation:
         if min(re_, ne, ge) < 1 or min(r, n, g) < 0:
             return f"block {self.origin}+{self.extent}: negative origin or empty extent"
         if re_ == 1 and ne == 1:
-            ok = G % ge == 0 and g % ge == 0
+            H = cluster.host_gpus
+            ok = (G % ge == 0 and g % ge == 0) or (H < G and ge % H == 0 and g % H == 0)
             shape = f"part of a node needs g_ext dividing {G} and gpu % g_ext == 0"
+            if H < G:
+                shape += f", or whole hosts of {H} GPUs (g_ext and gpu multiples of {H})"
         elif re_ == 1:
             ok = ge == G and g == 0
             shape = f"a multi-node block needs whole nodes (g_ext={G}, origin gpu 0)"
