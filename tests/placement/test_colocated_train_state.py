@@ -10,6 +10,7 @@ import copy
 import pytest
 from ortools.sat.python import cp_model
 
+from packplace.placement import api
 from packplace.placement.candidates import keeps_train_state
 from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
 from packplace.placement.model.framework import COLOCATED_KEPT_STATES, FRAMEWORKS, VERL_KEPT_STATE
@@ -165,3 +166,18 @@ def test_cpsat_memory_rows_agree_with_the_evaluator_where_the_kept_state_decides
     solver.parameters.num_workers = 1
     status = solver.Solve(built.model)
     assert status == (cp_model.OPTIMAL if fits else cp_model.INFEASIBLE)
+
+
+def test_greedy_finds_the_plan_whose_engine_keeps_nothing_beside_the_trainer():
+    # Qwen3-8B on 4 H100s at verl's 0.5: the fastest engine (TP 4) keeps 4.85 GB of NCCL buffers beside the
+    # trainer's pass, which then overflows; the TP 1 engine (the same pool, nothing kept) fits beside the kept
+    # 12 x 8.19e9 / 4 = 24.6 GB shard, and memory_first's least-memory plan now takes it on the tie
+    inst = build_instance(_config(QWEN3_8B, gpus=4, gmu=None))
+    result = api.solve_placement(inst, "greedy", seed=0, time_limit_s=60)
+    assert result.solution is not None, result.message
+    engine = result.solution["actor.generate"]
+    assert engine.strategy.tp == 1
+    ev = get_evaluator(inst)
+    assert ev.step_time(result.solution) == result.objective < float("inf")
+    train = ev._resolve(result.solution)[ev.index["actor.train"]][0]
+    assert train.rollout_kept_bytes == pytest.approx(12.0 * inst.models["actor"].params / 4)
