@@ -499,9 +499,10 @@ COLOCATED_KEPT_STATES = ("offloaded", "resident", "verl")
 #: The rollout leaves them on the GPU unless ``actor.fsdp_config.param_offload`` / ``optimizer_offload`` (both
 #: ``False`` by default: ``verl/trainer/config/ppo_trainer.yaml`` v0.1-v0.4.1, ``config/actor/dp_actor.yaml``
 #: v0.5.0 on): ``update_actor`` offloads the parameters and the optimizer state after the update only under
-#: those flags (``offload_fsdp_model_to_cpu``, ``offload_fsdp_optimizer``), and the sharding manager's
-#: ``__enter__`` (``verl/workers/sharding_manager/fsdp_vllm.py``, v0.3-v0.5; ``rollout_mode`` in
-#: ``fsdp_workers.py`` from v0.6.0) offloads the parameters after the weight sync only under ``param_offload``.
+#: those flags (``offload_fsdp_model_to_cpu``, ``offload_fsdp_optimizer``), and the rollout offloads them after
+#: the weight sync only under the same flags (``fsdp_workers.py`` ``generate_sequences``, v0.2-v0.3; the sharding
+#: manager's ``__enter__``, ``verl/workers/sharding_manager/fsdp_vllm.py``, v0.4-v0.5, the parameters; and
+#: ``rollout_mode`` in ``fsdp_workers.py`` from v0.6.0).
 #: The gradients are freed: ``dp_actor.py`` ``update_policy`` ends with ``self.actor_optimizer.zero_grad()``
 #: (v0.2-v0.7.0; ``verl/trainer/ppo/actor/dp_actor.py`` at v0.1), whose ``set_to_none`` is PyTorch's default
 #: from 2.0. verl's Megatron actor keeps what its options leave resident (bf16 parameter and gradient
