@@ -460,8 +460,11 @@ def screened_plan(ev, blocks: Blocks, least: dict | None = None,
     small = {}
     for name, block in blocks.items():
         if (name, block.extent) not in least:
+            # ties in memory (a vLLM engine's pool is the same at every tp) go to the fewest bytes kept beside
+            # the other tasks: a sleeping engine's, a trainer's state beside its engine
             least[name, block.extent] = min((c for c in table.feasible[name] if c.extent == block.extent),
-                                            key=lambda c: (c.memory_bytes, c.time))
+                                            key=lambda c: (c.memory_bytes, c.kept_bytes + c.rollout_kept_bytes,
+                                                           c.time))
         small[name] = (least[name, block.extent], block)
     plan = assemble_for(ev, small)
     if ev.step_time(plan) < float("inf"):

@@ -61,8 +61,12 @@ def test_a_plan_searched_for_a_framework_emits_no_refusal_and_only_known_keys(co
     except InfeasibleError as exc:   # the memory error names the settings that fit
         assert "fits with" in str(exc) or "no memory-saving setting" in str(exc)
         return
-    if result.solution is None:   # no plan fits in memory: the message names the settings that would
-        assert "fits with" in result.message, result.message
+    if result.solution is None:   # no plan fits in memory: the message names the settings that would, or says none
+        # does or that its fixed hint budget (fit_hints.HINTS_BUDGET_S) ran out first (the OpenRLHF Llama-2-7B config
+        # under verl at 0.9: the fp32 shard its optimizer_offload keeps beside the pool, 3.37 GB, outweighs the
+        # 3.33 GB that host-held reference and reward weights free, so every setting is tried)
+        assert any(s in result.message for s in ("fits with", "no memory-saving setting",
+                                                 "memory-saving settings were not all tried")), result.message
         return
     emitted = emit(instance, result.solution, framework)
     allowed = unsupported(Context.of(instance))

@@ -54,11 +54,13 @@ def ctx(version: str | None) -> Context:
                    release=None if version is None else table_release(version))
 
 
-def instance(version: str | None):
+def instance(version: str | None, offload: str | None = None):
     cfg = load_yaml(PPO_8B)
     cfg["policy"] = {**cfg["policy"], "framework": "openrlhf"}
     if version is not None:
         cfg["policy"]["framework_version"] = version
+    if offload is not None:
+        cfg["training"] = {**(cfg.get("training") or {}), "offload": offload}
     return build_instance(cfg)
 
 
@@ -140,7 +142,9 @@ def test_every_solver_keeps_the_release_at_0_6_0(solver, work_clock):
 
 
 def test_the_evaluator_refuses_what_0_6_0_lacks_and_takes_it_later(work_clock):
-    old, newer = instance("0.6.0"), instance("0.8.0")
+    # --adam_offload: the actor's DeepSpeed state that stays beside the colocated vLLM engines (no DeepSpeed sleep)
+    # is then its bf16 shard and gradients, and the search colocates a TP 8 trainer with them again
+    old, newer = instance("0.6.0", "optimizer"), instance("0.8.0", "optimizer")
     tp8 = api.solve_placement(newer, "greedy", seed=0, time_limit_s=20).solution
     assert tp8 is not None and placed_of(newer, tp8)[TRAIN].strategy.tp > 1   # allowed from 0.7.4
     synchronous = api.solve_placement(old, "greedy", seed=0, time_limit_s=20).solution
@@ -157,7 +161,7 @@ def test_the_evaluator_refuses_what_0_6_0_lacks_and_takes_it_later(work_clock):
     shared = tp8.with_staleness("actor", 1)
     gen, train = placed_of(newer, shared)[GENERATE], placed_of(newer, shared)[TRAIN]
     assert not (gen.hi <= train.lo or train.hi <= gen.lo)
-    for inst in (newer, instance(None)):
+    for inst in (newer, instance(None, "optimizer")):
         score = PlacementEvaluator(inst).score(shared)
         assert not score.feasible and any("GPUs of their own" in v for v in score.violations), score.violations
         assert any("GPUs of their own" in line for line in emit(inst, shared, "openrlhf").refusals)

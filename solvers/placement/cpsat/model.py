@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packplace.lazy import lazy_module
-from packplace.placement.candidates import shared_weights_trainer, train_state_kept
+from packplace.placement.candidates import keeps_train_state, shared_weights_trainer, train_state_kept
 from packplace.solvers.placement.cpsat.chunk import add_chunk
 from packplace.solvers.placement.cpsat.rules import add_layout_rules
 from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check, serial_horizon
@@ -112,7 +112,9 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
     (KiB, each term rounded down and the capacity up: a relaxation; the evaluator re-checks in bytes). The kept
     bytes (:attr:`~packplace.placement.candidates.Candidate.kept_bytes`, a sleeping engine's graphs, NCCL
     buffers and own CUDA context) are the evaluator's: additive over the vertices on the segment, and a
-    running engine's whole transient bytes counted once."""
+    running engine's whole transient bytes counted once. An engine beside which part of its trainer's state
+    stays (verl, OpenRLHF) counts that state with its resident bytes where both are on the segment
+    (:func:`_with_kept_state`)."""
     opts, n = tables.options, len(tables.names)
     capacity = math.ceil(instance.hardware.memory_per_gpu / MEMORY_UNIT)
     vertex_model = [v.model for v in instance.graph.vertices]
@@ -122,11 +124,15 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
     # evaluator's rule, exact on its trainer's GPUs at the trainer's (pp, tp), a relaxation elsewhere)
     adds = [train_state_kept(instance, name) for name in instance.graph.names]
     shared = [shared_weights_trainer(instance, name) is not None for name in instance.graph.names]
+    trainers = {u.model: j for j, u in enumerate(instance.graph.vertices) if u.kind == "train"}
+    state_of = [trainers[vertex_model[v]] if keeps_train_state(instance, name) else -1
+                for v, name in enumerate(instance.graph.names)]
     for s, (a, b) in enumerate(segments):
         check("memory rows, segment %d of %d", s + 1, len(segments))
         resident_terms, worst = [], 0
+        model_resident: dict[str, Any] = {}
         for model_name in models:
-            exprs, most = [], 0
+            exprs, most, forced = [], 0, False
             for v in range(n):
                 if vertex_model[v] != model_name:
                     continue
@@ -137,13 +143,15 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
                 if pairs:
                     exprs.append(sum(c * lit for c, lit in pairs))
                     most = max([most] + [c for c, _ in pairs])
-            if len(exprs) == 1:
+                    forced = forced or state_of[v] >= 0
+            if len(exprs) == 1 and not forced:
                 resident_terms.append(exprs[0])
             elif exprs:
                 r = m.NewIntVar(0, most, f"resident[{model_name},{s}]")
                 for e in exprs:
                     m.Add(r >= e)
                 resident_terms.append(r)
+                model_resident[model_name] = r
             worst += most
         most_t, t_exprs, kept_terms = 0, [], []
         for v in range(n):
@@ -158,12 +166,37 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
             if pairs:
                 t_exprs.append(sum(c * lit for c, lit in pairs))
                 most_t = max([most_t] + [c for c, _ in pairs])
+            if pairs and state_of[v] >= 0:
+                expr, bound = _with_kept_state(here, opts[state_of[v]], x[state_of[v]], a, b,
+                                               model_resident[vertex_model[v]])
+                t_exprs.append(expr)
+                most_t = max(most_t, bound)
         if worst + most_t <= capacity:
             continue  # cannot overflow whatever is chosen
         transient = m.NewIntVar(0, most_t, f"transient[{s}]")
         for e in t_exprs:
             m.Add(transient >= e)
         m.Add(sum(resident_terms) + sum(kept_terms) + transient <= capacity)
+
+
+def _with_kept_state(here: list, trainer_opts: list, trainer_x: list, a: int, b: int,
+                     model_resident: Any) -> tuple[Any, int]:
+    """The evaluator's running-engine term (KiB) of a rollout engine beside which part of its trainer's state
+    stays (:func:`~packplace.placement.candidates.keeps_train_state`) on GPU segment ``[a, b)``
+    (:meth:`~packplace.placement.evaluator.PlacementEvaluator._state_excess`), and an upper bound of it: its
+    transient bytes beyond its kept ones plus its resident bytes (``here``: ``(option, literal)`` of its options
+    on the segment) plus the trainer's :attr:`~packplace.placement.candidates.Candidate.rollout_kept_bytes` of its
+    options there, less its model's resident term there (``model_resident``), less ``B·(1 − Σ engine literals)``
+    so that the term is at most 0 where the engine is not here. Where the trainer is not here it is at most the
+    engine's own transient term; where both are, the evaluator's figure."""
+    kept = [(int(o.cand.rollout_kept_bytes // MEMORY_UNIT), lit) for o, lit in zip(trainer_opts, trainer_x)
+            if o.lo <= a and b <= o.hi and o.cand.rollout_kept_bytes > 0]
+    own = [(int((o.cand.transient_excess + o.cand.resident_bytes) // MEMORY_UNIT), lit) for o, lit in here]
+    bound = max(c for c, _ in own) + max((c for c, _ in kept), default=0)
+    engine_here = sum(lit for _, lit in here)
+    expr = (sum(c * lit for c, lit in own) + sum(c * lit for c, lit in kept) - model_resident
+            - bound * (1 - engine_here))
+    return expr, bound
 
 
 def add_rectangles(m: cp_model.CpModel, tables: ModelTables, x: list[list[Any]], start: list, end: list,

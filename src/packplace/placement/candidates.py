@@ -43,6 +43,7 @@ from packplace.placement.model.dp_balance import VertexBalance, instance_balance
 from packplace.placement.model.engine import mean_live_tokens
 from packplace.placement.model.framework import (
     INFERENCE_OFFLOAD,
+    VERL_KEPT_STATE,
     colocated_engine_gpu_memory_utilization,
     fp32_gradient_accumulation,
     generate_calls,
@@ -61,6 +62,9 @@ from packplace.placement.model.memory import (
     TrainingOptions,
     engine_held_bytes,
     engine_sleep_kept_bytes,
+    lora_params,
+    stage_layers,
+    stage_params,
     vertex_memory,
 )
 from packplace.placement.model.nemo_rl_releases import (
@@ -130,6 +134,9 @@ class Candidate:
             0 for every other vertex (its transient bytes are freed when it ends). The evaluator adds them on
             every GPU of the block beside whatever else runs there (:meth:`transient_excess` is what only
             its own run adds).
+        rollout_kept_bytes: A training vertex's bytes per GPU that stay while its model's rollout engine generates
+            on the same GPUs (:func:`rollout_kept_state_bytes`, at most :attr:`resident_bytes` or the state the
+            framework keeps); 0 for every other vertex.
         refused: ``(available, needed)`` KV-cache bytes per GPU where vLLM refuses to start this engine (its
             KV cache cannot hold one request of ``max_model_len``:
             :meth:`~packplace.placement.model.cost.CostModel.engine_start_refusal`); :attr:`fits` is then
@@ -148,6 +155,7 @@ class Candidate:
     pool_bytes: float | None = None
     kept_bytes: float = 0.0
     refused: tuple[float, float] | None = None
+    rollout_kept_bytes: float = 0.0
 
     @property
     def transient_excess(self) -> float:
@@ -996,6 +1004,54 @@ def train_state_kept(instance, vertex: str) -> bool:
     return any(u.kind == "train" and u.model == v.model for u in instance.graph.vertices)
 
 
+def keeps_train_state(instance, vertex: str) -> bool:
+    """Whether ``vertex`` is a rollout engine that keeps weights of its own while some of its model's training
+    state stays beside it on the GPUs they share
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.colocated_kept_state` other than ``offloaded``,
+    a model the graph trains, not a hybrid engine of :func:`train_state_kept`): there the evaluator and the CP-SAT
+    memory rows count the engine's resident bytes plus its trainer's :attr:`Candidate.rollout_kept_bytes`."""
+    v = instance.graph.vertex(vertex)
+    if v.kind != "generate" or train_state_kept(instance, vertex):
+        return False
+    if profile(instance.framework).colocated_kept_state == "offloaded":
+        return False
+    return any(u.kind == "train" and u.model == v.model for u in instance.graph.vertices)
+
+
+def rollout_kept_state_bytes(instance, name: str, model: ModelSpec, strategy: Strategy, options: TrainingOptions,
+                             resident: float) -> float:
+    """Bytes per GPU of the training vertex ``name``'s state (``options`` on ``strategy``, ``resident`` its
+    candidate's resident bytes) that stay on its GPUs while its model's rollout engine generates there, by the
+    framework's :attr:`~packplace.placement.model.framework.FrameworkProfile.colocated_kept_state`: 0 for
+    ``offloaded`` and for any vertex but a trainer; ``resident`` for ``resident``; for ``verl`` on the Megatron
+    backend (:func:`~packplace.placement.model.layout_rules.trainer_backend`) 0 under ``offload:
+    optimizer+params`` (``param_offload`` takes the parameter and gradient buffers, ``optimizer_offload`` the
+    optimizer state) and ``resident`` otherwise, on FSDP the fp32 parameter shard unless ``offload:
+    optimizer+params`` plus the Adam moments of the trainable parameters under ``offload: none``, each over the
+    shard group :meth:`~packplace.placement.model.memory.TrainingOptions.shard_ranks`, on the largest stage, no
+    gradients (:data:`~packplace.placement.model.framework.VERL_KEPT_STATE`; a LoRA actor's adapters are among
+    the fp32 parameters and are its only trainable ones)."""
+    if instance.graph.vertex(name).kind != "train":
+        return 0.0
+    rule = profile(instance.framework).colocated_kept_state
+    if rule == "offloaded":
+        return 0.0
+    if rule == "resident":
+        return resident
+    if trainer_backend(Context.of(instance), {name: strategy}) != "fsdp":
+        return 0.0 if options.offload == "optimizer+params" else resident
+    param_bytes, moment_bytes = VERL_KEPT_STATE
+    shard = options.shard_ranks(strategy.dp) * strategy.tp
+    params = trainable = float(max(stage_params(model, strategy.pp)))
+    if options.lora_rank:
+        adapters = max(stage_layers(model.layers, strategy.pp)) * lora_params(model, options.lora_rank)[1]
+        params, trainable = params + adapters, float(adapters)
+    kept = 0.0 if options.offload == "optimizer+params" else param_bytes * params / shard
+    if options.offload == "none":
+        kept += moment_bytes * trainable / shard
+    return kept
+
+
 def shared_weights_trainer(instance, vertex: str) -> str | None:
     """The training vertex whose parameter tensors the rollout engine ``vertex`` generates with, or ``None``.
 
@@ -1469,7 +1525,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
             fits = candidate_fits(res, tra, pool, limit, capacity) and refused is None
             kept = min(tra, _sleep_kept(cost, strategy)) if pool is not None else 0.0
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool, kept,
-                                 refused))
+                                 refused, rollout_kept_state_bytes(instance, name, model, strategy, options, res)))
     return out
 
 

@@ -38,6 +38,7 @@ from packplace.placement.candidates import (
     gb,
     global_batch,
     inference_sharded,
+    keeps_train_state,
     memory_budget,
     needs_old_log_prob,
     sequences_together,
@@ -249,6 +250,10 @@ class PlacementEvaluator:
         trainers = {u.model: j for j, u in enumerate(graph.vertices) if u.kind == "train"}
         self.engine_trainer = [trainers.get(v.model, -1) if self.adds_resident[i] else -1
                                for i, v in enumerate(graph.vertices)]
+        #: per vertex: for an engine beside which part of its model's training state stays (keeps_train_state), the
+        #: index of its model's training vertex, else -1
+        self.state_trainer = [trainers.get(v.model, -1) if keeps_train_state(instance, n) else -1
+                              for n, v in zip(self.names, graph.vertices)]
         #: per vertex: the hybrid engine generates with its trainer's own parameter tensors (shared_weights_trainer)
         self.shares_weights = [shared_weights_trainer(instance, n) is not None for n in self.names]
         self.capacity = instance.hardware.memory_per_gpu
@@ -750,31 +755,58 @@ class PlacementEvaluator:
         (:func:`~packplace.placement.candidates.shared_weights_trainer`, at the trainer's ``(pp, tp)``; counted
         once, in the training state) or gathers them for the call and releases them after (ZeRO-3
         ``GatheredParameters``, DeepSpeed ``hybrid_engine.py`` ``generate``): those weights join its
-        transient bytes, beside the resident training state. Elsewhere its weights are resident."""
+        transient bytes, beside the resident training state. Elsewhere its weights are resident.
+
+        An engine with weights of its own beside which part of its model's training state stays
+        (:func:`~packplace.placement.candidates.keeps_train_state`: verl, OpenRLHF), on its trainer's GPUs, holds
+        while it runs its resident bytes plus the trainer's
+        :attr:`~packplace.placement.candidates.Candidate.rollout_kept_bytes` (:meth:`_kept_state`) beside its
+        transient bytes: what of that sum its model's largest resident bytes there do not already count joins its
+        transient bytes (:meth:`_state_excess`), so the generation counts ``engine resident + kept state +
+        engine transient`` and the training pass, as before, ``trainer resident + trainer transient``."""
         points = sorted({x for _, lo, hi in res for x in (lo, hi)})
         out = []
         vm = self.vertex_model
         for k in range(len(points) - 1):
             a, b = points[k], points[k + 1]
+            here = [i for i, (_, lo, hi) in enumerate(res) if lo <= a and b <= hi]
+            if not here:
+                continue
             resident: dict[int, float] = {}
+            hybrid = {i: self._hybrid_weights(res, i, a, b) for i in here}
+            for i in here:
+                if hybrid[i] is None and res[i][0].resident_bytes > resident.get(vm[i], 0.0):
+                    resident[vm[i]] = res[i][0].resident_bytes
             transient = kept = 0.0
-            covered = False
-            for i, (cand, lo, hi) in enumerate(res):
-                if lo <= a and b <= hi:
-                    covered = True
-                    m = vm[i]
-                    own = cand.transient_bytes - cand.kept_bytes
-                    kept += cand.kept_bytes
-                    hybrid = self._hybrid_weights(res, i, a, b)
-                    if hybrid is not None:
-                        own += hybrid
-                    elif cand.resident_bytes > resident.get(m, 0.0):
-                        resident[m] = cand.resident_bytes
-                    if own > transient:
-                        transient = own
-            if covered:
-                out.append((a, b, sum(resident.values()) + kept + transient))
+            for i in here:
+                cand = res[i][0]
+                kept += cand.kept_bytes
+                own = cand.transient_bytes - cand.kept_bytes + (hybrid[i] or 0.0)
+                own += self._state_excess(res, i, a, b, resident.get(vm[i], 0.0))
+                if own > transient:
+                    transient = own
+            out.append((a, b, sum(resident.values()) + kept + transient))
         return out
+
+    def _state_excess(self, res: list, engine: int, a: int, b: int, model_resident: float) -> float:
+        """What an engine of :func:`~packplace.placement.candidates.keeps_train_state` holds on ``[a, b)`` while it
+        runs beyond its model's largest resident bytes there (``model_resident``) and its own transient bytes:
+        ``max(0, resident + kept state − model_resident)`` (:meth:`_kept_state`); 0 for any other vertex or where
+        its trainer is not."""
+        state = self._kept_state(res, engine, a, b)
+        if state <= 0.0:
+            return 0.0
+        return max(0.0, res[engine][0].resident_bytes + state - model_resident)
+
+    def _kept_state(self, res: list, engine: int, a: int, b: int) -> float:
+        """For an engine of :func:`~packplace.placement.candidates.keeps_train_state` whose trainer covers the GPU
+        range ``[a, b)``, the trainer's bytes that stay beside it while it generates
+        (:attr:`~packplace.placement.candidates.Candidate.rollout_kept_bytes`); 0 for any other vertex or range."""
+        trainer = self.state_trainer[engine]
+        if trainer < 0:
+            return 0.0
+        tcand, tlo, thi = res[trainer]
+        return tcand.rollout_kept_bytes if tlo <= a and b <= thi else 0.0
 
     def _hybrid_weights(self, res: list, engine: int, a: int, b: int) -> float | None:
         """For a hybrid engine whose trainer covers the GPU range ``[a, b)``, the weight bytes it holds only
@@ -975,17 +1007,18 @@ class PlacementEvaluator:
         resident: dict[int, tuple[float, int]] = {}
         transient = (0.0, -1)
         kept: dict[int, float] = {}
-        for i, (cand, a, b) in enumerate(res):
-            if not (a <= lo and hi <= b):
-                continue
-            own = cand.transient_excess
+        here = [i for i, (_, a, b) in enumerate(res) if a <= lo and hi <= b]
+        hybrid = {i: self._hybrid_weights(res, i, lo, hi) for i in here}
+        for i in here:
+            cand = res[i][0]
+            if hybrid[i] is None and cand.resident_bytes > resident.get(self.vertex_model[i], (0.0, -1))[0]:
+                resident[self.vertex_model[i]] = (cand.resident_bytes, i)
+        for i in here:
+            cand = res[i][0]
+            own = cand.transient_excess + (hybrid[i] or 0.0) + self._state_excess(
+                res, i, lo, hi, resident.get(self.vertex_model[i], (0.0, -1))[0])
             if cand.kept_bytes > 0:
                 kept[i] = cand.kept_bytes
-            hybrid = self._hybrid_weights(res, i, lo, hi)
-            if hybrid is not None:
-                own += hybrid
-            elif cand.resident_bytes > resident.get(self.vertex_model[i], (0.0, -1))[0]:
-                resident[self.vertex_model[i]] = (cand.resident_bytes, i)
             if own > transient[0]:
                 transient = (own, i)
         parts = {i: f"{self.names[i]} {gb(nbytes)} GB resident" for nbytes, i in resident.values()}
@@ -996,10 +1029,16 @@ class PlacementEvaluator:
         if transient[1] >= 0:
             t = transient[1]
             parts[t] = (f"{parts[t]} + " if t in parts else f"{self.names[t]} ") + \
-                f"{gb(transient[0] + kept.get(t, 0.0))} GB while it runs"
+                f"{gb(transient[0] + kept.get(t, 0.0))} GB while it runs" + self._kept_note(res, t, lo, hi)
         first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
         return (f"GPUs {first}..{last}: {gb(used)} GB needed, {gb(self.capacity)} GB available "
                 f"({', '.join(parts[i] for i in sorted(parts))})")
+
+    def _kept_note(self, res: list, engine: int, a: int, b: int) -> str:
+        """" (T GB of the trainer's state beside it)" for an engine whose figure in :meth:`fullest_gpus` holds
+        its trainer's kept state (:meth:`_kept_state`), else empty."""
+        kept = self._kept_state(res, engine, a, b)
+        return f" ({gb(kept)} GB of {self.names[self.state_trainer[engine]]}'s state beside it)" if kept > 0 else ""
 
     def oom_vertices(self, plan: Plan) -> list[str]:
         """Names of the vertices whose block contains a GPU over ``memory_per_gpu``, or that exceed their own

@@ -211,6 +211,10 @@ def _colocation(out: EmittedPlan, view: PlanView) -> None:
     if same_gpus(train, gen, ref, reward, critic):
         out.settings["--train.colocate_all"] = True
         out.settings["--vllm.enable_sleep"] = True
+        # the plan prices the DeepSpeed state as staying beside the engine (colocated_kept_state "resident"), as
+        # OpenRLHF runs it without DeepSpeed sleep (default off): not set, so the command runs as priced
+        out.notes.append("the DeepSpeed models' state stays on the GPUs while vLLM generates (DeepSpeed's sleep "
+                         "mode left off), as the plan was priced")
         return
     if view.staleness.get("actor", 0) and critic is not None and same_gpus(train, ref, reward, critic):
         # asynchronous (vLLM on GPUs of its own): --colocate_all_models colocates the DeepSpeed models only,

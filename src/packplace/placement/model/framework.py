@@ -489,6 +489,33 @@ FRAMEWORK_VERSIONS: dict[str, tuple[VersionDefaults, ...]] = {
 }
 
 
+#: :attr:`FrameworkProfile.colocated_kept_state` values.
+COLOCATED_KEPT_STATES = ("offloaded", "resident", "verl")
+#: Bytes per parameter of verl's FSDP actor shard while its rollout engine generates beside it, ``(parameters,
+#: Adam moments)``, each unless its offload flag moves it to the host (read at v0.2, v0.4.0, v0.5.0 and v0.7.0):
+#: ``verl/workers/fsdp_workers.py`` ``_build_model_optimizer`` loads the actor in ``fsdp_config.model_dtype``,
+#: default ``torch.float32`` for the actor, so FSDP's sharded parameters are fp32 (4; mixed precision casts the
+#: gathered units to bf16), and ``optim.AdamW`` keeps ``exp_avg`` / ``exp_avg_sq`` in the parameters' dtype (8).
+#: The rollout leaves them on the GPU unless ``actor.fsdp_config.param_offload`` / ``optimizer_offload`` (both
+#: ``False`` by default: ``verl/trainer/config/ppo_trainer.yaml`` v0.1-v0.4.1, ``config/actor/dp_actor.yaml``
+#: v0.5.0 on): ``update_actor`` offloads the parameters and the optimizer state after the update only under
+#: those flags (``offload_fsdp_model_to_cpu``, ``offload_fsdp_optimizer``), and the rollout offloads them after
+#: the weight sync only under the same flags (``fsdp_workers.py`` ``generate_sequences``, v0.2-v0.3; the sharding
+#: manager's ``__enter__``, ``verl/workers/sharding_manager/fsdp_vllm.py``, v0.4-v0.5, the parameters; and
+#: ``rollout_mode`` in ``fsdp_workers.py`` from v0.6.0).
+#: The gradients are freed: ``dp_actor.py`` ``update_policy`` ends with ``self.actor_optimizer.zero_grad()``
+#: (v0.2-v0.7.0; ``verl/trainer/ppo/actor/dp_actor.py`` at v0.1), whose ``set_to_none`` is PyTorch's default
+#: from 2.0. verl's Megatron actor keeps what its options leave resident (bf16 parameter and gradient
+#: buffers, the distributed optimizer's fp32 master and moments) unless ``param_offload``, which
+#: ``verl/utils/megatron_utils.py`` ``offload_megatron_model_to_cpu`` applies to the parameter *and*
+#: gradient buffers (``megatron_workers.py`` ``update_actor`` and the sharding manager's ``__enter__``,
+#: ``verl/workers/sharding_manager/megatron_vllm.py`` v0.5.0; ``rollout_mode`` from v0.6.0), with
+#: ``optimizer_offload`` the optimizer state (``offload_megatron_optimizer``): ``training.offload``
+#: ``optimizer+params`` (both flags, as ``emit --emit verl`` writes them) keeps nothing, ``optimizer`` the
+#: parameter and gradient buffers.
+VERL_KEPT_STATE = (4.0, 8.0)
+
+
 @dataclass(frozen=True)
 class FrameworkProfile:
     """How one framework runs an RL step.
@@ -570,9 +597,28 @@ class FrameworkProfile:
             larger (:func:`~packplace.placement.candidates.train_state_kept`). DeepSpeed-Chat: the hybrid
             engine is the training engine (DeepSpeed runtime/hybrid_engine.py ``DeepSpeedHybridEngine``
             subclasses ``DeepSpeedEngine``; dschat ppo_trainer.py generate_experience calls
-            ``actor_model.module.generate`` between ``train`` steps with no offload in between). False:
-            the framework offloads the training state while generating (NeMo RL, OpenRLHF colocated) or
-            the model does not represent its offload (verl's param/optimizer offload flags).
+            ``actor_model.module.generate`` between ``train`` steps with no offload in between). False: the
+            engine keeps weights of its own, and what of the training state stays beside it is
+            :attr:`colocated_kept_state`'s.
+        colocated_kept_state: What of a trained model's training state stays on the GPUs its rollout engine
+            generates on when the two share them (:data:`COLOCATED_KEPT_STATES`;
+            :func:`~packplace.placement.candidates.rollout_kept_state_bytes`): the evaluator and the CP-SAT memory
+            rows count the engine's resident bytes plus that state where they overlap, not the larger of the
+            engine's and the trainer's. ``offloaded``: nothing (NeMo RL v0.4.0-v0.7.0
+            ``nemo_rl/algorithms/grpo.py`` ``refit_policy_generation`` calls ``policy.offload_after_refit()`` when
+            colocated, which in ``models/policy/workers/dtensor_policy_worker.py`` moves the model to the host and
+            reruns ``offload_before_refit`` for the optimizer state, and in ``megatron_policy_worker.py`` calls
+            ``move_model(self.model, "cpu")`` for the parameter and gradient buffers and the optimizer state;
+            ``none``, which the model's own mechanics leave as the larger of the two). ``resident``: the
+            trainer's resident bytes as its ``training`` options leave them (OpenRLHF: the DeepSpeed engine's
+            parameters, gradients and optimizer state never leave the GPU at v0.5.8-v0.6.0, which have no such
+            flag, and from v0.6.0.post1 only under ``--deepspeed_enable_sleep``,
+            ``openrlhf/trainer/ray/ppo_actor.py`` ``ppo_train`` and ``offload_deepspeed_states`` at init, v0.6.4;
+            ``--ds.enable_sleep``, ``openrlhf/trainer/ppo_trainer.py`` and ``ppo_actor.py``, v0.11.0), which
+            ``openrlhf/cli/train_ppo_ray.py`` defaults off at both and ``--emit openrlhf`` does not set;
+            ``--adam_offload``, ``training.offload: optimizer``, keeps the Adam state on the host all along;
+            DeepSpeed-Chat's hybrid engine, which :attr:`colocated_train_state` prices). ``verl``:
+            :data:`VERL_KEPT_STATE`'s rule by trainer backend and ``training.offload``.
         engine_load_bandwidth: Bytes per second per GPU at which the rollout engine loads each refit into
             its own shard (:data:`VLLM_WEIGHT_LOAD_BANDWIDTH` for the vLLM-based profiles; 0: not charged,
             ``none`` and DeepSpeed-Chat's in-place hybrid engine), :func:`refit_framework_seconds`.
@@ -671,6 +717,7 @@ class FrameworkProfile:
     streamed_reward: bool = False
     decode_step_overhead: float = VLLM_DECODE_STEP_OVERHEAD
     colocated_train_state: bool = False
+    colocated_kept_state: str = "offloaded"
     gather_prefetch: bool = False
     stale_engine_max_num_seqs: int = 0
     engine_load_bandwidth: float = 0.0
@@ -701,7 +748,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES,
         offload_between_passes=True, gpu_memory_utilization=VERL_GPU_MEMORY_UTILIZATION,
-        engine_own_process=False),
+        engine_own_process=False, colocated_kept_state="verl"),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -725,13 +772,14 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "utils/deepspeed/deepspeed.py get_ds_eval_config (stage 3 iff training stage 3); "
         "trainer/ray/ppo_actor.py broadcast_to_vllm (NCCL broadcast from rank 0, CUDA IPC when colocate_all)",
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gpu_memory_utilization=OPENRLHF_GPU_MEMORY_UTILIZATION,
-        zero3_fetch=(DEEPSPEED_DEFAULTS, DEEPSPEED_DEFAULTS)),
+        zero3_fetch=(DEEPSPEED_DEFAULTS, DEEPSPEED_DEFAULTS), colocated_kept_state="resident"),
     "deepspeed-chat": FrameworkProfile(
         "deepspeed-chat", True, True, "in_place", False,
         "DeepSpeedExamples applications/DeepSpeed-Chat/dschat/rlhf/rlhf_engine.py (_init_ref / _init_reward: "
         "ZeRO-3 iff the actor / critic stage is 3), ppo_trainer.py generate_experience (one process per GPU, "
         "hybrid engine generates with the training parameters gathered in place)",
-        decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True, enforce_eager=None,
+        decode_step_overhead=DS_HYBRID_DECODE_STEP_OVERHEAD, colocated_train_state=True,
+        colocated_kept_state="resident", enforce_eager=None,
         engine_generation=None, engine_own_process=False, zero2_bucket_reduces=True,
         zero3_fetch=(DSCHAT_TRAIN, DSCHAT_EVAL)),
 }
