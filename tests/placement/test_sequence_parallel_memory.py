@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from packplace.errors import ConfigError
 from packplace.placement.emit import emit
@@ -27,7 +28,7 @@ from packplace.placement.model.stages import trainer_defaults
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
-from packplace.placement.task_estimate import estimate, resolve_model
+from packplace.placement.task_estimate import config_policy, estimate, resolve_model
 
 #: Qwen3-32B (config.json): d 5,120, 64 layers of 64 query heads of 128 and 8 KV heads, f 25,600.
 QWEN3_32B = {"model_type": "qwen3", "num_hidden_layers": 64, "hidden_size": 5120, "intermediate_size": 25600,
@@ -159,3 +160,46 @@ def test_the_emitters_write_the_layout_the_plan_was_priced_with() -> None:
     config["training"] = {"fp32_grad_buffer": False}
     out = emit(build_instance(config), plan, "verl")
     assert any("fp32_grad_buffer false" in r for r in out.refusals)
+
+
+def test_estimate_takes_both_settings_from_the_config(tmp_path: Path) -> None:
+    """``--model CONFIG.yaml:ROLE`` takes ``training.<role>``'s ``fp32_grad_buffer`` and ``sequence_parallel`` for
+    the unset flags, as ``place`` reads them (it had ignored ``fp32_grad_buffer``); a flag given wins."""
+    config = {"hardware": {"preset": "h200", "nodes_per_rack": 4}, "models": {"actor": dict(LLAMA_70B),
+              "reward": "rule"}, "workload": {"batch_size": 8, "samples_per_prompt": 1, "context_length": 1024,
+                                              "generation_length": 1024},
+              "policy": {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": "megatron"},
+              "training": {"fp32_grad_buffer": True, "actor": {"sequence_parallel": True}}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    taken = config_policy(f"{path}:actor", "train", {})
+    assert (taken["fp32_grad_buffer"], taken["sequence_parallel"]) == (True, True)
+    assert "fp32_grad_buffer" not in config_policy(f"{path}:actor", "train", {"fp32_grad_buffer": "false"})
+    e = estimate(f"{path}:actor", "h200", "train", pp=8, tp=4, framework="nemo-rl", trainer_backend="megatron",
+                 fp32_grad_buffer=taken["fp32_grad_buffer"])
+    assert e.memory["gradients"] == 2 * e.memory["weights"]
+
+
+def test_place_s_vertex_holds_verl_s_fp32_gradients_and_nemo_rl_s_whole_norms() -> None:
+    """``place``'s actor training vertex, pp 2 × tp 4 on 8 H200s: on verl the resident state is 2 bytes a parameter
+    of its worst stage's TP shard (the first stage, which sets the vertex's peak here) above ``fp32_grad_buffer:
+    false``; on NeMo RL the transient is above the same
+    plan with ``sequence_parallel: true`` and the resident state the same."""
+    from packplace.placement.evaluator import get_evaluator
+    from packplace.placement.model.memory import stage_params
+
+    def vertex(framework: str, **training):
+        config = {"hardware": {"preset": "h200", "nodes_per_rack": 1},
+                  "models": {"actor": dict(QWEN3_32B), "reward": "rule"},
+                  "workload": {"batch_size": 8, "samples_per_prompt": 1, "context_length": 1023,
+                               "generation_length": 1024},
+                  "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": "megatron"},
+                  "training": {"sharding": "zero1", **training}}
+        cand = get_evaluator(build_instance(config)).table.lookup("actor.train", Strategy(1, 2, 4), 1, (1, 1, 8))
+        assert cand is not None
+        return cand.resident_bytes, cand.transient_bytes
+
+    fp32, bf16 = vertex("verl"), vertex("verl", fp32_grad_buffer=False)
+    assert fp32[0] - bf16[0] == pytest.approx(2.0 * stage_params(_model(QWEN3_32B), 2)[0] / 4, rel=1e-12)
+    off, on = vertex("nemo-rl"), vertex("nemo-rl", sequence_parallel=True)
+    assert off[0] == on[0] and off[1] > on[1]
