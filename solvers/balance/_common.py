@@ -155,12 +155,18 @@ def first_fit_decreasing(
     return _exactly_m(bins, per_rank, rank, seq_len)
 
 
-def first_fit_ranks(members: Sequence[list[int]], instance: BalanceInstance, prepared: PreparedSamples
-                    ) -> list[list[list[int]] | None]:
+#: :func:`first_fit_ranks` reads its ``stop`` callable once per this many steps (one sample of each rank a step).
+FIRST_FIT_STOP_STEPS = 128
+
+
+def first_fit_ranks(members: Sequence[list[int]], instance: BalanceInstance, prepared: PreparedSamples,
+                    stop: Callable[[], bool] | None = None) -> list[list[list[int]] | None] | None:
     """:func:`first_fit_decreasing` of several ranks' samples at once, without budgets (the instance must have
     none): each rank's bins, or None where they do not fit m bins. The same bins as one call per rank, but
     the ranks advance together, one sample of each per step, in numpy (a step scans every rank's bin rooms
-    in one array operation), so the cost per sample is a small part of a Python loop's."""
+    in one array operation), so the cost per sample is a small part of a Python loop's. ``stop`` (a caller's
+    deadline) is read every :data:`FIRST_FIT_STOP_STEPS` steps; when it returns True the call returns None,
+    no bins at all. A ``stop`` that never fires leaves the bins as they are without one."""
     per_rank, seq_len = instance.local_batch_size, instance.constraints.seq_len
     decreasing = [_decreasing(chosen, prepared) for chosen in members]
     counts = np.array([len(ordered) for ordered, _ in decreasing], dtype=np.int64)
@@ -173,6 +179,8 @@ def first_fit_ranks(members: Sequence[list[int]], instance: BalanceInstance, pre
     opened = np.zeros(ranks, dtype=np.int64)
     every = np.arange(ranks)
     for step in range(longest):
+        if stop is not None and step % FIRST_FIT_STOP_STEPS == FIRST_FIT_STOP_STEPS - 1 and stop():
+            return None
         t = sizes[:, step]  # 0 past a rank's last sample: it changes no room there
         over = t > seq_len
         # first bin with room (an unopened bin has all of seq_len, so one always has room for t <= seq_len)

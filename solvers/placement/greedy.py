@@ -56,7 +56,8 @@ fastest one is returned. The family, in the order it is scored:
    per-vertex layouts (:func:`vertex_layouts`: per two-block tiling ``(A, B)`` every vertex on ``A``, ``B``
    or ``W`` independently, so that one trained model's training takes ``B`` while another's spans ``W``,
    beside generation on ``A``) are each scored once with every vertex on its least-memory candidate of its
-   block's shape (at most :data:`MEMORY_FIRST_LAYOUTS`); the :data:`MEMORY_FIRST_CLIMBS` that fit and are
+   block's shape (at most :data:`MEMORY_FIRST_LAYOUTS`), and where that plan does not fit, searched for one
+   that does (:func:`screened_plan`); the :data:`MEMORY_FIRST_CLIMBS` that fit and are
    fastest memory-blind then step down from their fastest candidates or climb back from the least-memory
    ones; the fastest is kept where it beats item 7's plan (``info["layout"]`` ``split``). Items 2-5 rank by
    memory-blind time, and where the engine of a small PPO setup fills its GPU nearly every fast layout is
@@ -104,13 +105,14 @@ from packplace.solvers.placement._common import (
     repair_memory,
     synchronous_only,
 )
+from packplace.solvers.placement._fitting import fitting_choice
 from packplace.solvers.placement._tilings import contiguous_tilings, packed_sequences, partitions
 
 __all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "MEMORY_FIRST_CLIMBS", "MEMORY_FIRST_LAYOUTS", "LayoutSearch",
            "assemble", "baseline_or_disjoint", "best_layout",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
-           "idle_layouts", "iter_vertex_layouts", "memory_first", "spread_layouts", "three_way_layouts",
-           "vertex_layouts",
+           "idle_layouts", "iter_vertex_layouts", "memory_first", "screened_plan", "spread_layouts",
+           "three_way_layouts", "vertex_layouts",
            "tilings", "trade", "trade_climb", "mirror_image", "climb_back", "CLIMB_EVALUATIONS", "TRADE_EVALUATIONS"]
 
 #: Most layouts of the family scored memory-blind per solve (the even tilings' layouts come first).
@@ -304,6 +306,7 @@ class LayoutSearch:
         self.stepped = 0
         self.evaluations = 0
         self.memory_screened = 0
+        self.memory_rescued = 0
         self.cut = ""
 
 
@@ -381,21 +384,25 @@ def memory_first_family(instance, table) -> Iterator[Blocks]:
 
 #: Most layouts :func:`memory_first` screens (one evaluator call each: the layout's least-memory plan).
 MEMORY_FIRST_LAYOUTS = 3000
-#: Layouts whose least-memory plan fits that :func:`memory_first` then steps up to faster candidates.
+#: Layouts with a fitting screened plan (:func:`screened_plan`) that :func:`memory_first` then steps up to faster
+#: candidates.
 MEMORY_FIRST_CLIMBS = 12
 
 
 def memory_first(ev, run: Run, family: Iterable[Blocks], out: LayoutSearch) -> None:
     """Item 6 of the module docstring: each distinct layout of ``family`` (in order, at
-    most :data:`MEMORY_FIRST_LAYOUTS`) is scored once with every vertex on its least-memory candidate of its
-    block's shape (the plan that fits if any of the layout does, but for the evaluator's phase peaks); of those
-    that fit, the :data:`MEMORY_FIRST_CLIMBS` fastest by their fastest candidates' memory-blind time step down
-    from the fastest candidates (:func:`~packplace.solvers.placement._common.repair_memory`) or, where that
-    does not fit, climb back from the least-memory plan (:func:`climb_back`). The fastest plan, where it beats
+    most :data:`MEMORY_FIRST_LAYOUTS`) is screened by :func:`screened_plan`: its plan with every vertex on its
+    least-memory candidate of its block's shape or, where that does not fit, a plan of the layout that does (the
+    least-memory plan need not fit where another does: the models' resident bytes on a GPU add up while only
+    the largest transient bytes count, :mod:`~packplace.solvers.placement._fitting`); of the layouts with a
+    fitting plan, the :data:`MEMORY_FIRST_CLIMBS` fastest by their fastest candidates' memory-blind time step
+    down from the fastest candidates (:func:`~packplace.solvers.placement._common.repair_memory`) or, where that
+    does not fit, climb back from the screened plan (:func:`climb_back`). The fastest plan, where it beats
     ``out.step_time``, goes to ``out`` (offered to ``run``); ``out.memory_screened`` counts the screened
-    layouts. Stops at the run's deadline or stop (``out.cut``)."""
+    layouts, ``out.memory_rescued`` those whose plan came from the fallback search. Stops at the run's deadline
+    or stop (``out.cut``)."""
     table = ev.table
-    least: dict[tuple[str, tuple[int, int, int]], object] = {}
+    least: dict[tuple, object] = {}
     fits: list[tuple[float, int, Plan, dict]] = []
     seen: set[tuple] = set()
     for blocks in family:
@@ -411,16 +418,11 @@ def memory_first(ev, run: Run, family: Iterable[Blocks], out: LayoutSearch) -> N
         fastest = _fastest_choice(table, blocks)
         if fastest is None:
             continue
-        small = {}
-        for name, block in blocks.items():
-            if (name, block.extent) not in least:
-                least[name, block.extent] = min((c for c in table.feasible[name] if c.extent == block.extent),
-                                                key=lambda c: (c.memory_bytes, c.time))
-            small[name] = (least[name, block.extent], block)
-        plan = assemble_for(ev, small)
+        plan, calls, rescued = screened_plan(ev, blocks, least, run.deadline)
         out.memory_screened += 1
-        out.evaluations += 1
-        if ev.step_time(plan) < float("inf"):
+        out.memory_rescued += rescued
+        out.evaluations += calls
+        if plan is not None:
             relaxed, _ = ev.relaxed_step_time(assemble_for(ev, fastest))
             out.evaluations += 1
             fits.append((relaxed, len(fits), plan, fastest))
@@ -439,6 +441,33 @@ def memory_first(ev, run: Run, family: Iterable[Blocks], out: LayoutSearch) -> N
         if t < out.step_time:
             out.plan, out.step_time = plan, t
             run.offer(plan, t)
+
+
+def screened_plan(ev, blocks: Blocks, least: dict | None = None,
+                  deadline: float | None = None) -> tuple[Plan | None, int, bool]:
+    """:func:`memory_first`'s screen of one layout: its plan with every vertex on its least-memory candidate of
+    its block's shape (least ``memory_bytes``, then time) where that fits, else a plan of the layout that fits
+    (:func:`~packplace.solvers.placement._fitting.fitting_choice`: the least-memory plan need not fit where
+    another does, that module's docstring), else None. ``least`` caches the least-memory candidates per
+    ``(vertex, extent)`` (and the fallback's candidates) across calls on the same evaluator; ``deadline``: a
+    :func:`packplace.run.clock` reading.
+
+    Returns:
+        ``(plan or None, evaluator calls, whether the plan came from the fallback search)``.
+    """
+    least = {} if least is None else least
+    table = ev.table
+    small = {}
+    for name, block in blocks.items():
+        if (name, block.extent) not in least:
+            least[name, block.extent] = min((c for c in table.feasible[name] if c.extent == block.extent),
+                                            key=lambda c: (c.memory_bytes, c.time))
+        small[name] = (least[name, block.extent], block)
+    plan = assemble_for(ev, small)
+    if ev.step_time(plan) < float("inf"):
+        return plan, 1, False
+    choice, calls, _ = fitting_choice(ev, blocks, deadline, cache=least)
+    return (None if choice is None else assemble_for(ev, choice)), 1 + calls, choice is not None
 
 
 #: Most evaluator calls of one :func:`climb_back` (per stepped-down layout).
@@ -695,7 +724,9 @@ def search(instance, run: Run) -> Proposal:
             memory_first(ev, run, memory_first_family(instance, ev.table), first)
             evaluations += first.evaluations
             cut_by_time = cut_by_time or first.cut == "time limit"
-            screened = f"{first.memory_screened} layouts screened memory first (least-memory candidates)"
+            rescued = f", {first.memory_rescued} fitting only off their least-memory plan" if first.memory_rescued \
+                else ""
+            screened = f"{first.memory_screened} layouts screened memory first (least-memory candidates{rescued})"
             if first.plan is not None:
                 plan, best_time, layout = first.plan, first.step_time, "split"
                 note = f"no colocated plan fits; {_split_winner(plan, instance.cluster, False)}; {counted}; {screened}"

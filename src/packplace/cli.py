@@ -22,10 +22,12 @@ import os
 import signal
 import sys
 import time
+import warnings
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from packplace import __version__, interrupt, outputs, progress
-from packplace.errors import ConfigError, InfeasibleError
+from packplace.errors import ConfigError, InfeasibleError, PackplaceWarning
 from packplace.jsontext import json_text
 
 #: Modules that contribute subcommands through ``register(subparsers)``.
@@ -200,6 +202,25 @@ def _parse_with_json(parser: argparse.ArgumentParser, words: list[str]) -> argpa
         return code
 
 
+@contextlib.contextmanager
+def _warnings_shown(command: str) -> Iterator[None]:
+    """While a command runs, each distinct :class:`~packplace.errors.PackplaceWarning` prints once on stderr as
+    ``packplace COMMAND: warning: MESSAGE`` (never on stdout, ``--json`` or not); other warnings as Python
+    prints them. Restored afterwards (main may run in-process)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", PackplaceWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+            if issubclass(category, PackplaceWarning):
+                print(f"packplace {command}: warning: {message}", file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code.
 
@@ -235,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     report = io.StringIO()
     try:
         # both restored afterwards (main may run in-process); the scope records the files the command reads
-        with outputs.reading_scope(), progress.shown(not getattr(args, "quiet", False)):
+        with outputs.reading_scope(), progress.shown(not getattr(args, "quiet", False)), \
+                _warnings_shown(args.command):
             if not json_wanted:
                 return _run(args)
             with contextlib.redirect_stdout(report):

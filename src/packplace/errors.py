@@ -4,6 +4,8 @@
 * :class:`InfeasibleError` — the input is well-formed but the instance provably has no feasible
   answer (more tokens than the bins hold, fewer samples than non-empty bins, a model that fits on no
   legal block of the cluster).
+* :class:`PackplaceWarning` (a :class:`UserWarning`, not an error) — accepted input worth a look, e.g.
+  :class:`KnobAboveBoundWarning`: an efficiency knob above its GPU's measured bound.
 * :class:`TimeLimitError` — a subclass of :class:`InfeasibleError` (so ``except InfeasibleError`` still
   catches it) for no answer found before the time limit (or a work budget) ran out, not proven infeasible.
 
@@ -50,6 +52,19 @@ class TimeLimitError(InfeasibleError):
     infeasible (a longer limit or budget may find one). A subclass of :class:`InfeasibleError` so that callers
     that catch that still catch this; the message says "not proven".
     """
+
+
+class PackplaceWarning(UserWarning):
+    """Base class of the warnings packplace issues: the input is accepted, but something in it deserves a look
+    (the command line prints each once on stderr as ``packplace COMMAND: warning: MESSAGE``, never on stdout)."""
+
+
+class KnobAboveBoundWarning(PackplaceWarning):
+    """An efficiency knob given in a config is above its physical bound for the GPU type (the largest fraction
+    of the datasheet peak any microbenchmark of that GPU measured,
+    :mod:`packplace.placement.checking.knob_bounds`): the model then prices the GPU faster than it was ever
+    measured to run. Accepted (the user may have better hardware data); the message names the field, the value,
+    the bound and its source."""
 
 
 _REPR = reprlib.Repr()

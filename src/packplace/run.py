@@ -385,6 +385,7 @@ def finalize(
     params: dict[str, Any],
     wall_s: float,
     level: Callable[[float], float] = optimality_level,
+    exact: Callable[[Any], tuple[bool, str] | None] | None = None,
 ) -> SolveResult:
     """Turn a solver's proposal into a :class:`SolveResult` scored by the evaluator.
 
@@ -398,6 +399,9 @@ def finalize(
         level: The largest objective ``bound`` proves optimal (default :func:`optimality_level`, the
             relative tolerance; an evaluator whose objective is an integer gives the bound rounded up, so
             ``optimal`` there is exact: ``BalanceEvaluator.optimality_level``).
+        exact: ``exact(solution)``: the verdict of an exact test where the float test cannot tell (``(optimal,
+            why)``, else None: ``BalanceEvaluator.exact_optimality``, integer costs past float64's exact sums);
+            it replaces ``objective <= level(bound)``, and a proof sets ``bound`` to the objective.
 
     Rules, so that no number is the solver's word alone:
       * ``objective`` comes from ``score``; an infeasible solution is a solver bug and gives status
@@ -436,22 +440,28 @@ def finalize(
             if bound > (objective * (1 + tol) if objective > 0 else OPTIMALITY_ATOL):
                 return error(f"bound {bound!r} exceeds the evaluated objective {objective!r}: a false proof", objective)
             bound = objective
-        proven = objective <= level(bound)
+        verdict = exact(solution) if exact is not None else None
+        proven = objective <= level(bound) if verdict is None else verdict[0]
+        if verdict is not None and proven:
+            bound = objective
         if status == OPTIMAL and not proven:
             status = FEASIBLE
             # what the solver proved, for callers that accept its looser tolerance
             info["solver_optimal_within"] = tol
-            exact = level is not optimality_level and level(bound) < optimality_level(bound)
+            integer = level is not optimality_level and level(bound) < optimality_level(bound)
             message = (message + "; " if message else "") + (
+                f"optimal claim withdrawn: {verdict[1]}" if verdict is not None else
                 f"optimal claim withdrawn: evaluated objective {format_objective(objective)} is above the bound "
                 f"{format_objective(bound)} "
                 f"by {relative_gap(objective, bound):.2e} relative "
-                + ("(an integer objective: compared exactly)" if exact else f"(tolerance {OPTIMALITY_RTOL:g})")
+                + ("(an integer objective: compared exactly)" if integer else f"(tolerance {OPTIMALITY_RTOL:g})")
             )
         elif proven:
             status = OPTIMAL
         else:
             status = FEASIBLE
+            if verdict is not None and objective <= level(bound):  # the float test alone would have said optimal
+                message = (message + "; " if message else "") + f"not proven optimal: {verdict[1]}"
     elif status in (OPTIMAL, FEASIBLE):
         status = UNKNOWN
         message = (message + "; " if message else "") + "solver claimed a solution but returned none"
@@ -578,13 +588,11 @@ def solve_with(
         return result.feasible, result.objective, reason, result.detail() if result.feasible else {}
 
     result = finalize(
-        problem=problem,
-        solver=spec.name,
-        proposal=proposal,
-        score=score,
+        problem=problem, solver=spec.name, proposal=proposal, score=score,
         analytic_bound=evaluator.lower_bound() if analytic_bound is None else analytic_bound,
         params={"time_limit_s": time_limit_s, "seed": seed, **params}, wall_s=wall_s,
         level=getattr(evaluator, "optimality_level", optimality_level),
+        exact=getattr(evaluator, "exact_optimality", None),
     )
     if interrupted:
         result.interrupted = True

@@ -56,14 +56,15 @@ def test_layer_backward_holds_the_working_set_beside_every_saved_tensor() -> Non
 
 def test_a_bare_loops_head_backward_by_hand() -> None:
     """A bare loop (fp32 master weights under autocast), 256 tokens, one micro-batch: while the head's backward
-    runs, the bf16 weight gradient and its fp32 cast (6 · V·d = 786.4 MB) exceed the logits' bf16 gradient, the
-    head input's and the bf16 weight gradient (2·V·256 + 2·d·256 + 2·V·d = 280.6 MB); 3 MiB of slack. The first
+    runs, the bf16 weight gradient and its fp32 cast (6 · V·d = 786.4 MB) with the head input's fp32 gradient
+    (4·d·256 = 4,194,304) exceed the logits' bf16 gradient, the head input's and the bf16 weight gradient
+    (2·V·256 + 2·d·256 + 2·V·d = 280.6 MB); 3 MiB of slack. The first
     layer's backward then holds that layer's bf16 and fp32 weight gradients (6 × 202.4M) and the head's fp32
     gradient (4 · V·d)."""
     tt = train_transient(LLAMA2_7B, tokens=256, n_layers=32, last=True, first=True, recompute="none", tp=1,
                          inflight=1, autocast=True, bare=True, held_gradients=False)
     assert 2 * 32000 * 256 + 2 * 4096 * 256 + 2 * HEAD == 280_625_152 < 6 * HEAD == 786_432_000
-    assert tt.head_gradient == 786_432_000 + 3 * MIB
+    assert tt.head_gradient == 786_432_000 + 4 * 4096 * 256 + 3 * MIB == 793_772_032
     working = (2 * 4 * 4096 + 8 * 11008) * 256          # 30.9 MB: 8 tensors of 3.9 MB, a tenth of each as slack
     assert tt.layer_backward == pytest.approx(working * 1.1 + 6 * LAYER + 4 * HEAD)
     # held gradients (several micro-batches): the head's gradient is already counted, the layer's transients stay

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 
 import pytest
+import yaml
 
+from packplace.errors import KnobAboveBoundWarning
 from packplace.placement.checking.calibrate import TABLE_REPLACED_REASON, calibrate, fit_published
 from packplace.placement.checking.crossval import cross_validate, format_cross_validation
 from packplace.placement.checking.knob_bounds import (
@@ -17,11 +20,16 @@ from packplace.placement.checking.knob_bounds import (
     GEMM_UPPER,
     KNOB_BOUNDS,
     NO_LOWER_SOURCE,
+    above_bound_messages,
     canonical_gpu,
     knob_bound,
 )
 from packplace.placement.checking.validate import load_setup
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.hardware import PRESETS
+from tests.conftest import run_cli
 from tests.placement.test_crossval import Run as CrossvalRun
+from tests.placement.test_placement_memory_first import LLAMA_1B
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 H200_FILE = os.path.join(ROOT, "benchmarks", "hardware", "h200", "measurements.json")
@@ -131,3 +139,65 @@ def test_a_knob_its_component_table_replaces_is_not_fitted_and_its_rows_take_the
     rows = {r.setup: r for r in cross_validate(runs, KNOB)["rows"]}
     # without P2: h takes x's fitted sqrt(0.5 x 0.5) = 0.5 (the median of the other groups): 4 / 0.5 / 40
     assert rows["h"].out_of_sample == pytest.approx(8.0, rel=1e-5) and rows["h"].pooled
+
+
+# --- a config's own knob values above the bound: accepted, with a warning naming field, value, bound, source
+
+
+
+def _config(**hardware) -> dict:
+    return {"hardware": {"gpus_per_node": 2, **hardware}, "models": {"actor": LLAMA_1B},
+            "policy": {"algorithm": "dpo"},
+            "workload": {"batch_size": 8, "samples_per_prompt": 2, "context_length": 128, "generation_length": 256}}
+
+
+def _built_warnings(cfg: dict) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_instance(cfg)
+    return [str(w.message) for w in caught if issubclass(w.category, KnobAboveBoundWarning)]
+
+
+def test_a_config_knob_above_its_gpus_bound_is_kept_with_a_warning_naming_field_value_bound_and_source():
+    # H200 decode: 4.1443 of 4.8 TB/s = 0.86340 (the file's fastest decode step); 0.95 is above it
+    with pytest.warns(KnobAboveBoundWarning) as caught:
+        inst = build_instance(_config(preset="h200", decode_bw_eff=0.95))
+    assert inst.hardware.decode_bw_eff == 0.95   # kept: not a refusal
+    (message,) = [str(w.message) for w in caught]
+    assert message.startswith("[hardware] decode_bw_eff: 0.95 is above its physical bound 0.8634 for h200 (")
+    assert "benchmarks/hardware/h200/measurements.json decode rows" in message
+    # the GEMM bound of an A100 (alias a100): 271.2 of 312 TFLOP/s = 0.86923, the MAMF table
+    (gemm,) = _built_warnings(_config(preset="a100", gemm_peak_fraction=0.9, decode_bw_eff=0.5))
+    assert gemm.startswith("[hardware] gemm_peak_fraction: 0.9 is above its physical bound 0.8692 for a100-80gb-sxm (")
+    assert "271.2 of 312 TFLOP/s" in gemm and "MAMF table" in gemm
+    # both MoE knobs too, on an H100 (decode 0.86340, GEMM 794.5 / 989 = 0.80334)
+    moe = _built_warnings(_config(preset="h100-sxm", moe_decode_bw_eff=0.9, moe_gemm_peak_fraction=0.81))
+    assert [m.split(":")[0] for m in moe] == ["[hardware] moe_gemm_peak_fraction", "[hardware] moe_decode_bw_eff"]
+
+
+def test_values_at_or_below_the_bound_and_the_presets_own_values_warn_nothing():
+    at = DECODE_UPPER["h200"][0]
+    assert _built_warnings(_config(preset="h200", decode_bw_eff=at, gemm_peak_fraction=GEMM_UPPER["h200"][0])) == []
+    assert _built_warnings(_config(preset="h200", decode_bw_eff=0.5)) == []
+    assert _built_warnings(_config(preset="h200")) == []           # the preset's values are not the config's
+    assert above_bound_messages({"decode_bw_eff": at, "phase_overhead": 500.0}, "h200") == []
+    # just above the bound warns (the comparison is strict, no tolerance)
+    assert len(above_bound_messages({"decode_bw_eff": math.nextafter(at, 1.0)}, "h200")) == 1
+
+
+def test_a_custom_gpu_takes_the_loosest_sourced_bound():
+    # no preset: the largest decode bound of a sourced type, the GB200's 0.88282; 0.88 passes, 0.9 warns
+    custom = {k: v for k, v in PRESETS["h200"].items() if k not in ("decode_bw_eff", "gemm_peak_fraction")}
+    custom.update(racks=1, nodes_per_rack=1, flops_per_gpu=1e15)
+    assert _built_warnings(_config(**custom, decode_bw_eff=0.88)) == []
+    (message,) = _built_warnings(_config(**custom, decode_bw_eff=0.9))
+    assert "above its physical bound 0.8828 for a custom GPU (no source for this GPU type" in message
+
+
+def test_the_command_line_prints_the_warning_on_stderr_once_and_json_keeps_stdout_clean(tmp_path, capsys):
+    path = tmp_path / "fast.yaml"
+    path.write_text(yaml.safe_dump(_config(preset="h200", decode_bw_eff=0.95)))
+    code, out, err = run_cli(capsys, "place", "--config", path, "--json", "--quiet", "--time-limit", "5")
+    assert code == 0 and json.loads(out)["status"] in ("optimal", "feasible")
+    assert err.splitlines() == [line for line in err.splitlines() if line.startswith("packplace place: warning: ")]
+    assert len(err.splitlines()) == 1 and "decode_bw_eff: 0.95 is above its physical bound 0.8634" in err

@@ -247,13 +247,18 @@ def _rank_state(instance: BalanceInstance, prepared: PreparedSamples, bins: list
     tokens, costs = prepared.tokens, prepared.costs
     bins = [list(b) for b in bins]
     num_bins = len(bins)
-    bin_tokens = np.array([int(tokens[b].sum()) if b else 0 for b in bins], dtype=np.int64)
-    bin_usage = np.array([usage[b].sum(axis=0) if b else np.zeros(len(budget_names)) for b in bins])
-    bin_usage = bin_usage.reshape(num_bins, len(budget_names))
-    bin_cost = np.array([
-        math.fsum(costs[b].tolist()) + (pad(capacity - int(bin_tokens[k])) if pad else 0.0)
-        for k, b in enumerate(bins)
-    ])
+    # per bin in Python over plain lists (bins hold a few samples: numpy's per-call cost would dominate); the
+    # same integers and the same correctly rounded float sums as numpy indexing and math.fsum per bin
+    token_of, cost_of = tokens.tolist().__getitem__, costs.tolist().__getitem__
+    bin_tokens = np.array([sum(map(token_of, b)) for b in bins], dtype=np.int64)
+    if budget_names:
+        bin_usage = np.array([usage[b].sum(axis=0) if b else np.zeros(len(budget_names)) for b in bins])
+        bin_usage = bin_usage.reshape(num_bins, len(budget_names))
+    else:
+        bin_usage = np.zeros((num_bins, 0))
+    bin_cost = np.array([math.fsum(map(cost_of, b)) for b in bins])
+    if pad:
+        bin_cost += [pad(capacity - t) for t in bin_tokens.tolist()]
     locked = bin_tokens > capacity  # a bin closed by an oversized sample (policy "single")
     loads = bin_cost.reshape(ranks, per_rank).sum(axis=1)
     score = objective_value(name, loads, group)

@@ -49,7 +49,8 @@ def rank_lpt_bins(instance: BalanceInstance, prepared: PreparedSamples, run: Run
     (:func:`~packplace.solvers.balance._common.first_fit_decreasing`; without budgets
     :func:`~packplace.solvers.balance._common.first_fit_ranks`, :data:`FIRST_FIT_RANKS_AT_ONCE` ranks at a
     time); None if some rank's samples do not fit, or when ``run``'s deadline passes first (checked every
-    :data:`DEADLINE_CHECK_SAMPLES` samples of the LPT and before each group of ranks is packed). Every rank
+    :data:`DEADLINE_CHECK_SAMPLES` samples of the LPT, before each group of ranks is packed and every
+    :data:`~packplace.solvers.balance._common.FIRST_FIT_STOP_STEPS` samples of each rank while it is). Every rank
     needs m samples: once the samples left are exactly as many as the ranks still lack, each goes to the
     least-loaded rank that lacks one (so a dominant sample's rank gets the m − 1 smallest, the structure of
     the count bound of :mod:`packplace.balance.bounds`). Padding plays no part. O(n log D + n·m)."""
@@ -66,7 +67,9 @@ def rank_lpt_bins(instance: BalanceInstance, prepared: PreparedSamples, run: Run
         if at_once == 1:
             packed = [first_fit_decreasing(group[0], instance, prepared, first)[0]]
         else:
-            packed = first_fit_ranks(group, instance, prepared)
+            packed = first_fit_ranks(group, instance, prepared, None if run is None else run.expired)
+            if packed is None:   # the deadline passed while the group was packed
+                return None
         for rank_bins in packed:
             if rank_bins is None:
                 return None

@@ -709,6 +709,51 @@ class BalanceEvaluator:
             return round_up(bound)
         return optimality_level(bound)
 
+    def exact_optimality(self, bins: Sequence[Sequence[SampleKey]] | Assignment) -> tuple[bool, str] | None:
+        """Whether a feasible ``bins`` is optimal, decided in exact integer arithmetic, with the reason, where the
+        float test of :meth:`optimality_level` cannot tell: costs given as integers
+        (:attr:`~packplace.balance.samples.SampleTable.exact_costs`, kept by ``make_instance`` where they total
+        2^52 or more: float64 sums of them round there, and an integer above 2^53 is itself rounded as it comes
+        in) and an integer objective (no padding cost, not ``balance``). None elsewhere (float costs, smaller
+        totals): the float test stands. :func:`packplace.run.finalize` takes this verdict over the float test.
+
+        ``makespan``: the plan's heaviest rank summed in Python integers against an exact lower bound, the
+        largest of ⌈Σc/D⌉, the costliest unit (a group or a sample) and c₍D₎ + c₍D+1₎ (two of the D + 1
+        costliest share a rank); optimal iff they are equal. Other integer objectives are not verified there:
+        not optimal.
+        """
+        inst = self.instance
+        exact = inst.table.exact_costs
+        if exact is None or inst.objective == "balance" or inst.padding_cost is not None:
+            return None
+        if inst.objective != "makespan":
+            return False, f"integer costs summing past 2^52: only a makespan is verified exactly, not {inst.objective}"
+        if isinstance(bins, Assignment):
+            bins = bins.bins
+        index = self.index
+        per_rank = inst.local_batch_size
+        heaviest = max(sum(exact[index[key]] for b in bins[r * per_rank:(r + 1) * per_rank] for key in b)
+                       for r in range(inst.data_parallel_size))
+        bound = self._exact_makespan_bound(exact)
+        if heaviest <= bound:
+            return True, f"integer costs summing past 2^52, compared exactly: makespan {heaviest} = bound {bound}"
+        return False, (f"integer costs summing past 2^52, compared exactly: makespan {heaviest} above the "
+                       f"bound {bound}")
+
+    def _exact_makespan_bound(self, exact: Sequence[int]) -> int:
+        """An exact integer lower bound on the heaviest rank load of costs ``exact`` (Python ints, input order):
+        the largest of ⌈Σc/D⌉, the costliest unit and c₍D₎ + c₍D+1₎ (:meth:`exact_optimality`)."""
+        inst = self.instance
+        ranks = inst.data_parallel_size
+        units = [sum(exact[self.index[key]] for key in group) for group in inst.groups]
+        grouped = inst.group_of >= 0
+        units += [exact[i] for i in np.flatnonzero(~grouped).tolist()]
+        bound = max(-(-sum(exact) // ranks), max(units))
+        if len(exact) > ranks:
+            descending = sorted(exact, reverse=True)
+            bound = max(bound, descending[ranks - 1] + descending[ranks])
+        return bound
+
     def _integral(self) -> bool:
         """Every rank load and bin cost is an integer: integer costs and no padding cost."""
         if self._integral_loads is None:

@@ -22,6 +22,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from packplace.balance.bounds import EXACT_INTEGER_TOTAL
 from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.samples import (
     MAX_TOKENS,
@@ -134,22 +135,44 @@ def _token_column(values: Any, keys: Sequence[SampleKey] | None) -> np.ndarray:
     return column.astype(np.int64, copy=False)
 
 
-def _cost_column(values: Any, keys: Sequence[SampleKey]) -> tuple[np.ndarray, list[Mapping[str, float]] | None]:
-    """``llm`` costs as a float64 array (n,) and the extra components (or None), else ConfigError."""
+def _cost_column(values: Any, keys: Sequence[SampleKey]
+                 ) -> tuple[np.ndarray, list[Mapping[str, float]] | None, list[int] | None]:
+    """``llm`` costs as a float64 array (n,), the extra components (or None) and the exact integer costs where
+    float64 sums of them may round (:func:`_exact_integer_costs`, or None), else ConfigError."""
     kinds = set(map(type, values)) if isinstance(values, (list, tuple)) else None
     if kinds is not None and not kinds <= {int, float} and any(isinstance(v, (Mapping, WorkloadCost)) for v in values):
         costs = [as_cost(value, f"sample {keys[i]!r}: cost" if i < len(keys) else f"costs[{i}]")
                  for i, value in enumerate(values)]
         other = [c.other for c in costs] if any(c.other for c in costs) else None
-        return np.fromiter((c.llm for c in costs), dtype=np.float64, count=len(costs)), other
-    column = _numeric_column(values, "costs", kinds)
-    column = column.astype(np.float64, copy=False)
+        return np.fromiter((c.llm for c in costs), dtype=np.float64, count=len(costs)), other, None
+    given = _numeric_column(values, "costs", kinds)
+    column = given.astype(np.float64, copy=False)
     valid = np.isfinite(column) & (column >= 0)
     if not valid.all():
         i = int(np.argmin(valid))
         name = f"sample {keys[i]!r}" if i < len(keys) else f"costs[{i}]"
         raise ConfigError(f"{name}: cost must be finite and >= 0, got {show(column[i].item())}")
-    return column, None
+    exact = _exact_integer_costs(given, values) if float(column.sum()) >= EXACT_CHECK_TOTAL else None
+    return column, None, exact
+
+
+#: Float sum of the costs from which :func:`_exact_integer_costs` looks at them: below 2^52 with the float sum's
+#: relative error (far below a half) to spare, so that no integer total of 2^52 or more is missed.
+EXACT_CHECK_TOTAL = 2.0 ** 51
+
+
+def _exact_integer_costs(given: np.ndarray, values: Any) -> list[int] | None:
+    """The costs as the exact integers given (Python ints), where every cost was given as an integer (an int, a
+    numpy integer, an integer array) and they total 2^52 or more: float64 sums of them may round, and one above
+    2^53 may itself have been rounded as it came in; None otherwise (floats are taken as the floats they are)."""
+    if given.dtype.kind in "iu":
+        exact = [int(v) for v in given.tolist()]
+    else:
+        listed = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in listed):
+            return None
+        exact = [int(v) for v in listed]
+    return exact if sum(exact) >= EXACT_INTEGER_TOTAL else None
 
 
 def _key_column(values: Any, n: int) -> tuple[SampleKey, ...]:
@@ -254,17 +277,17 @@ def make_instance(
     elif len(key_column) != n:
         raise ConfigError(f"keys: {len(key_column)} keys for {n} samples (parallel columns must have the same length)")
     if costs is None:
-        cost_column, other = token_column.astype(np.float64), None
+        cost_column, other, exact = token_column.astype(np.float64), None, None
     else:
         if not hasattr(costs, "__len__"):
             costs = list(costs)
         if len(costs) != n:
             raise ConfigError(f"costs: {len(costs)} costs for {n} samples (parallel columns must have the same length)")
-        cost_column, other = _cost_column(costs, key_column)
+        cost_column, other, exact = _cost_column(costs, key_column)
     constraints = PackingConstraints(
         seq_len, kwargs.pop("budgets", {}), kwargs.pop("oversized_policy", "error")
     )
-    table = SampleTable(key_column, token_column, cost_column, other)
+    table = SampleTable(key_column, token_column, cost_column, other, exact_costs=exact)
     valid = {f.name for f in dataclasses.fields(BalanceInstance) if f.init} - {
         "samples", "constraints", "data_parallel_size", "local_batch_size"}
     unknown = sorted(set(kwargs) - valid)

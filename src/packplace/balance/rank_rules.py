@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -211,10 +211,11 @@ def _placing_order(columns: PackingColumns, units: list[list[int]]) -> tuple[np.
     return order, size[order], unit_over[order], unit_tokens[order], unit_priority[order]
 
 
-def assign_ranks(columns: PackingColumns, units: list[list[int]],
-                 stop: Callable[[], bool] | None = None) -> list[list[int]] | None:
+def assign_ranks(columns: PackingColumns, units: list[list[int]], stop: Callable[[], bool] | None = None,
+                 room: int | None = None) -> list[list[int]] | None:
     """Level 1: the samples of each rank (see the module docstring), or None at a dead end, or when
-    ``stop()`` (read every :data:`STOP_EVERY` units) returns True: a caller's deadline.
+    ``stop()`` (read every :data:`STOP_EVERY` units) returns True: a caller's deadline. ``room``: the bins
+    whose tokens (and oversized samples) the token test gives a rank, m by default (:class:`FreeRanks`).
 
     A heap of ranks keyed by (load, rank); ranks that cannot take the current unit are set aside
     and pushed back afterwards, so a unit costs O(log D) plus the ranks it skips. A skipped rank that
@@ -236,6 +237,7 @@ def assign_ranks(columns: PackingColumns, units: list[list[int]],
     rules = RankRules.of(n, ranks, m, columns.equal_count, columns.max_samples_per_bin)
     if rules.lo > rules.hi:
         return None
+    m = m if room is None else room
     order, size, unit_over, unit_tokens, unit_priority = _placing_order(columns, units)
     # smallest unit (samples, tokens) still to come from each position on: a rank that cannot take
     # that many never takes any later unit
@@ -408,73 +410,122 @@ def normalise_groups(groups: Any, keys: Sequence[Any], ranks: int,
     return groups, group_of
 
 
-class FreeRanks:
-    """The rank level of :func:`assign_ranks` with no count of bins per rank: each sample, in placing order, to the
-    least ``(load, rank)`` of all ranks (a heap), computed once and then checked per count m.
+def _unit_starts(group_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`units_of`'s units flattened in numpy: ``(flat, starts)``, int64 arrays of shapes (n,) and (U,), unit
+    u being ``flat[starts[u]:starts[u + 1]]`` (the same lists, the same order; ``group_of`` as there)."""
+    grouped = np.flatnonzero(group_of >= 0)
+    by_group = grouped[np.argsort(group_of[grouped], kind="stable")]
+    ungrouped = np.flatnonzero(group_of < 0)
+    flat = np.concatenate((by_group, ungrouped)).astype(np.int64)
+    _, group_sizes = np.unique(group_of[by_group], return_counts=True)
+    size = np.concatenate((group_sizes, np.ones(len(ungrouped), dtype=np.int64))).astype(np.int64)
+    starts = np.zeros(len(size), dtype=np.int64)
+    np.cumsum(size[:-1], out=starts[1:])
+    return flat, starts
 
-    Only for instances without ``equal_count`` and without groups (every unit one sample), where the columns of
-    every m differ only in ``per_rank``. :func:`assign_ranks` at m chooses the least ``(load, rank)`` among the
-    ranks that pass its test; while the free choice passes that test at every step the two runs hold the same
-    state, so they choose alike. The test of a step, with m: the rank's samples after it at most ``hi`` (counts
-    only grow: the final largest count decides), its tokens plus ``seq_len`` per oversized sample at most
-    m·seq_len (the same: the final loads decide), and the remaining samples after it at least the deficit
-    ``Σ max(0, m − count)`` (a cumulative count per step); the ``spare`` test never binds without ``equal_count``
-    (``spare`` = D). :meth:`members` gives :func:`assign_ranks`'s answer at m where every step passes (and the
-    final counts hold), else None: the caller runs :func:`assign_ranks` itself. O(n log D) once, O(n) per m.
+
+class FreeRanks:
+    """The rank level of :func:`assign_ranks` run once as a *reference run* whose tests every count m passes at
+    least as often, then checked per count m: where the check passes, :func:`assign_ranks` at m gives the same
+    samples per rank.
+
+    :func:`assign_ranks` chooses, unit by unit, the least ``(load, rank)`` among the ranks that pass its test at
+    m. A reference run chooses the least among the ranks that pass a looser test (one every rank passing the
+    test at m passes too). While the reference choice passes the test at m, the two runs hold the same state and
+    choose alike: the reference's rank is in the smaller set and least in the larger. The reference run:
+
+    * without ``equal_count``: a heap of every rank, no test at all (groups are units, as in
+      :func:`assign_ranks`);
+    * with ``equal_count``: :func:`assign_ranks` itself at one bin per rank, with no bin sample cap and token room
+      for every sample (``room``). Its ``lo`` (⌊n/D⌋) and ``spare`` are those of every m ≤ ⌊n/D⌋, its ``hi``
+      at least theirs (n − (D−1)·m and m·cap only fall as m grows or a cap comes in).
+
+    The test at m on the reference's chosen rank: its samples after the step at most ``hi`` (counts only grow:
+    the final largest count decides), its tokens plus ``seq_len`` per oversized sample at most m·seq_len (the
+    same: the final loads decide), the remaining samples after the step at least the deficit
+    ``Σ max(0, lo − count)`` (cumulative per step, numpy); the ``spare`` test is the reference's own under
+    ``equal_count`` and never binds without it (``spare`` = D). :meth:`members` gives :func:`assign_ranks`'s
+    answer at m where every step passes (and the final counts hold), else None: the caller runs
+    :func:`assign_ranks` itself. One reference run, O(n) numpy per m.
     """
 
     def __init__(self, columns: PackingColumns) -> None:
-        units = [[i] for i in range(len(columns.tokens))]
-        order, _, unit_over, unit_tokens, unit_priority = _placing_order(columns, units)
-        ranks = columns.ranks
-        heap = [(0.0, r) for r in range(ranks)]
-        chosen = [0] * len(order)
-        heapreplace = heapq.heapreplace
-        for step, p in enumerate(unit_priority.tolist()):
-            load, r = heap[0]
-            chosen[step] = r
-            heapreplace(heap, (load + p, r))
         self.columns = columns
-        self.order = order
-        self.rank = np.asarray(chosen, dtype=np.int64)
-        self.count = np.bincount(self.rank, minlength=ranks)
-        # the count of the chosen rank before each step
-        position = np.empty(len(order), dtype=np.int64)
-        by_rank = np.argsort(self.rank, kind="stable")
-        starts = np.concatenate(([0], np.cumsum(self.count)[:-1]))
-        position[by_rank] = np.arange(len(order)) - np.repeat(starts, self.count)
-        self.before = position
-        self.room_used = np.bincount(self.rank, weights=unit_tokens + unit_over * columns.seq_len,
-                                     minlength=ranks)
-        self.over = np.bincount(self.rank, weights=unit_over, minlength=ranks)
+        units = units_of(columns.group_of)
+        n, ranks = len(columns.tokens), columns.ranks
+        order, size, unit_over, unit_tokens, unit_priority = _placing_order(columns, units)
+        flat, starts = _unit_starts(columns.group_of)
+        self.reference: RankRules | None = None
+        chosen: np.ndarray | None
+        if columns.equal_count:
+            self.reference = RankRules.of(n, ranks, 1, True, None)
+            loose = replace(columns, per_rank=1, max_samples_per_bin=None)
+            members = assign_ranks(loose, units, room=n + 1)
+            chosen = None
+            if members is not None:
+                rank_of = np.repeat(np.arange(ranks), [len(held) for held in members])
+                rank_of[np.concatenate([np.asarray(held, dtype=np.int64) for held in members])] = rank_of.copy()
+                chosen = rank_of[flat[starts[order]]]
+        else:
+            heap = [(0.0, r) for r in range(ranks)]
+            picked = [0] * len(order)
+            heapreplace = heapq.heapreplace
+            for step, p in enumerate(unit_priority.tolist()):
+                load, r = heap[0]
+                picked[step] = r
+                heapreplace(heap, (load + p, r))
+            chosen = np.asarray(picked, dtype=np.int64)
+        self.rank = chosen
+        self.size = size
+        if chosen is None:
+            return
+        # the samples in placing order, each unit's in the order units_of lists them
+        offsets = np.arange(n) - np.repeat(np.cumsum(size) - size, size) + np.repeat(starts[order], size)
+        self.samples = flat[offsets]
+        self.count = np.bincount(chosen, weights=size, minlength=ranks).astype(np.int64)
+        # the count of the chosen rank before each step: the sizes of its earlier steps summed
+        by_rank = np.argsort(chosen, kind="stable")
+        sorted_size = size[by_rank]
+        base = np.concatenate(([0], np.cumsum(self.count)[:-1]))  # samples on the ranks before each rank
+        before = np.empty(len(order), dtype=np.int64)
+        before[by_rank] = np.cumsum(sorted_size) - sorted_size - base[chosen[by_rank]]
+        self.before = before
+        self.room_used = np.bincount(chosen, weights=unit_tokens + unit_over * columns.seq_len, minlength=ranks)
+        self.over = np.bincount(chosen, weights=unit_over, minlength=ranks)
 
     @staticmethod
     def applies(columns: PackingColumns) -> bool:
-        """Whether the instance's rules let the free run stand in (no ``equal_count``, no groups)."""
-        return not columns.equal_count and not (columns.group_of >= 0).any()
+        """Whether the rules let a reference run stand in (every instance with at least one sample per rank)."""
+        return len(columns.tokens) >= columns.ranks
 
     def same_samples(self, columns: PackingColumns) -> bool:
-        """Whether ``columns`` orders and sizes the samples as the columns this run was built from."""
+        """Whether ``columns`` orders, sizes and groups the samples as the columns this run was built from."""
         mine = self.columns
-        return (columns.ranks == mine.ranks and columns.seq_len == mine.seq_len and self.applies(columns)
+        return (columns.ranks == mine.ranks and columns.seq_len == mine.seq_len
+                and columns.equal_count == mine.equal_count
                 and all(np.array_equal(getattr(columns, name), getattr(mine, name))
-                        for name in ("tokens", "priority", "key_rank")))
+                        for name in ("tokens", "priority", "key_rank", "group_of")))
 
     def members(self, columns: PackingColumns) -> list[list[int]] | None:
-        """:func:`assign_ranks`'s samples per rank at ``columns.per_rank`` where the free run provably gives
+        """:func:`assign_ranks`'s samples per rank at ``columns.per_rank`` where the reference run provably gives
         them, else None (see the class docstring)."""
-        n, ranks, m = len(self.order), columns.ranks, columns.per_rank
+        if self.rank is None:
+            return None
+        n, ranks, m = len(columns.tokens), columns.ranks, columns.per_rank
         rules = RankRules.of(n, ranks, m, columns.equal_count, columns.max_samples_per_bin)
         if rules.lo > rules.hi or not rules.counts_hold(self.count):
             return None
+        if self.reference is not None and (rules.lo, rules.spare) != (self.reference.lo, self.reference.spare):
+            return None
         if self.room_used.max() > m * columns.seq_len or self.over.max() > m:
             return None
-        # after step t: n − t − 1 samples left, deficit D·lo − (steps up to t that gave a rank below lo)
-        filled = np.cumsum(self.before < rules.lo)
-        if (n - 1 - np.arange(n) < ranks * rules.lo - filled).any():
+        # after step t: the samples left, against the deficit D·lo − (what the steps up to t gave ranks below lo)
+        taken = np.cumsum(np.minimum(np.maximum(0, rules.lo - self.before), self.size))
+        if (n - np.cumsum(self.size) < ranks * rules.lo - taken).any():
             return None
-        by_rank = np.argsort(self.rank, kind="stable")
-        return [part.tolist() for part in np.split(self.order[by_rank], np.cumsum(self.count)[:-1])]
+        rank_of_sample = np.repeat(self.rank, self.size)
+        by_rank = np.argsort(rank_of_sample, kind="stable")
+        return [part.tolist() for part in np.split(self.samples[by_rank], np.cumsum(self.count)[:-1])]
 
 
 def construct(columns: PackingColumns, units: list[list[int]] | None = None,
@@ -483,7 +534,8 @@ def construct(columns: PackingColumns, units: list[list[int]] | None = None,
     ``stop()`` returns True (read every :data:`STOP_EVERY` units placed and samples packed: the caller
     tells the two apart by its own clock). ``free``: a :class:`FreeRanks` of the same samples, whose rank level
     stands in where it provably gives :func:`assign_ranks`'s answer (the same bins)."""
-    members = free.members(columns) if free is not None and free.same_samples(columns) else None
+    members = (free.members(columns) if free is not None and units is None and free.same_samples(columns)
+               else None)
     if members is None:
         members = assign_ranks(columns, units_of(columns.group_of) if units is None else units, stop)
     if members is None:

@@ -302,7 +302,8 @@ def smallest_local_batch_size(columns_at: Callable[[int], PackingColumns], lower
             f"rules: {rules})"
         )
 
-    # without equal_count and groups the rank level is one free LPT run, checked per count (the same answers)
+    # the rank level run once (a reference run) and checked per count where it gives the same ranks, under every
+    # rule; a count the check fails runs the whole construction (the same answers)
     free = FreeRanks(columns) if FreeRanks.applies(columns) else None
 
     def packs(k: int) -> bool:

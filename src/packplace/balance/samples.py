@@ -250,14 +250,17 @@ class SampleTable(Sequence[Sample]):
         costs: ``llm`` costs, read-only float64 array of shape (n,).
         other: Per-sample extra cost components (``WorkloadCost.other``), or ``None`` if there are none.
         budgets: Per-sample budget usages, or ``None`` if no sample uses a budget.
+        exact_costs: The ``llm`` costs as the exact integers given (Python ints), where ``make_instance`` was
+            given integer costs that total 2^52 or more (float64 sums of them round, and ``costs`` holds an integer
+            above 2^53 rounded); else ``None`` (:meth:`~packplace.balance.evaluator.BalanceEvaluator.exact_optimality`).
     """
 
-    __slots__ = ("keys", "tokens", "costs", "other", "budgets", "_rows", "_usage", "_key_rank")
+    __slots__ = ("keys", "tokens", "costs", "other", "budgets", "exact_costs", "_rows", "_usage", "_key_rank")
 
     def __init__(self, keys: Sequence[SampleKey], tokens: np.ndarray, costs: np.ndarray,
                  other: Sequence[Mapping[str, float]] | None = None,
                  budgets: Sequence[Mapping[str, float]] | None = None,
-                 rows: Sequence[Sample] | None = None) -> None:
+                 rows: Sequence[Sample] | None = None, exact_costs: Sequence[int] | None = None) -> None:
         self.keys = tuple(keys)
         self.tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         self.costs = np.ascontiguousarray(costs, dtype=np.float64)
@@ -265,6 +268,7 @@ class SampleTable(Sequence[Sample]):
         self.costs.flags.writeable = False
         self.other = None if other is None else tuple(other)
         self.budgets = None if budgets is None else tuple(budgets)
+        self.exact_costs = None if exact_costs is None else tuple(exact_costs)
         self._rows: list[Sample | None] = list(rows) if rows is not None else [None] * len(self.keys)
         self._usage: dict[str, np.ndarray] = {}
         self._key_rank: np.ndarray | None = None

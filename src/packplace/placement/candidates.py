@@ -44,6 +44,7 @@ from packplace.placement.model.engine import mean_live_tokens
 from packplace.placement.model.framework import (
     INFERENCE_OFFLOAD,
     colocated_engine_gpu_memory_utilization,
+    fp32_gradient_accumulation,
     generate_calls,
     hybrid_lora_fuse_seconds,
     inference_owner,
@@ -1600,7 +1601,8 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                              router_dtype=megatron_router_dtype(instance.framework, version, model,
                                                                 options.moe_router_dtype),
                              max_out_tokens=w.context_length + w.generation_length,
-                             zero3_fetch=None if cost.framework.zero3_fetch is None else cost.framework.zero3_fetch[0])
+                             zero3_fetch=None if cost.framework.zero3_fetch is None else cost.framework.zero3_fetch[0],
+                             fp32_grad_partitions=fp32_gradient_accumulation(instance.framework, version))
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout

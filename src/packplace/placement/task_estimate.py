@@ -85,6 +85,7 @@ from packplace.placement.model.framework import (
     decode_step_overhead,
     dispatch_seconds,
     engine_takes_model_context,
+    fp32_gradient_accumulation,
     host_seconds_per_sequence,
     micro_rollout_loop,
     release_profile,
@@ -1625,6 +1626,7 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                                                    megatron.bias_activation_fusion),
                          router_dtype=megatron_router_dtype(framework, framework_version, shape,
                                                             megatron.moe_router_dtype),
+                         fp32_grad_partitions=fp32_gradient_accumulation(framework, framework_version),
                          sequence_parallel=sp,
                          fp32_grad_buffer=fp32 if megatron.fp32_grad_buffer is None else megatron.fp32_grad_buffer)
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}

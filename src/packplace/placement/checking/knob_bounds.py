@@ -19,6 +19,11 @@ No lower bound is sourced: the knobs price whole passes and decode steps, time o
 HBM streams included (the knob model has no other term for it), and no microbenchmark bounds that from
 below; the lower bound stays the knob's range. A GPU type without a source (``h20``, ``l40s``, a custom GPU)
 takes the largest upper bound of any sourced type (:data:`DEFAULT_GPU`): no measured GPU exceeds it.
+
+The bounds apply to fitting. A value a config gives (``[hardware] decode_bw_eff: 0.95``) above its GPU type's
+upper bound is kept, since the user may have better hardware data, but it prices the GPU faster than any
+measurement did: :func:`above_bound_messages` words the warning the config loader issues
+(:class:`~packplace.errors.KnobAboveBoundWarning`).
 """
 
 from __future__ import annotations
@@ -156,3 +161,22 @@ def knob_bound(knob: str, gpus: str | tuple[str, ...] | frozenset[str] = DEFAULT
     names = (gpus,) if isinstance(gpus, str) else tuple(sorted(gpus)) or (DEFAULT_GPU,)
     value, source = min((table.get(canonical_gpu(g), table[DEFAULT_GPU]) for g in names), key=lambda t: t[0])
     return KnobBound(lower, min(upper, value), NO_LOWER_SOURCE, source)
+
+
+def above_bound_messages(given: dict[str, float], gpu: str | None) -> list[str]:
+    """One warning line per :data:`FRACTION_KNOBS` knob of ``given`` (the ``[hardware]`` fields a config sets,
+    after its checks) whose value exceeds its physical upper bound for the GPU type ``gpu`` (a preset name;
+    None: a custom GPU, :data:`DEFAULT_GPU`): the field, the value, the bound and its source. Values at or
+    below the bound give none."""
+    out = []
+    for knob in FRACTION_KNOBS:
+        value = given.get(knob)
+        if value is None:
+            continue
+        bound = knob_bound(knob, gpu or DEFAULT_GPU)
+        if value > bound.upper:
+            what = "a custom GPU" if canonical_gpu(gpu or DEFAULT_GPU) == DEFAULT_GPU else canonical_gpu(gpu or "")
+            out.append(f"[hardware] {knob}: {value:g} is above its physical bound {bound.upper:.4g} for {what} "
+                       f"({bound.upper_source}); kept, but the model now prices this GPU faster than it was "
+                       f"ever measured to run")
+    return out

@@ -38,6 +38,8 @@ out that way OPT-1.3B counts 479 reduces on 64 ranks instead of 485, 125 on 8 in
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from packplace.placement.model.counts import check_counts
 from packplace.placement.problem.models import ModelSpec
 
@@ -136,3 +138,23 @@ def zero2_collective_calls(model: ModelSpec, dp: int) -> tuple[int, int]:
         if total:
             gathers += max(1, (total + -total % (ZERO_ALIGNMENT * dp)) // ZERO_BUCKET_ELEMENTS)
     return reduces, gathers
+
+
+@lru_cache(maxsize=256)
+def zero2_partition_gradient_elements(model: ModelSpec, dp: int) -> int:
+    """Elements of the largest ``grads_in_partition`` buffer a ZeRO-2 rank of ``dp`` allocates for ``model``
+    trained whole: ``DeepSpeedZeroOptimizer.copy_grads_in_partition`` (``stage_1_and_2.py``, v0.9.0 and v0.13.5)
+    sizes it as the sum of ``numel()`` of every parameter in ``params_in_partition``, the parameters any of whose
+    elements fall in the rank's partition, whole, so a rank holds its partition plus the rest of the tensors
+    straddling its edges (laid out as :func:`_partition_spans`). For a mixture-of-experts model (no tensor list)
+    the partition plus the two largest tensors' elements bound it. ``dp`` 1: the model's parameters."""
+    if model.is_moe:
+        largest = max(model.vocab_size * (model.embedding_dim or model.hidden_dim),
+                      model.hidden_dim * max(model.expert_ffn_dim, model.shared_expert_ffn_dim, model.ffn_dim))
+        return -(-model.params // dp) + 2 * largest
+    tensors = parameter_tensors(model)
+    held = [0] * dp
+    for (elements, _), ranks in zip(tensors, _partition_spans(tensors, dp)):
+        for rank in ranks:
+            held[rank] += elements
+    return max(held)

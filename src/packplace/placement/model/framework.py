@@ -929,6 +929,27 @@ OPENRLHF_PASSES_MAX_MODEL_LEN = (0, 3, 2)
 OPENRLHF_WHOLE_ROLLOUT_CALL = (0, 5)
 
 
+#: The first OpenRLHF release whose ``get_train_ds_config`` leaves ``grad_accum_dtype`` unset
+#: (``openrlhf/utils/deepspeed/deepspeed_utils.py`` v0.5.x: ``"data_types": {"grad_accum_dtype": grad_accum_dtype}``,
+#: ``None`` by default); v0.2.0-v0.4.x set ``grad_accum_dtype if grad_accum_dtype else "fp32"``.
+OPENRLHF_MODEL_DTYPE_GRADIENTS = (0, 5)
+
+
+def fp32_gradient_accumulation(framework: str, version: str | None) -> bool:
+    """Whether the DeepSpeed engine of ``framework`` at release ``version`` accumulates gradients in fp32
+    (``data_types.grad_accum_dtype``), which DeepSpeed's ZeRO-3 then keeps its gradient partitions in
+    (:func:`~packplace.placement.model.gradient_buffers.zero3_buffers`): OpenRLHF before
+    :data:`OPENRLHF_MODEL_DTYPE_GRADIENTS`. False for every other framework (DeepSpeed-Chat's config sets no data
+    types) and for OpenRLHF with no ``version`` (its current releases).
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`parse_version`).
+    """
+    if framework != "openrlhf" or version is None:
+        return False
+    return table_release(version) < OPENRLHF_MODEL_DTYPE_GRADIENTS
+
+
 def micro_rollout_loop(framework: str, version: str | None) -> bool:
     """Whether the experience of ``framework`` at release ``version`` runs as a serial loop over micro-rollout
     batches on every actor rank (:func:`micro_rollout_seconds`): OpenRLHF before

@@ -32,6 +32,7 @@ from packplace.errors import ConfigError
 from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
 from packplace.placement.model.deepspeed_zero3 import Zero3Prefetch
 from packplace.placement.model.deepspeed_zero3 import zero3_kept_bytes as kept_gathered_bytes
+from packplace.placement.model.gradient_buffers import NO_BUFFERS, GradientBuffers, gradient_buffers
 from packplace.placement.model.pass_memory import (
     LOGIT_FORWARD_BYTES,
     ROUTER_DTYPE_BYTES,
@@ -497,7 +498,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   offload_between_passes: bool = False, bare_loop: bool = False, weight_shard: int | None = None,
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
                   fused_kernels: bool = False, fused_swiglu: bool = False, zero3_fetch: Zero3Prefetch | None = None,
-                  router_dtype: str = "bf16", max_out_tokens: int | None = None) -> tuple[float, float]:
+                  router_dtype: str = "bf16", max_out_tokens: int | None = None,
+                  fp32_grad_partitions: bool = False) -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
 
     Args:
@@ -508,7 +510,9 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             ``micro_batch · seq_len`` tokens unless ``pass_tokens`` is given.
         prompt_len, live_len: Prompt tokens ``S`` (generation's prefill workspace); live KV tokens per generated
             sequence (``S + mean response``, paged cache).
-        options: Training options, resolved (:func:`resolved_training`; ``infer`` reads ``sequence_parallel``).
+        options: Training options, resolved (:func:`resolved_training`; ``infer`` reads ``sequence_parallel``);
+            ``zero3_fetch``: DeepSpeed's (:func:`zero3_kept_bytes`); ``fp32_grad_partitions``: DeepSpeed's fp32
+            gradient accumulation (:func:`_train_buffers`).
         prefill_sequences: Prompts whose prefill workspace a generation engine holds at once (default
             ``micro_batch``; a continuously batched engine prefills a bounded chunk: 1 prompt).
         ep: Expert-parallel degree (a MoE model; divides ``dp``): the stage's weights are
@@ -530,47 +534,43 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
         context_parallel: A ``train`` / ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`, what it
             splits and what not; ``generate`` ignores it). ``bare_loop``: :func:`_bare_loop_gradients`.
-        fused_kernels, fused_swiglu, router_dtype: A ``train`` vertex on Megatron-Core (fused normalisation kernels),
-            one that fuses its SwiGLU, and its MoE router's dtype (:func:`~packplace.placement.model.pass_memory.
-            saved_activation_bytes_per_token`); ``zero3_fetch``: DeepSpeed's (:func:`zero3_kept_bytes`).
+        fused_kernels, fused_swiglu, router_dtype: A Megatron-Core ``train`` vertex (:func:`_train_vertex_transient`).
 
-    Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's
-    adapters added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
-    :func:`~packplace.placement.model.pass_memory.train_transient` (activations of its layers for
-    ``min(pp − i, m)`` micro-batches in flight (:func:`~packplace.placement.model.pass_memory.in_flight`), the
-    loss's logits on the last stage, fp32-master autocast copies when ``sharding`` is none) plus the workspace;
-    infer — bf16 weights (``2p/dp`` resident plus one gathered layer when ``sharded_weights``), transient
-    :func:`~packplace.placement.model.pass_memory.infer_transient` (one layer's working set or the last
-    stage's logits; the forward's KV cache for ``framework: none``) plus the workspace; generate — bf16
-    weights, the paged KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's
-    layers, :func:`engine_overhead_bytes` for ``n`` = ``prefill_sequences`` prompts and the last token's
-    logits ``mb·V·10/tp``; on DeepSpeed-Chat's hybrid engine (``framework`` deepspeed-chat) DeepSpeed's
-    inference workspace of ``mb`` sequences at ``max_out_tokens`` (default ``live_len``; DeepSpeed-Chat's
-    ``max_prompt_seq_len + max_answer_seq_len``) and the prefill's logits in place of the paged KV and the last
-    token's logits (:func:`_generate_transient`). ``workspace_bytes``: the GPU's ``hardware.memory_workspace``
-    (default the stack's). For a continuously batched engine the caller passes the sequences it runs at once
-    as ``micro_batch`` (and ``micro_batches = 1``): the KV of the waiting ones is not held.
+    Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's adapters
+    added and its blocks' matrices frozen, :func:`stage_lora`), transient the largest phase of
+    :func:`~packplace.placement.model.pass_memory.train_transient` (activations of its layers for ``min(pp − i, m)``
+    micro-batches in flight (:func:`~packplace.placement.model.pass_memory.in_flight`), the loss's logits on the
+    last stage, fp32-master autocast copies when ``sharding`` is none) plus the workspace, and a DeepSpeed or
+    Megatron-Core trainer's gradient buffers (:func:`_train_buffers`); infer — bf16 weights
+    (``2p/dp`` resident plus one gathered layer when ``sharded_weights``), transient
+    :func:`~packplace.placement.model.pass_memory.infer_transient` (one layer's working set or the last stage's
+    logits; the forward's KV cache for ``framework: none``) plus the workspace; generate — bf16 weights, the paged
+    KV of ``mb·min(pp, rounds)`` sequences of ``live_len`` tokens for the stage's layers,
+    :func:`engine_overhead_bytes` for ``n`` = ``prefill_sequences`` prompts and the last token's logits
+    ``mb·V·10/tp``; on DeepSpeed-Chat's hybrid engine (``framework`` deepspeed-chat) DeepSpeed's inference workspace
+    of ``mb`` sequences at ``max_out_tokens`` (default ``live_len``; DeepSpeed-Chat's ``max_prompt_seq_len +
+    max_answer_seq_len``) and the prefill's logits in place of the paged KV and the last token's logits
+    (:func:`_generate_transient`). ``workspace_bytes``: the GPU's ``hardware.memory_workspace`` (default the
+    stack's). For a continuously batched engine the caller passes the sequences it runs at once as ``micro_batch``
+    (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
     cp = context_parallel if kind in ("train", "infer") else NO_CONTEXT_PARALLEL
     tokens = cp.rank_tokens(micro_batch * seq_len if pass_tokens is None else pass_tokens, micro_batch, tp)
     logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
-    layers = stage_layers(model.layers, pp)
-    params = stage_params(model, pp)
+    layers, params = stage_layers(model.layers, pp), stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
     best, scores = (-1.0, 0.0, 0.0), eager_score_bytes_per_token(model, seq_len, framework, False)
     inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
     for i in range(pp):
         p, last = (params[i] / tp if split is None else split[i][0] + split[i][1]), i == pp - 1
         if kind == "train":
-            resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
-            late = _bare_loop_gradients(p, bare_loop and not cp.active and micro_batches <= options.optimizer_steps)
-            resident, transient = resident - late, loaded + _train_vertex_transient(
-                model, options, tokens, logprob_tokens, layers[i], i == 0, last, tp, in_flight(pp, i, inflight), ep,
-                cp.ring, framework, workspace, logit_bytes, late, fused_kernels, fused_swiglu, router_dtype, seq_len,
-                bare_loop and not cp.active, _fsdp_root(model, options, zero3_fetch, tp, framework, i == 0, last))
-            transient += zero3_kept_bytes(model, zero3_fetch, options, tp, ep)
+            resident, transient = _train_stage_bytes(
+                model, options, framework, (i, pp, tp, dp, ep), p, split is not None, (tokens, logprob_tokens),
+                layers[i], in_flight(pp, i, inflight), cp, workspace, logit_bytes,
+                (fused_kernels, fused_swiglu, router_dtype), seq_len, (bare_loop, micro_batches),
+                offload_between_passes, zero3_fetch, fp32_grad_partitions)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
@@ -588,6 +588,52 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         if resident + transient > best[0]:
             best = (resident + transient, resident, transient)
     return best[1], best[2]
+
+
+def _train_stage_bytes(model: ModelSpec, options: TrainingOptions, framework: str,
+                       where: tuple[int, int, int, int, int], p: float, moe_split: bool,
+                       tokens: tuple[float, float | None], n_layers: int, inflight: int, cp: ContextParallelSplit,
+                       workspace: float, logit_bytes: tuple[float, float] | None, megatron: tuple[bool, bool, str],
+                       seq_len: float, bare: tuple[bool, int], offload_between_passes: bool,
+                       zero3_fetch: Zero3Prefetch | None, fp32_partitions: bool = False) -> tuple[float, float]:
+    """``(resident, transient)`` bytes per GPU of a training vertex's stage ``i`` of ``where`` =
+    ``(i, pp, tp, dp, ep)`` (:func:`vertex_memory`'s train branch): :func:`_stage_train_state`, less a bare loop's
+    late gradients (:func:`_bare_loop_gradients`; ``bare`` = ``(bare_loop, micro_batches)``), with the gradient
+    buffers (:func:`_train_buffers`), DeepSpeed's kept parameters (:func:`zero3_kept_bytes`) and the pass
+    (:func:`_train_vertex_transient`; ``tokens`` = ``(pass, old-log-prob forward)``, ``megatron`` =
+    ``(fused_kernels, fused_swiglu, router_dtype)``); ``p`` the stage's parameters per GPU, ``moe_split`` whether
+    they are an expert-parallel split (all trainable); ``fp32_partitions``: :func:`vertex_memory`'s
+    ``fp32_grad_partitions``."""
+    i, pp, tp, dp, ep = where
+    last = i == pp - 1
+    resident, loaded = _stage_train_state(model, options, i, p, pp, tp, dp, ep, offload_between_passes)
+    late = _bare_loop_gradients(p, bare[0] and not cp.active and bare[1] <= options.optimizer_steps)
+    kept, buffers = _train_buffers(model, options, framework, (i, pp, tp, dp), p if moe_split else None,
+                                   megatron[0], max(tokens[0], tokens[1] or 0.0), fp32_partitions)
+    transient = loaded + zero3_kept_bytes(model, zero3_fetch, options, tp, ep) + _train_vertex_transient(
+        model, options, tokens[0], tokens[1], n_layers, i == 0, last, tp, inflight, ep, cp.ring, framework,
+        workspace, logit_bytes, late, megatron[0], megatron[1], megatron[2], seq_len, bare[0] and not cp.active,
+        _fsdp_root(model, options, zero3_fetch, tp, framework, i == 0, last), buffers)
+    return resident - late + kept, transient
+
+
+def _train_buffers(model: ModelSpec, options: TrainingOptions, framework: str, where: tuple[int, int, int, int],
+                   trainable: float | None, megatron: bool, tokens: float,
+                   fp32_partitions: bool = False) -> tuple[float, GradientBuffers]:
+    """``(resident, transient)``: a training vertex's gradient buffers on stage ``i`` of ``where`` =
+    ``(i, pp, tp, dp)`` (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`), those kept from the
+    trainer's start (ZeRO-3's bucket, Megatron's gather buffer) as resident bytes, the others for the pass;
+    ``trainable`` the stage's parameters per GPU with gradients (``None``: :func:`trainable_stage_params` over
+    ``tp``), ``megatron`` a Megatron-Core trainer, ``tokens`` its largest micro-batch's tokens per GPU before the
+    TP split, ``fp32_partitions`` DeepSpeed's fp32 gradient accumulation."""
+    i, pp, tp, dp = where
+    if trainable is None:
+        trainable = trainable_stage_params(model, pp, options.lora_rank)[i] / tp
+    buffers = gradient_buffers(model, framework=framework, sharding=options.sharding, tp=tp,
+                               dp=options.shard_ranks(dp), trainable=trainable, lora=bool(options.lora_rank),
+                               offload=options.offload, megatron=megatron, tokens=tokens, last=i == pp - 1,
+                               fp32_partitions=fp32_partitions)
+    return buffers.resident, replace(buffers, resident=0.0)
 
 
 def zero3_kept_bytes(model: ModelSpec, fetch: Zero3Prefetch | None, options: TrainingOptions, tp: int = 1,
@@ -652,7 +698,8 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
                             logit_bytes: tuple[float, float] | None = None, end_gradients: float = 0.0,
                             fused_kernels: bool = False, fused_swiglu: bool = False,
                             router_dtype: str = "bf16", seq_len: float = 0.0, bare: bool = False,
-                            root: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> float:
+                            root: tuple[float, float, float] = (0.0, 0.0, 0.0),
+                            buffers: GradientBuffers = NO_BUFFERS) -> float:
     """A training vertex's transient bytes on one stage (:func:`vertex_memory`): the training pass's peak
     (:func:`~packplace.placement.model.pass_memory.train_transient`), or the old-log-prob forward's when
     larger; ``tokens`` / ``logprob_tokens`` are the GPU's share under context parallelism, ``ring`` the CP
@@ -668,24 +715,28 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
     one layer's no-grad transient in the old-log-prob forward); ``bare``: a bare PyTorch loop, whose first layer's
     weight gradients the pass prices (``train_transient``'s ``bare``; its gradients allocated in the backward where
     ``end_gradients`` is non-zero, else held); the output head's backward is priced on every trainer's last stage;
-    ``root``: an FSDP trainer's root unit (:func:`_fsdp_root`), whose weights the old-log-prob forward holds too."""
+    ``root``: an FSDP trainer's root unit (:func:`_fsdp_root`), whose weights the old-log-prob forward holds too;
+    ``buffers``: a DeepSpeed ZeRO or Megatron-Core trainer's gradient buffers
+    (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`), whose ``resident`` bytes that forward
+    holds too."""
     kv_cache, expert_tp = framework == "none", megatron_expert_tensor_parallel(framework, tp)
     autocast = uses_autocast("adam", options.sharding) and not options.lora_rank
-    transient = with_fsdp_root(train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
+    part = with_fsdp_root(train_transient(model, tokens=tokens, n_layers=n_layers, last=last, first=first,
                                 recompute=options.recompute, tp=tp, inflight=inflight, autocast=autocast, ep=ep,
                                 cp=ring, logit_bytes=logit_bytes,
                                 fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
                                 router_dtype=router_dtype, expert_tp=expert_tp,
                                 score_bytes=eager_score_bytes_per_token(model, seq_len, framework, True),
                                 bare=bare, held_gradients=not end_gradients,
-                                sequence_parallel=bool(options.sequence_parallel)), root).peak(workspace, end_gradients)
+                                sequence_parallel=bool(options.sequence_parallel)), root)
+    transient = replace(part, buffers=buffers).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,
                               ep=ep, cp=ring, logit_bytes=logit_bytes,
                               score_bytes=eager_score_bytes_per_token(model, seq_len, framework, False),
                               sequence_parallel=bool(options.sequence_parallel))
-    return max(transient, sum(forward) + workspace + root[0])
+    return max(transient, sum(forward) + workspace + root[0] + buffers.resident)
 
 
 def _fsdp_root(model: ModelSpec, options: TrainingOptions, fetch: Zero3Prefetch | None, tp: int, framework: str,

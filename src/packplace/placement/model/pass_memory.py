@@ -60,6 +60,7 @@ from dataclasses import dataclass, replace
 from packplace.errors import ConfigError
 from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
 from packplace.placement.model.deepspeed_zero3 import Zero3Prefetch, zero3_kept_bytes
+from packplace.placement.model.gradient_buffers import NO_BUFFERS, GradientBuffers, gradient_buffers
 from packplace.placement.model.stages import ADAM_BYTES, SHARDING, stage_layers, stage_params, stage_split
 from packplace.placement.problem.models import ModelSpec
 
@@ -192,8 +193,8 @@ class PassMemory:
     ``activations``: saved activations or the no-grad working set; ``logits``; ``kv_cache``;
     ``workspace``: the stack's workspace plus allocator slack. ``phase`` names the phase that sets the
     peak (``forward``, ``loss_backward``, ``backward_end``, ``layer_backward``, ``head_backward``,
-    ``ring_forward``, ``ring_backward``, ``moe_combine_forward``, ``moe_combine_backward``, ``layer``, ``logits``,
-    ``prefill``, ``decode``).
+    ``ring_forward``, ``ring_backward``, ``moe_combine_forward``, ``moe_combine_backward``, ``optimizer_step``,
+    ``layer``, ``logits``, ``prefill``, ``decode``).
     """
 
     peak_bytes: float
@@ -690,7 +691,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                 workspace_bytes: float | None = None, cp: int = 1, logit_bytes: tuple[float, float] | None = None,
                 trainer_backend: str = "none", cp_exact: bool = True, fused_swiglu: bool = False,
                 router_dtype: str = "bf16", zero3_fetch: Zero3Prefetch | None = None,
-                sequence_parallel: bool = False, fp32_grad_buffer: bool = False) -> PassMemory:
+                fp32_grad_partitions: bool = False, sequence_parallel: bool = False,
+                fp32_grad_buffer: bool = False) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -701,8 +703,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             written, logits of the last token only), ``decode`` (one iteration of ``micro_batch``
             running sequences of ``context`` cached tokens) or ``generate`` (``micro_batch`` sequences
             generated up to ``context`` tokens: the last decode iteration plus one prompt's prefill).
-        micro_batch: Sequences (``B``).
-        seq_len: Tokens per sequence (train, infer, prefill; ``S``).
+        micro_batch, seq_len: Sequences (``B``); tokens per sequence (train, infer, prefill; ``S``).
         context: Cached tokens per sequence (decode, generate; ``C``).
         recompute: ``none``, ``selective`` or ``full`` (:data:`RECOMPUTE_MODES`; train only).
         optimizer: ``adam`` or ``none`` (train only): ``adam`` with ``sharding: none`` is fp32 master
@@ -716,8 +717,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         framework: ``none`` (bare PyTorch, Hugging Face layers; a log-prob forward keeps the model's
             KV cache, as ``model(input_ids)`` does with ``use_cache`` on) or a framework profile name (its
             passes run with ``use_cache`` off; eager attention's scores: :func:`eager_score_bytes_per_token`).
-        sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer``
-            weights).
+        sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer`` weights).
         micro_batches: Micro-batches per step: the pipeline's in-flight count, and with more than one
             the gradients of the earlier micro-batches are held throughout (gradient accumulation).
             Gradients are also held in every phase of a step of one micro-batch where the layout keeps them as
@@ -731,15 +731,14 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         logit_bytes: The framework's ``(forward, loss backward)`` bytes per vocabulary entry per token of the
             logits in a training or log-prob pass (:func:`logit_bytes_per_token`; ``None``: 10 / 12).
         trainer_backend: The ``train`` pass's trainer (``none``: bare PyTorch; :func:`resident_gradients`).
-        cp_exact: With ``cp > 1``, the sequences' own lengths are ``seq_len`` (True) or any up to it (False):
-            :func:`_pass_tokens`.
+        cp_exact: With ``cp > 1``, the sequences' lengths are ``seq_len`` (True) or up to it (:func:`_pass_tokens`).
         fused_swiglu, router_dtype: A ``megatron`` trainer's ``bias_activation_fusion`` and ``moe_router_dtype``
             (:mod:`~packplace.placement.model.nemo_rl_releases`; :func:`saved_activation_bytes_per_token`).
         zero3_fetch: A DeepSpeed ZeRO-3 trainer's training fetch settings (``sharding`` zero3; the framework
             profile's ``zero3_fetch``): a training pass holds the parameters DeepSpeed keeps gathered into the
             backward (:func:`~packplace.placement.model.deepspeed_zero3.zero3_kept_bytes`) in every phase, as
-            ``place`` does; None (FSDP, or no profile): one gathered layer and the root unit
-            (:func:`fsdp_root_bytes`).
+            ``place`` does; None (FSDP, or no profile): one gathered layer and the root unit (:func:`fsdp_root_bytes`).
+        fp32_grad_partitions: DeepSpeed's fp32 gradient accumulation (:func:`gradient_buffers`' ``fp32_partitions``).
         sequence_parallel, fp32_grad_buffer: Megatron sequence parallelism (false: the norms are whole on every TP
             rank, :func:`unsplit_activation_bytes_per_token`); fp32 gradients beside bf16 weights (``train``).
 
@@ -760,8 +759,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     kept = zero3_kept_bytes(model, zero3_fetch, recompute == "full", tp, ep) if sharding == "zero3" else 0.0
     fsdp = sharding == "zero3" and zero3_fetch is None   # FSDP's root unit stays gathered (fsdp_root_bytes)
     for i in range(pp):
-        last = i == pp - 1
-        tokens = _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
+        last, tokens = i == pp - 1, _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
         if task == "train":
             part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
                                 optimizer, tp, in_flight(pp, i, micro_batches), dp, sharding, micro_batches, ws,
@@ -771,7 +769,10 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp), saved,
                                 kept, bare_loop(sharding, framework, trainer_backend, (tp, pp, ep, cp)),
                                 fsdp_train_bytes(model, tp, framework, i == 0, last) if fsdp else (0.0, 0.0, 0.0),
-                                (sequence_parallel, fp32_grad_buffer))
+                                NO_BUFFERS if optimizer != "adam" else gradient_buffers(
+                                    model, framework=framework, sharding=sharding, tp=tp, dp=dp, trainable=per_gpu[i],
+                                    megatron=trainer_backend == "megatron", tokens=tokens, last=last,
+                                    fp32_partitions=fp32_grad_partitions), (sequence_parallel, fp32_grad_buffer))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward,
@@ -865,7 +866,10 @@ class TrainTransient:
     ``head_backward``): the logits' 16-bit gradient, the head input's and the head's weight gradient, a fifth phase
     (:func:`head_backward_bytes`; a bare loop's, :func:`_bare_loop_backward`). ``root_weights`` /
     ``root_gradient`` / ``root_end``: an FSDP trainer's root unit, gathered in every phase, its head's gradient in
-    the ``layer_backward`` phase and its reduce-scatter at the backward's end (:func:`fsdp_root_bytes`; 0 else)."""
+    the ``layer_backward`` phase and its reduce-scatter at the backward's end (:func:`fsdp_root_bytes`; 0 else).
+    ``buffers``: a DeepSpeed ZeRO or Megatron-Core trainer's gradient buffers, in every phase, the backward's and
+    the ``layer_backward`` phase (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`; none
+    else)."""
 
     copies_forward: float
     copies_backward: float
@@ -885,18 +889,23 @@ class TrainTransient:
     root_weights: float = 0.0
     root_gradient: float = 0.0
     root_end: float = 0.0
+    buffers: GradientBuffers = NO_BUFFERS
 
     def peak(self, workspace: float, end_gradients: float = 0.0) -> float:
         """Largest transient bytes over the phases, workspace included; ``end_gradients``: gradient bytes
         held at the backward's end only (a bare loop's, :func:`resident_gradients`)."""
-        return workspace + self.root_weights + max(
+        backward = self.buffers.backward
+        return workspace + self.root_weights + self.buffers.resident + max(
             self.copies_forward + self.saved
             + max(self.logits_forward + self.head_forward, self.ring_forward, self.combine) + self.slack_forward,
-            self.copies_backward + self.saved
+            self.copies_backward + self.saved + backward
             + max(self.logits_backward + self.head_backward, self.ring_backward, self.combine) + self.slack_forward,
-            self.end + self.slack_end + end_gradients + self.root_end,
-            self.copies_backward + self.saved + self.layer_backward + self.root_gradient + self.slack_forward,
-            self.copies_backward + self.saved + self.head_backward + self.head_gradient + self.slack_forward)
+            self.end + self.slack_end + end_gradients + self.root_end + backward,
+            self.copies_backward + self.saved + self.layer_backward + self.root_gradient + self.slack_forward
+            + backward + self.buffers.layer,
+            self.copies_backward + self.saved + self.head_backward + self.head_gradient + self.slack_forward
+            + backward,
+            self.buffers.step)
 
 
 def fsdp_root_bytes(model: ModelSpec, tp: int, framework: str, first: bool, last: bool,
@@ -1084,7 +1093,8 @@ def _bare_loop_backward(model: ModelSpec, tokens: float, head: float, layer: flo
       and its gradients freed: ``ToCopyBackward`` of ``logits.float()``), the matmul's gradients for the head's
       input (``2d`` per token) and for its weight (``2·head``; under ``torch.autocast`` the weight's bf16 cast, whose
       backward then makes the fp32 gradient, ``4·head``, with the bf16 one still live: ``6·head``, the incoming
-      ``2·V`` freed by then): ``max(2V·t + 2d·t + 2·head, 6·head)`` under autocast, ``2V·t + 2d·t + 2·head`` with
+      ``2·V`` freed by then; the input's gradient, fp32 after its cast's backward, ``4d·t``):
+      ``max(2V·t + 2d·t + 2·head, 6·head + 4d·t)`` under autocast, ``2V·t + 2d·t + 2·head`` with
       bf16 weights. The fp32 gradient becomes ``.grad`` (or is added to it in place).
     * layer: the layer's weight gradients (bf16, ``2·layer``; under autocast also their fp32 casts, ``4·layer``),
       all counted at once, and, unless ``held``, the head's gradient made before (``4·head`` or ``2·head``).
@@ -1107,8 +1117,10 @@ def head_backward_bytes(model: ModelSpec, tokens: float, head: float, autocast: 
     token; the loss's fp32 tensors and their gradients are freed by then: the cast's backward, or verl's in-place
     division's, has run), the gradient of the head's input (``2d`` per token) and the head's 16-bit weight gradient
     (``2·head``), with the allocator slack of the three; under ``torch.autocast`` the larger of that and the weight
-    gradient's bf16 and fp32 copies (``6·head``, the cast's backward). The weight gradient is a new tensor whatever the
-    gradients' layout, before the trainer reduces or accumulates it:
+    gradient's bf16 and fp32 copies (``6·head``, the cast's backward) beside the head input's gradient, which
+    ``F.linear``'s autocast cast of that input turns into fp32 in its own backward (``_to_copy``: ``4d`` per token,
+    the larger of its two dtypes, as either cast's backward may run first). The weight gradient is a new tensor
+    whatever the gradients' layout, before the trainer reduces or accumulates it:
 
     * a bare loop: ``AccumulateGrad`` steals it as ``.grad`` or adds it in place (:func:`_bare_loop_backward`);
     * DeepSpeed ZeRO-1/2 (``deepspeed/runtime/zero/stage_1_and_2.py``): a post-accumulate hook copies ``param.grad``
@@ -1146,7 +1158,9 @@ def head_backward_bytes(model: ModelSpec, tokens: float, head: float, autocast: 
         tensors = 3
     phase = 2.0 * model.output_dim * tokens + inputs + 2.0 * head
     if autocast:
-        phase = max(phase, 6.0 * head)
+        # the weight gradient's fp32 cast, beside the head input's gradient: bf16 from the matmul, or fp32 once its
+        # own cast's backward (ToCopyBackward, the input's autocast copy) has run, whichever the engine runs first
+        phase = max(phase, 6.0 * head + 4.0 * model.hidden_dim * tokens)
     return phase + _slack(tensors, phase / tensors)
 
 
@@ -1226,7 +1240,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16",
                  expert_tp: int = 1, score_bytes: float = 0.0, kept: float = 0.0, bare: bool = False,
                  root: tuple[float, float, float] = (0.0, 0.0, 0.0),
-                 layout: tuple[bool, bool] = (False, False)) -> PassMemory:
+                 buffers: GradientBuffers = NO_BUFFERS, layout: tuple[bool, bool] = (False, False)) -> PassMemory:
     """One pipeline stage of a training micro-batch, with the activations of ``inflight`` micro-batches saved
     (:func:`in_flight`): the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
@@ -1238,8 +1252,9 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     (:func:`megatron_combine_bytes_per_token`); ``score_bytes``: an eager attention's saved scores
     (:func:`train_transient`); ``bare``: a bare PyTorch loop (:func:`bare_loop`). The output head's backward is the
     phase ``head_backward`` on every trainer's last stage (:func:`head_backward_bytes`). ``root``: an FSDP
-    trainer's root unit (:func:`fsdp_root_bytes`). ``layout``: ``(sequence_parallel, fp32_grad_buffer)``
-    (:func:`pass_memory`)."""
+    trainer's root unit (:func:`fsdp_root_bytes`); ``buffers``: a DeepSpeed ZeRO or Megatron-Core trainer's gradient
+    buffers (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`), in the gradients column;
+    ``layout``: ``(sequence_parallel, fp32_grad_buffer)`` (:func:`pass_memory`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     held_gradients = micro_batches > 1 or keep_gradients
@@ -1248,7 +1263,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                            logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
                            router_dtype=router_dtype, expert_tp=expert_tp, score_bytes=score_bytes, bare=bare,
                            held_gradients=held_gradients, sequence_parallel=layout[0])
-    part = with_fsdp_root(part, root)
+    part = replace(with_fsdp_root(part, root), buffers=buffers)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
     expert = n_layers * model.expert_params / model.layers / (tp * ep) if model.is_moe and ep > 1 else 0.0
@@ -1267,26 +1282,32 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
         if sharding in ("zero2", "zero3"):
             grads = g * (dense / states + expert / expert_states)
     weights += kept + part.root_weights   # DeepSpeed ZeRO-3's kept parameters (zero3_kept_bytes), FSDP's root unit
-    held = grads if held_gradients else 0.0
+    held = (grads if held_gradients else 0.0) + buffers.resident
+    grads += buffers.resident + buffers.backward
     forward = _assemble("forward", weights + part.copies_forward, held, moments, part.saved + part.head_forward,
                         part.logits_forward, 0.0, ws + part.slack_forward)
+    held += buffers.backward   # the backward's phases below
     loss_backward = _assemble("loss_backward", weights + part.copies_backward, held, moments,
                               part.saved + part.head_backward, part.logits_backward, 0.0, ws + part.slack_forward)
     end = _assemble("backward_end", weights, grads + part.root_end, moments, part.end, 0.0, 0.0, ws + part.slack_end)
     phases = [forward, loss_backward, end]
     if cp > 1:
-        phases += [_assemble("ring_forward", weights + part.copies_forward, held, moments,
+        phases += [_assemble("ring_forward", weights + part.copies_forward, held - buffers.backward, moments,
                              part.saved + part.ring_forward, 0.0, 0.0, ws + part.slack_forward),
                    _assemble("ring_backward", weights + part.copies_backward, held, moments,
                              part.saved + part.ring_backward, 0.0, 0.0, ws + part.slack_forward)]
-    phases.append(_assemble("layer_backward", weights + part.copies_backward, held + part.root_gradient, moments,
+    phases.append(_assemble("layer_backward", weights + part.copies_backward,
+                            held + part.root_gradient + buffers.layer, moments,
                             part.saved + part.layer_backward, 0.0, 0.0, ws + part.slack_forward))
+    if buffers.step > 0.0:
+        phases.append(_assemble("optimizer_step", weights, grads - buffers.backward + buffers.step, moments, 0.0, 0.0,
+                                0.0, ws))
     if part.head_gradient > 0.0:
         phases.append(_assemble("head_backward", weights + part.copies_backward, held, moments,
                                 part.saved + part.head_backward + part.head_gradient, 0.0, 0.0,
                                 ws + part.slack_forward))
     if part.combine > 0.0:
-        phases += [_assemble("moe_combine_forward", weights + part.copies_forward, held, moments,
+        phases += [_assemble("moe_combine_forward", weights + part.copies_forward, held - buffers.backward, moments,
                              part.saved + part.combine, 0.0, 0.0, ws + part.slack_forward),
                    _assemble("moe_combine_backward", weights + part.copies_backward, held, moments,
                              part.saved + part.combine, 0.0, 0.0, ws + part.slack_forward)]

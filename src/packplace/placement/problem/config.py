@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from packplace.contract import Field, check_count, check_section, key_shown
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, KnobAboveBoundWarning, show
+from packplace.placement.checking.knob_bounds import above_bound_messages
 from packplace.placement.model.cp_balance import ContextParallelSetting
 from packplace.placement.model.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
 from packplace.placement.model.engine import (
@@ -620,10 +621,13 @@ def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
             if key not in valid and key != "preset":
                 raise ConfigError(_FORMATS["unknown"].format(where="[hardware]", name=key_shown(key),
                                                              valid=", ".join(valid)))
+    given = set(hw) if isinstance(hw, Mapping) else set()
+    preset = hw.get("preset") if isinstance(hw, Mapping) else None
     if "preset" in hw:
         hw = resolve_preset(hw)
     values = check_section(hw, {**CLUSTER_FIELDS, **HARDWARE_FIELDS}, "[hardware]", label=_label("hardware"),
                            **_FORMATS)
+    _warn_above_bounds({k: v for k, v in values.items() if k in given}, preset)
     cluster = Cluster(*(values.pop(name, None) for name in CLUSTER_FIELDS))
     if cluster.gpus_per_node % cluster.host_gpus:
         raise ConfigError(f"[hardware] gpus_per_node: {cluster.gpus_per_node} is not a whole number of hosts of "
@@ -632,6 +636,14 @@ def _hardware(hw: dict[str, Any]) -> tuple[Cluster, Hardware]:
                 f"GPUs (racks {cluster.racks} x nodes_per_rack {cluster.nodes_per_rack} x gpus_per_node "
                 f"{cluster.gpus_per_node})")
     return cluster, Hardware(**values)
+
+
+def _warn_above_bounds(given: dict[str, Any], preset: Any) -> None:
+    """A :class:`~packplace.errors.KnobAboveBoundWarning` per efficiency knob the config sets above its GPU
+    type's physical bound (:func:`~packplace.placement.checking.knob_bounds.above_bound_messages`); the
+    preset's own values are not the user's and are not checked here."""
+    for message in above_bound_messages(given, preset if isinstance(preset, str) else None):
+        warnings.warn(message, KnobAboveBoundWarning, stacklevel=2)
 
 
 def _model(role: str, spec: Any, source: str) -> ModelSpec:
