@@ -54,6 +54,8 @@ def qwen7b_packed(train_mb_tokens: int, logprob_mb_tokens: int):
     # that fraction of every GPU it runs on
     cfg["policy"].update(framework="nemo-rl", framework_version="0.5.0", train_mb_tokens=train_mb_tokens,
                          logprob_mb_tokens=logprob_mb_tokens, gpu_memory_utilization=0.6)
+    # megatron_cfg.sequence_parallel: true (NeMo RL's default is false): the byte figures below are the split ones
+    cfg.setdefault("training", {})["sequence_parallel"] = True
     return build_instance(cfg)
 
 
@@ -168,7 +170,8 @@ def test_place_check_prints_what_it_checked_and_exits_by_verdict(tmp_path, capsy
               "models": {"actor": wide, "critic": wide, "reward": wide},
               "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
               # the engine holds its whole fraction: a small one, no CUDA graphs, so that the trainers bind
-              "policy": {"algorithm": "ppo", "gpu_memory_utilization": 0.4, "enforce_eager": True}}
+              "policy": {"algorithm": "ppo", "gpu_memory_utilization": 0.4, "enforce_eager": True},
+              "training": {"sequence_parallel": True}}   # the TP trainers' activations split, as sized below
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     unhurried_cli = ["--time-limit", str(unhurried)]

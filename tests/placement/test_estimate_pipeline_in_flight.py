@@ -86,15 +86,23 @@ def test_estimate_peak_is_the_evaluators_vertex_memory_at_pp_4(tmp_path, micro_b
 
 def test_the_default_is_the_pipeline_depth_and_place_s_vertex_of_that_many(tmp_path):
     # estimate --pp 4 had priced one micro-batch in flight: 11.83 GB, where place's vertex of four micro-batches per
-    # rank (and of any more) is 12.58 GB (12.41 GB before the first layer's backward working set was priced)
+    # rank (and of any more) is 12.58 GB (12.41 GB before the first layer's backward working set was priced); both
+    # with bf16 gradients: Megatron-LM's fp32 gradient buffer (its bf16 default, the trainer's now) adds 2 bytes a
+    # parameter of the first stage, 13.70 GB and 12.95 GB
     ev, plan = _setup(tmp_path, PP)
     vertex = ev.vertex_memory(plan)["actor.train"]
     default = _estimate()
     assert default.inputs["micro_batches"] == PP
     assert default.memory["peak_bytes"] == pytest.approx(vertex, rel=1e-9)
     one = _estimate(1)
-    assert vertex / 1e9 == pytest.approx(12.58, abs=0.005) and one.memory["peak_bytes"] / 1e9 == pytest.approx(
-        11.83, abs=0.005)
+    assert vertex / 1e9 == pytest.approx(13.70, abs=0.005) and one.memory["peak_bytes"] / 1e9 == pytest.approx(
+        12.95, abs=0.005)
+    bf16 = _estimate(), _estimate(1)
+    assert [estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=SEQ, dp=DP, pp=PP, sharding="zero1",
+                     trainer_backend="megatron", micro_batches=m, recompute="none",
+                     fp32_grad_buffer=False).memory["peak_bytes"] / 1e9 for m in (None, 1)] == pytest.approx(
+        [12.58, 11.83], abs=0.005)
+    assert [e.memory["gradients"] for e in bf16] == [4.0 * e.memory["weights"] / 2.0 for e in bf16]
     # the first stage's three more micro-batches, less the last stage's logits peak it replaces
     assert default.memory["activations"] - one.memory["activations"] == 3 * STAGE_MICRO_BATCH + WORKING
     # the time is one micro-batch's on the slowest stage, whatever M

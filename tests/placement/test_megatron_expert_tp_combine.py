@@ -63,7 +63,7 @@ WORKING = (4 * 2048 + 6 * 8 * 768 + 4 * 2048 * 8) * 2048 + 8 * 2**20
 def _transient(expert_tp: int, last: bool = False):
     return train_transient(MOE, tokens=4096, n_layers=24, last=last, first=not last, recompute="none", tp=2,
                            inflight=2, autocast=False, ep=4, fused_kernels=True, fused_swiglu=True,
-                           router_dtype="fp64", expert_tp=expert_tp)
+                           router_dtype="fp64", expert_tp=expert_tp, sequence_parallel=True)
 
 
 def test_the_combine_adds_its_bytes_to_a_stage_without_logits() -> None:
@@ -88,7 +88,7 @@ def test_a_trainer_with_expert_tp_one_is_unchanged(monkeypatch) -> None:
     settings adds exactly the combine on the first of two stages."""
     args = dict(micro_batch=1, seq_len=4096, tp=2, pp=2, dp=4, ep=4, sharding="zero1", micro_batches=4,
                 workspace_bytes=1e9, logit_bytes=(10.0, 12.0), trainer_backend="megatron", fused_swiglu=True,
-                router_dtype="fp64")
+                router_dtype="fp64", sequence_parallel=True)   # Megatron-Core's only layout at TP 2 x EP 4
     nemo = pass_memory(MOE, "train", framework="nemo-rl", **args)
     verl = pass_memory(MOE, "train", framework="verl", **args)
     monkeypatch.setattr(pm, "megatron_combine_bytes_per_token", lambda *a, **k: 0.0)

@@ -29,9 +29,13 @@ def test_packed_qwen_passes_hold_their_whole_pack():
     assert cost.peak_pass_tokens(actor, "train", 8, 1, 4, 1) == 4096.0
     assert cost.peak_pass_tokens(actor, "logprob", 2, 4, 4, 1) == 16384.0
     # the reference's last stage holds the logits of 16,384 tokens: 10 bytes x 151,936 vocabulary / TP 4
-    act, logits, _, _ = infer_transient(actor, tokens=16384, n_layers=16, last=True, tp=4, kv_cache=False)
+    # (under sequence parallelism the final hidden states are split too; without it, the recipe default, whole)
+    act, logits, _, _ = infer_transient(actor, tokens=16384, n_layers=16, last=True, tp=4, kv_cache=False,
+                                        sequence_parallel=True)
     assert logits == 10 * 151936 * 16384 / 4
     assert act == 2 * 5120 * 16384 / 4
+    act, logits, _, _ = infer_transient(actor, tokens=16384, n_layers=16, last=True, tp=4, kv_cache=False)
+    assert (act, logits) == (2 * 5120 * 16384, 10 * 151936 * 16384 / 4)
     # the candidate table (and so the evaluator) prices the plan's reference at that pack
     (cand,) = plan_evaluator(inst, plan).table.by_key["reference.infer"].values()
     s = cand.strategy

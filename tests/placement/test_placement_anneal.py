@@ -322,8 +322,9 @@ def test_concurrents_partition_plan_is_a_second_start_when_greedys_split_wins():
     from packplace.run import Run
     from packplace.solvers.placement.concurrent import partition_search
 
+    # (the trainers' tensor parallelism with sequence parallelism, the memory these figures were taken at)
     data = deep_merge(load_yaml(PPO8B), {"hardware": {"nodes_per_rack": 1}, "policy": {"gpu_memory_utilization": 0.5},
-                                         "optimizer": {"e_max": 4000}})
+                                         "optimizer": {"e_max": 4000}, "training": {"sequence_parallel": True}})
     inst = build_instance(data)
     greedy = packplace.place(inst, "greedy", time_limit_s=None)
     partition, partition_time, _, _, cut = partition_search(inst, Run("placement", inst, time_limit_s=None))

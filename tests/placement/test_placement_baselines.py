@@ -36,7 +36,9 @@ def ppo_one_node(memory_per_gpu: float):
         "hardware": {**HW, "memory_per_gpu": memory_per_gpu},
         "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
         "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-        "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True}})
+        "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True},
+        # the tensor-parallel trainers' activations split along the sequence, as the memory bounds below assume
+        "training": {"sequence_parallel": True}})
 
 
 def test_both_baselines_are_registered():
@@ -164,7 +166,8 @@ def test_every_solver_finds_the_disjoint_plan_where_colocation_does_not_fit(plac
     tiny = dict(layers=1, hidden_dim=256, ffn_dim=512, vocab_size=1000, head_dim=128)
     inst = build_instance({"hardware": {**HW, "memory_per_gpu": 1.2e7}, "models": {"actor": tiny},
                            "workload": dict(batch_size=2, samples_per_prompt=2, context_length=128,
-                                            generation_length=128), "policy": {"algorithm": "dpo"}})
+                                            generation_length=128), "policy": {"algorithm": "dpo"},
+                           "training": {"sequence_parallel": True}})   # TP's activations split, as sized
     assert all(get_table(inst).feasible[name] for name in inst.graph.names)  # each vertex alone fits
     from packplace.solvers.placement._common import colocated_plan
     ev = get_evaluator(inst)
@@ -184,7 +187,8 @@ def test_place_exits_1_when_no_plan_is_found_and_2_only_for_bad_input(tmp_path, 
     from packplace.cli import main
     config = {"hardware": {**HW, "memory_per_gpu": 4.6e9}, "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
               "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-              "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True}}
+              "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True},
+              "training": {"sequence_parallel": True}}   # as ppo_one_node
     path = tmp_path / "tight.yaml"
     path.write_text(yaml.safe_dump(config))
     assert main(["place", "--config", str(path), "--solver", "greedy"]) == 1   # proven: no plan fits in memory

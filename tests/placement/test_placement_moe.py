@@ -59,7 +59,8 @@ def test_trainer_memory_per_gpu_at_tp2_ep4_by_hand():
     ep1 = 4 * 30_532_122_624 / 2 + 12 * 30_532_122_624 / 2 / 16
     assert ep1 == 72_513_791_232
     assert resident_bytes(QWEN3_MOE, "train", 16, 1, 2, ZERO1) == pytest.approx(ep1, rel=1e-12)
-    # with activations: mb 1 of 4,096 tokens, 2,048 per tensor-parallel rank; a bf16 layer keeps per token its
+    # with activations under sequence parallelism (Megatron-Core's only layout at tp 2 x ep 4): mb 1 of 4,096
+    # tokens, 2,048 per tensor-parallel rank; a bf16 layer keeps per token its
     # norms 16d, Q K V and output 4q + 4k, Q/K-norm 6(q + k), the 8 routed experts' MLPs 8·8·768, their
     # dispatched and combined token copies 4d·8 and the router's fp32 probabilities 4·128 (selective: no
     # log-sum-exp), x 48 layers; the loss's backward over the vocabulary (12 bytes per logit); the allocator
@@ -74,7 +75,8 @@ def test_trainer_memory_per_gpu_at_tp2_ep4_by_hand():
     assert act == 19_075_694_592 and logits == 3_733_979_136
     for ep, resident in ((4, by_hand), (1, ep1)):
         res, tra = vertex_memory(QWEN3_MOE, "train", dp=16, pp=1, tp=2, micro_batch=1, micro_batches=128,
-                                 seq_len=4096, prompt_len=128, live_len=4096, options=ZERO1, ep=ep)
+                                 seq_len=4096, prompt_len=128, live_len=4096,
+                                 options=replace(ZERO1, sequence_parallel=True), ep=ep)
         assert res == pytest.approx(resident, rel=1e-12)
         assert tra == pytest.approx(transient, rel=1e-12)
     # 54.0 GB per GPU at ep 4; 97.5 GB (over an 80 GB H100) at ep 1

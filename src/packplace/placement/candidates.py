@@ -63,6 +63,7 @@ from packplace.placement.model.memory import (
     engine_held_bytes,
     engine_sleep_kept_bytes,
     lora_params,
+    resolved_training,
     stage_layers,
     stage_params,
     vertex_memory,
@@ -1654,6 +1655,9 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
         if kind == "train" and old_log_prob:
             logprob_tokens = peak_tokens(model, "logprob", dp, pp, tp, logprob_batch or mb, ep)
     megatron = kind == "train" and kernels(pp, tp, ep) == "megatron"   # Megatron-Core's kernels
+    # the trainer's own fp32 gradient buffer and sequence parallelism where the config leaves them unset
+    options = resolved_training(options, instance.framework, kind != "generate" and kernels(pp, tp, ep) == "megatron",
+                                tp, ep)
     version = getattr(instance, "framework_version", None)
     res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
                              seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,

@@ -100,6 +100,7 @@ from packplace.placement.model.layout_rules import (
     TRAINER_BACKENDS,
     Context,
     megatron_field_refusal,
+    sequence_parallel_refusal,
     strategy_refusal,
     trainer_backend,
 )
@@ -119,7 +120,7 @@ from packplace.placement.model.pass_memory import (
     uses_autocast,
 )
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
-from packplace.placement.model.stages import stage_gemm_share
+from packplace.placement.model.stages import megatron_requires_sequence_parallel, stage_gemm_share, trainer_defaults
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
@@ -529,7 +530,7 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
 
 
 #: Keyword arguments of :func:`estimate` that take a boolean (``None``: unset).
-BOOLEAN_KEYWORDS = ("enforce_eager", "bias_activation_fusion")
+BOOLEAN_KEYWORDS = ("enforce_eager", "bias_activation_fusion", "fp32_grad_buffer", "sequence_parallel")
 
 
 def _plain_keywords(function: Callable[..., Estimate]) -> Callable[..., Estimate]:
@@ -553,7 +554,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              framework_version: str | None = None, micro_batches: int | None = None, entropy_coeff: float = 0.0,
              train_mb_tokens: int | None = None, sharding: str | None = None, pack_tokens: int | None = None,
              cp: int = 1, trainer_backend: str = "auto", bias_activation_fusion: bool | None = None,
-             moe_router_dtype: str | None = None, gpu_memory_utilization: float | None = None) -> Estimate:
+             moe_router_dtype: str | None = None, gpu_memory_utilization: float | None = None,
+             fp32_grad_buffer: bool | None = None, sequence_parallel: bool | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -584,18 +586,17 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             of log-prob packs (:func:`_pack_pricing`). Unset: the current releases; ``vllm``: the current (V1) engine.
         entropy_coeff: verl's entropy bonus (``policy.entropy_coeff``; train, infer; :func:`_logit_bytes`).
         pack_tokens: NeMo RL's tokens per pack (``framework="nemo-rl"``; ``train_mb_tokens`` for ``train``,
-            ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal
-            sequences a pack holds, ``s`` the ``seq_len`` rounded up to the TP multiple
-            (:func:`_packed_micro_batch`; ``micro_batch`` must stay 1), priced as the step model prices
-            a pack on the strategy's trainer backend, the DTensor pad included (:func:`_pack_pricing`).
-        train_mb_tokens: NeMo RL's training pack for ``task="infer"`` with ``pack_tokens`` where log-prob packs
-            are padded to it (:func:`_pack_pricing`).
+            ``logprob_mb_tokens`` for ``infer``): the micro-batch priced is the ``⌊pack_tokens/s⌋`` equal sequences
+            a pack holds, ``s`` the ``seq_len`` rounded up to the TP multiple (:func:`_packed_micro_batch`;
+            ``micro_batch`` must stay 1), priced as the step model prices a pack on the strategy's trainer backend,
+            the DTensor pad included (:func:`_pack_pricing`).
+        train_mb_tokens: NeMo RL's training pack, which ``infer``'s log-prob packs pad to (:func:`_pack_pricing`).
         cp: The CP degree of a train / infer pass on ``tp·pp·cp·dp`` GPUs (:func:`_cp_share`, :func:`memory_parts`).
         trainer_backend: ``policy.trainer_backend`` of a train / infer pass, resolved as ``place`` resolves it
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
-            trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels.
-        bias_activation_fusion, moe_router_dtype: :func:`_megatron`; gpu_memory_utilization: :func:`_pooled_engine`.
+            trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels. Those after it:
+            :func:`_megatron` (``bias_activation_fusion`` to ``sequence_parallel``), :func:`_pooled_engine`.
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -604,7 +605,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     shape = resolve_model(model)
     recompute = _check_settings(task, recompute, optimizer, framework, enforce_eager, sharding)
     megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype, framework,
-                                          trainer_backend, shape)
+                                          trainer_backend, shape, (fp32_grad_buffer, sequence_parallel))
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = (version_eager if enforce_eager is None else enforce_eager) and task in ("decode", "generate")
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=1 if dp is None else dp, ep=ep)
@@ -968,7 +969,8 @@ def _at_most(name: str, tokens: int) -> int:
 
 
 def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, framework: str = "none",
-              trainer_backend: str = "auto", shape: ModelSpec | None = None) -> tuple[TrainingOptions, dict[str, Any]]:
+              trainer_backend: str = "auto", shape: ModelSpec | None = None,
+              layout: tuple[Any, Any] = (None, None)) -> tuple[TrainingOptions, dict[str, Any]]:
     """``(options, inputs)`` of :func:`estimate`'s Megatron-Core settings: ``bias_activation_fusion`` and
     ``moe_router_dtype`` as ``place`` reads ``training.<role>`` (:class:`~packplace.placement.model.memory.
     TrainingOptions`; ``None``: the release's,
@@ -982,8 +984,23 @@ def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, fra
             no effect (``framework`` / ``trainer_backend`` never on Megatron-Core, ``moe_router_dtype`` on a dense
             model: :func:`~packplace.placement.model.layout_rules.megatron_field_refusal`, as ``place`` refuses
             ``training.<role>``).
+
+    ``layout``: ``(fp32_grad_buffer, sequence_parallel)`` as ``training.<role>`` sets them (``None``: the trainer's
+    own, resolved by :func:`memory_parts`); ``fp32_grad_buffer`` for ``train`` only, ``sequence_parallel`` for
+    ``train`` and ``infer``, refused where no trainer runs it
+    (:func:`~packplace.placement.model.layout_rules.sequence_parallel_refusal`).
     """
-    options = TrainingOptions(bias_activation_fusion=bias_activation_fusion, moe_router_dtype=moe_router_dtype)
+    fp32, sp = layout
+    options = TrainingOptions(bias_activation_fusion=bias_activation_fusion, moe_router_dtype=moe_router_dtype,
+                              fp32_grad_buffer=fp32, sequence_parallel=sp)
+    if fp32 is not None and task != "train":
+        raise ConfigError(f"fp32_grad_buffer: a training pass's gradients, got {show(fp32)} for task {task}; drop it")
+    if sp is not None and task not in ("train", "infer"):
+        raise ConfigError(f"sequence_parallel: a trainer's layout (train, infer), got {show(sp)} for task {task}; "
+                          "drop it")
+    why = sequence_parallel_refusal(sp, framework, trainer_backend)
+    if why is not None:
+        raise ConfigError(f"sequence_parallel: {show(sp)} can have no effect: {why}")
     for name, value in (("bias_activation_fusion", bias_activation_fusion), ("moe_router_dtype", moe_router_dtype)):
         if value is not None and task != "train":
             raise ConfigError(f"{name}: a Megatron-Core trainer's setting (its saved activations), got {show(value)} "
@@ -991,7 +1008,8 @@ def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, fra
         why = megatron_field_refusal(name, value, framework, trainer_backend, shape is None or shape.is_moe)
         if why is not None:
             raise ConfigError(f"{name}: {show(value)} can have no effect: {why}")
-    return options, {"bias_activation_fusion": bias_activation_fusion, "moe_router_dtype": moe_router_dtype}
+    return options, {"bias_activation_fusion": bias_activation_fusion, "moe_router_dtype": moe_router_dtype,
+                     "fp32_grad_buffer": fp32, "sequence_parallel": sp}
 
 
 def _check_settings(task: str, recompute: str | None, optimizer: str, framework: str, enforce_eager: Any,
@@ -1587,11 +1605,16 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
     a Megatron trainer fuses its SwiGLU (:func:`~packplace.placement.model.nemo_rl_releases.megatron_fuses_swiglu`)
     and its MoE router's dtype (:func:`~packplace.placement.model.nemo_rl_releases.megatron_router_dtype`) unless
     ``megatron`` (:class:`~packplace.placement.model.memory.TrainingOptions`) sets ``bias_activation_fusion`` /
-    ``moe_router_dtype``, as ``place`` reads ``training.<role>``.
+    ``moe_router_dtype``, as ``place`` reads ``training.<role>``, and its ``fp32_grad_buffer`` /
+    ``sequence_parallel``, unset the trainer's own (:func:`~packplace.placement.model.stages.trainer_defaults` of
+    ``framework`` on ``trainer_backend`` megatron or not).
     ``micro_batches``: a training pass's micro-batches per DP×CP rank per step, ``M``: the CP group runs ``c·M``,
     stage ``i`` holding ``min(pp − i, c·M)`` in flight (:func:`~packplace.placement.model.pass_memory.in_flight`,
     the rule of ``place``'s vertex)."""
     engine = task in ("decode", "generate")
+    fp32, sp = trainer_defaults(framework, trainer_backend == "megatron")
+    sp = sp if megatron.sequence_parallel is None else megatron.sequence_parallel
+    sp = sp or (trainer_backend == "megatron" and megatron_requires_sequence_parallel(tp, ep))
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
@@ -1603,7 +1626,9 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                                                    megatron.bias_activation_fusion),
                          router_dtype=megatron_router_dtype(framework, framework_version, shape,
                                                             megatron.moe_router_dtype),
-                         fp32_grad_partitions=fp32_gradient_accumulation(framework, framework_version))
+                         fp32_grad_partitions=fp32_gradient_accumulation(framework, framework_version),
+                         sequence_parallel=sp,
+                         fp32_grad_buffer=fp32 if megatron.fp32_grad_buffer is None else megatron.fp32_grad_buffer)
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 
@@ -1783,6 +1808,15 @@ def _setting_flags(p) -> None:
                         "training.<role>.moe_router_dtype (the bytes of the router's saved probabilities); default: "
                         "the config's training.<role> one with --model CONFIG.yaml:ROLE, else the release's (nemo-rl "
                         "fp64)")
+    p.add_argument("--fp32-grad-buffer", default=None, dest="fp32_grad_buffer", choices=("true", "false"),
+                   help="train: fp32 gradients (4 bytes per parameter), as training.<role>.fp32_grad_buffer; default: "
+                        "the config's with --model CONFIG.yaml:ROLE, else the trainer's (Megatron-Core: verl and "
+                        "Megatron-LM true, NeMo RL false; any other trainer false)")
+    p.add_argument("--sequence-parallel", default=None, dest="sequence_parallel", choices=("true", "false"),
+                   help="train / infer with tp > 1: Megatron sequence parallelism, as "
+                        "training.<role>.sequence_parallel (false: the norms and linear inputs whole on every TP "
+                        "rank); default: the config's with --model CONFIG.yaml:ROLE, else the trainer's (verl "
+                        "Megatron true; NeMo RL, Megatron-LM and the rest false)")
     p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None, dest="enforce_eager",
                    help="decode without CUDA graphs (vLLM's enforce_eager): every decode iteration issues each "
                         "kernel from the host (decode, generate); --no-enforce-eager: with CUDA graphs, on a "
@@ -2116,6 +2150,8 @@ def _estimate_args(args: Any, hardware: Mapping[str, Any]) -> Estimate:
                       sharding=args.sharding, trainer_backend=args.trainer_backend,
                       bias_activation_fusion=_flag_bool(getattr(args, "bias_activation_fusion", None)),
                       moe_router_dtype=getattr(args, "moe_router_dtype", None),
+                      fp32_grad_buffer=_flag_bool(getattr(args, "fp32_grad_buffer", None)),
+                      sequence_parallel=_flag_bool(getattr(args, "sequence_parallel", None)),
                       micro_batches=args.micro_batches,
                       gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
 
@@ -2179,7 +2215,7 @@ def _config_training(doc: Any, role: str, task: str, given: Mapping[str, Any],
 
 #: ``training.<role>`` fields that ``estimate --model CONFIG.yaml:ROLE --task train`` takes as the defaults of its
 #: flags of the same names (:func:`_config_training`).
-CONFIG_TRAINING = ("recompute", "sharding", *MEGATRON_FIELDS)
+CONFIG_TRAINING = ("recompute", "sharding", "fp32_grad_buffer", "sequence_parallel", *MEGATRON_FIELDS)
 
 
 def _config_policy_fields(policy: Mapping[str, Any], task: str, given: Mapping[str, Any]) -> dict[str, Any]:

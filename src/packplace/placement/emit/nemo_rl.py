@@ -35,7 +35,7 @@ from packplace.placement.emit.common import (
     same_gpus,
 )
 from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
-from packplace.placement.model.memory import TrainingOptions
+from packplace.placement.model.memory import TrainingOptions, resolved_training
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
            "dpo": "examples/run_dpo.py"}
@@ -147,6 +147,11 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         s[f"{prefix}.megatron_cfg.pipeline_model_parallel_size"] = task.strategy.pp
         s[f"{prefix}.megatron_cfg.expert_model_parallel_size"] = task.strategy.ep
         s[f"{prefix}.megatron_cfg.activation_checkpointing"] = options.recompute == "full"
+        # the layout the plan's memory was priced with (memory.resolved_training: NeMo RL's own unless set)
+        resolved = resolved_training(options, "nemo-rl", True, task.strategy.tp, task.strategy.ep)
+        s[f"{prefix}.megatron_cfg.sequence_parallel"] = bool(resolved.sequence_parallel)
+        s[f"{prefix}.megatron_cfg.distributed_data_parallel_config.grad_reduce_in_fp32"] = bool(
+            resolved.fp32_grad_buffer)
         if prefix == "policy":
             s[f"{prefix}.megatron_cfg.optimizer.use_distributed_optimizer"] = options.sharding != "none"
         s[f"{prefix}.megatron_cfg.optimizer.optimizer_cpu_offload"] = options.offload != "none"
@@ -157,6 +162,7 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         return
     s[f"{prefix}.dtensor_cfg.tensor_parallel_size"] = task.strategy.tp
     s[f"{prefix}.dtensor_cfg.activation_checkpointing"] = options.recompute == "full"
+    s[f"{prefix}.dtensor_cfg.sequence_parallel"] = bool(resolved_training(options, "nemo-rl", False).sequence_parallel)
     s[f"{prefix}.dtensor_cfg.cpu_offload"] = options.offload == "optimizer+params"
     if options.lora_rank:
         # LoRA on every linear layer of the model, as the plan's adapters

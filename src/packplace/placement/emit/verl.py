@@ -39,7 +39,7 @@ from packplace.placement.emit.common import (
     same_gpus,
 )
 from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
-from packplace.placement.model.memory import TrainingOptions
+from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, resolved_training
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
 #: What a DAPO plan leaves to the user: its loss and sampling settings are not placement.
@@ -111,6 +111,9 @@ def emit_verl(view: PlanView) -> EmittedPlan:
         if megatron:
             s["actor_rollout_ref.ref.megatron.tensor_model_parallel_size"] = ref.strategy.tp
             s["actor_rollout_ref.ref.megatron.pipeline_model_parallel_size"] = ref.strategy.pp
+            # the reference's activations were priced with the trainer's default (it has no training options)
+            s["actor_rollout_ref.ref.megatron.sequence_parallel"] = bool(
+                resolved_training(DEFAULT_TRAINING, "verl", True, ref.strategy.tp, ref.strategy.ep).sequence_parallel)
             _reference_context_parallel(s, view.context_parallel.get("actor"))
         s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = ref.micro_batch
     if gen is not None:
@@ -161,6 +164,14 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
         s[f"{prefix}.megatron.use_distributed_optimizer"] = options.sharding != "none"
         s[f"{prefix}.megatron.param_offload"] = options.offload == "optimizer+params"
         s[f"{prefix}.megatron.optimizer_offload"] = options.offload != "none"
+        # the layout the plan's memory was priced with (memory.resolved_training: verl's own unless set)
+        resolved = resolved_training(options, "verl", True, task.strategy.tp, task.strategy.ep)
+        s[f"{prefix}.megatron.sequence_parallel"] = bool(resolved.sequence_parallel)
+        if not resolved.fp32_grad_buffer:   # verl's get_model sets grad_reduce_in_fp32 True unless overridden
+            out.refusals.append(f"{task.name} fp32_grad_buffer false: verl's Megatron workers reduce gradients in "
+                                f"fp32 (verl/utils/megatron_utils.py get_model: grad_reduce_in_fp32 True), twice the "
+                                f"gradient bytes the plan priced; drop fp32_grad_buffer: false, or add "
+                                f"+{prefix}.megatron.override_ddp_config.grad_reduce_in_fp32=False (verl v0.5.0 on)")
     else:
         fsdp = "actor_rollout_ref.actor.fsdp_config" if prefix.startswith("actor") else "critic.fsdp"
         if options.sharding != "zero3":

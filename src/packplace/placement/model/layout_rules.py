@@ -427,6 +427,21 @@ def megatron_field_refusal(field: str, value: Any, framework: str, backend: str,
 BACKEND_CHOICE = ("verl", "nemo-rl")
 
 
+def sequence_parallel_refusal(value: Any, framework: str, backend: str) -> str | None:
+    """Why ``training.<role>.sequence_parallel: true`` can have no effect, or ``None``: a trainer with no sequence
+    parallelism, DeepSpeed's (OpenRLHF, DeepSpeed-Chat: AutoTP splits the linears only). Megatron-Core
+    (``megatron_cfg.sequence_parallel``, verl ``megatron.sequence_parallel``), NeMo RL's DTensor workers
+    (``dtensor_cfg.sequence_parallel``) and framework ``none``'s own tensor-parallel trainer (PyTorch's
+    ``SequenceParallel`` style; the bare loop runs no tensor parallelism, where the setting changes nothing) take it;
+    false and unset are always accepted. ``backend``: ``policy.trainer_backend`` (no rule reads it yet)."""
+    del backend
+    if value is not True:
+        return None
+    if framework in DEEPSPEED_TRAINERS:
+        return f"{framework} trains with DeepSpeed (ZeRO), which has no sequence parallelism; drop it"
+    return None
+
+
 def check_config(ctx: Context) -> None:
     """:func:`config_refusals` as an error, checked when a config with ``policy.framework`` loads.
 

@@ -54,6 +54,7 @@ from packplace.placement.model.pass_memory import (
 # the stage helpers live in model/stages.py; re-exported here under their names
 from packplace.placement.model.stages import ADAM_BYTES as ADAM_BYTES
 from packplace.placement.model.stages import SHARDING as SHARDING
+from packplace.placement.model.stages import megatron_requires_sequence_parallel, trainer_defaults
 from packplace.placement.model.stages import stage_gemm_share as stage_gemm_share
 from packplace.placement.model.stages import stage_layers as stage_layers
 from packplace.placement.model.stages import stage_params as stage_params
@@ -192,8 +193,13 @@ class TrainingOptions:
             attention keeps its scores under it as under ``none``,
             :func:`~packplace.placement.model.pass_memory.eager_score_bytes_per_token`) or ``full``.
         offload: ``none`` (default), ``optimizer`` or ``optimizer+params`` (host memory over PCIe).
-        fp32_grad_buffer: fp32 gradient accumulation buffer (4 bytes per parameter instead of 2;
-            default false).
+        fp32_grad_buffer: fp32 gradient accumulation buffer (4 bytes per parameter instead of 2); ``None``
+            (the default): the trainer's own (:func:`trainer_defaults`: on Megatron-Core verl's and Megatron-LM's
+            fp32 buffer, NeMo RL's bf16 one; false on every other trainer).
+        sequence_parallel: Megatron sequence parallelism of a tensor-parallel trainer (the norms, residuals and
+            linear inputs split over the TP ranks along the sequence,
+            :func:`~packplace.placement.model.pass_memory.unsplit_activation_bytes_per_token`); ``None`` (the
+            default): the trainer's own (:func:`trainer_defaults`).
         lora_rank: LoRA adapters of rank ``r`` on every linear of the transformer blocks (0, the
             default: full-parameter training; :func:`lora_params`): the blocks' matrix weights are
             frozen, the adapters, biases, norms, embeddings and head train.
@@ -226,19 +232,21 @@ class TrainingOptions:
     sharding: str = "zero1"
     recompute: str = "selective"
     offload: str = "none"
-    fp32_grad_buffer: bool = False
+    fp32_grad_buffer: bool | None = None
     lora_rank: int = 0
     optimizer_steps: int = 1
     fsdp_size: int = 0
     bias_activation_fusion: bool | None = None
     moe_router_dtype: str | None = None
+    sequence_parallel: bool | None = None
 
     def __post_init__(self) -> None:
         for name, valid in (("sharding", SHARDING), ("recompute", RECOMPUTE), ("offload", OFFLOAD)):
             if getattr(self, name) not in valid:
                 raise ConfigError(f"{name}: must be one of {', '.join(valid)}, got {getattr(self, name)!r}")
-        if not isinstance(self.fp32_grad_buffer, bool):
-            raise ConfigError(f"fp32_grad_buffer: must be true or false, got {self.fp32_grad_buffer!r}")
+        for name in ("fp32_grad_buffer", "sequence_parallel"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: must be true or false (unset: the trainer's), got {getattr(self, name)!r}")
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 0:
             raise ConfigError(f"lora_rank: must be an integer >= 0 (0 = no LoRA), got {self.lora_rank!r}")
         if isinstance(self.optimizer_steps, bool) or not isinstance(self.optimizer_steps, int) \
@@ -328,6 +336,16 @@ def lora_train_state_bytes(model: ModelSpec, pp: int, tp: int, dp: int, options:
 
 
 DEFAULT_TRAINING = TrainingOptions()
+def resolved_training(options: TrainingOptions, framework: str, megatron: bool, tp: int = 1,
+                      ep: int = 1) -> TrainingOptions:
+    """``options`` with ``fp32_grad_buffer`` and ``sequence_parallel`` set where they are unset
+    (:func:`trainer_defaults` of ``framework`` on Megatron-Core or not); on Megatron-Core at ``tp`` and ``ep`` both
+    above 1 sequence parallelism whatever the options say (Megatron-Core runs no other way,
+    :func:`~packplace.placement.model.stages.megatron_requires_sequence_parallel`)."""
+    fp32, sp = trainer_defaults(framework, megatron)
+    sp = sp if options.sequence_parallel is None else options.sequence_parallel
+    return replace(options, fp32_grad_buffer=fp32 if options.fp32_grad_buffer is None else options.fp32_grad_buffer,
+                   sequence_parallel=sp or (megatron and megatron_requires_sequence_parallel(tp, ep)))
 
 
 @dataclass(frozen=True)
@@ -490,10 +508,11 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         micro_batches: Micro-batches per replica per step (generation: rounds).
         seq_len: Tokens per sequence of a training / inference pass: the pass's micro-batch holds
             ``micro_batch · seq_len`` tokens unless ``pass_tokens`` is given.
-        prompt_len: Prompt tokens ``S`` (generation's prefill workspace).
-        live_len: Live KV tokens per generated sequence (``S + mean response``, paged cache).
-        options: Training memory options (train only); ``zero3_fetch``: DeepSpeed's (:func:`zero3_kept_bytes`);
-            ``fp32_grad_partitions``: DeepSpeed's fp32 gradient accumulation (:func:`_train_buffers`).
+        prompt_len, live_len: Prompt tokens ``S`` (generation's prefill workspace); live KV tokens per generated
+            sequence (``S + mean response``, paged cache).
+        options: Training options, resolved (:func:`resolved_training`; ``infer`` reads ``sequence_parallel``);
+            ``zero3_fetch``: DeepSpeed's (:func:`zero3_kept_bytes`); ``fp32_grad_partitions``: DeepSpeed's fp32
+            gradient accumulation (:func:`_train_buffers`).
         prefill_sequences: Prompts whose prefill workspace a generation engine holds at once (default
             ``micro_batch``; a continuously batched engine prefills a bounded chunk: 1 prompt).
         ep: Expert-parallel degree (a MoE model; divides ``dp``): the stage's weights are
@@ -513,8 +532,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
         logit_bytes: The framework's logit bytes per vocabulary entry per token of a training or log-prob
             pass (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: 10 / 12).
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
-        context_parallel: A ``train`` or ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`,
-            what it splits and what it does not); ``generate`` ignores it. ``bare_loop``: :func:`_bare_loop_gradients`.
+        context_parallel: A ``train`` / ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`, what it
+            splits and what not; ``generate`` ignores it). ``bare_loop``: :func:`_bare_loop_gradients`.
         fused_kernels, fused_swiglu, router_dtype: A Megatron-Core ``train`` vertex (:func:`_train_vertex_transient`).
 
     Per stage ``i``: train — :func:`train_state_bytes` resident (with ``options.lora_rank`` the stage's adapters
@@ -536,9 +555,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
-    tokens = micro_batch * seq_len if pass_tokens is None else pass_tokens
     cp = context_parallel if kind in ("train", "infer") else NO_CONTEXT_PARALLEL
-    tokens = cp.rank_tokens(tokens, micro_batch, tp)
+    tokens = cp.rank_tokens(micro_batch * seq_len if pass_tokens is None else pass_tokens, micro_batch, tp)
     logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
     layers, params = stage_layers(model.layers, pp), stage_params(model, pp)
@@ -557,7 +575,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
             resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp, ep=ep, cp=cp.ring,
-                                    kv_cache=framework == "none", logit_bytes=logit_bytes, score_bytes=scores)
+                                    kv_cache=framework == "none", logit_bytes=logit_bytes, score_bytes=scores,
+                                    sequence_parallel=bool(options.sequence_parallel))
             transient = sum(parts) + workspace + _gathered(model, sharded_weights, zero3_fetch, tp, framework, i == 0,
                                                            last)
             if offloaded_weights:  # nothing resident; while it runs the gathered layer, or a replica's weights
@@ -708,13 +727,15 @@ def _train_vertex_transient(model: ModelSpec, options: TrainingOptions, tokens: 
                                 fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
                                 router_dtype=router_dtype, expert_tp=expert_tp,
                                 score_bytes=eager_score_bytes_per_token(model, seq_len, framework, True),
-                                bare=bare, held_gradients=not end_gradients), root)
+                                bare=bare, held_gradients=not end_gradients,
+                                sequence_parallel=bool(options.sequence_parallel)), root)
     transient = replace(part, buffers=buffers).peak(workspace, end_gradients)
     if logprob_tokens is None:
         return transient
     forward = infer_transient(model, tokens=logprob_tokens, n_layers=n_layers, last=last, tp=tp, kv_cache=kv_cache,
                               ep=ep, cp=ring, logit_bytes=logit_bytes,
-                              score_bytes=eager_score_bytes_per_token(model, seq_len, framework, False))
+                              score_bytes=eager_score_bytes_per_token(model, seq_len, framework, False),
+                              sequence_parallel=bool(options.sequence_parallel))
     return max(transient, sum(forward) + workspace + root[0] + buffers.resident)
 
 

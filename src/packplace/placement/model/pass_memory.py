@@ -470,6 +470,36 @@ def eager_score_bytes_per_token(model: ModelSpec, seq_len: float, framework: str
     return per * model.heads * float(seq_len)
 
 
+def unsplit_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_kernels: bool = False,
+                                       router_dtype: str = "bf16") -> float:
+    """Bytes per token of one layer's saved activations (:func:`saved_activation_bytes_per_token`) that tensor
+    parallelism leaves whole on every TP rank without sequence parallelism: what runs outside the column- and
+    row-parallel linears, on the ``[s, b, d]`` tensors every rank holds, namely the two norms (their input and
+    output, which the QKV and the first MLP linear keep as their input: Transformer Engine's ``8d + 8``, or
+    :func:`_norm_bytes` twice), under autocast the linears' bf16 casts of the norm outputs (``2d`` per consumer)
+    and a MoE layer's router (it scores every token it is given:
+    :func:`megatron_router_bytes_per_token` on Megatron-Core, else its fp32 probabilities). The attention (its
+    heads) and the MLP (its width) are split. Korthikanti et al. 2022 (arXiv 2205.05198) §4.2.2 and Table 2:
+    ``sbh·(10 + 24/t + 5as/(ht))`` per layer with tensor parallelism alone against ``sbh/t·(34 + 5as/h)`` with
+    sequence parallelism, the 10 being the two LayerNorms' inputs (``4sbh``), the inputs of the QKV and the first
+    MLP linear (``4sbh``) and the two dropout masks (``2sbh``; no dropout here, as the layer model has none).
+    Under full recomputation the layer's checkpointed input is whole too (Megatron's
+    ``distribute_saved_activations`` is off by default), :func:`train_transient`."""
+    d = model.hidden_dim
+    gated = model.mlp == "gated"
+    if fused_kernels and not autocast:
+        total = 2.0 * (4.0 * d + 4.0)
+    else:
+        total = 2.0 * _norm_bytes(model, autocast)
+        if autocast:
+            total += 2.0 * d * (3 + (2 if gated else 1))
+    if model.is_moe:
+        router = megatron_router_bytes_per_token(model, router_dtype) if fused_kernels and not autocast \
+            else 4.0 * model.num_experts
+        total += router * model.moe_layers / model.layers
+    return total
+
+
 def checkpoint_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
     """Bytes per token per layer kept under full recomputation: the layer's input (fp32 under autocast,
     bf16 otherwise)."""
@@ -661,7 +691,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                 workspace_bytes: float | None = None, cp: int = 1, logit_bytes: tuple[float, float] | None = None,
                 trainer_backend: str = "none", cp_exact: bool = True, fused_swiglu: bool = False,
                 router_dtype: str = "bf16", zero3_fetch: Zero3Prefetch | None = None,
-                fp32_grad_partitions: bool = False) -> PassMemory:
+                fp32_grad_partitions: bool = False, sequence_parallel: bool = False,
+                fp32_grad_buffer: bool = False) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -672,8 +703,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             written, logits of the last token only), ``decode`` (one iteration of ``micro_batch``
             running sequences of ``context`` cached tokens) or ``generate`` (``micro_batch`` sequences
             generated up to ``context`` tokens: the last decode iteration plus one prompt's prefill).
-        micro_batch: Sequences (``B``).
-        seq_len: Tokens per sequence (train, infer, prefill; ``S``).
+        micro_batch, seq_len: Sequences (``B``); tokens per sequence (train, infer, prefill; ``S``).
         context: Cached tokens per sequence (decode, generate; ``C``).
         recompute: ``none``, ``selective`` or ``full`` (:data:`RECOMPUTE_MODES`; train only).
         optimizer: ``adam`` or ``none`` (train only): ``adam`` with ``sharding: none`` is fp32 master
@@ -681,14 +711,13 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             loop trains; with ``zero1``–``zero3`` the ZeRO mixed-precision layout of
             :func:`~packplace.placement.model.memory.train_state_bytes` (bf16 weights and activations);
             ``none``: bf16 weights and gradients, no optimizer state.
-        tp, pp, dp, ep: Parallel degrees (activations and logits split ``tp`` ways as with sequence
-            parallelism and a vocabulary-parallel head; stage ``i`` of ``pp`` holds :func:`in_flight` micro-batches
-            under 1F1B; ``dp`` shards state only through ``sharding``; ``ep`` splits the routed experts).
+        tp, pp, dp, ep: Parallel degrees (activations split ``tp`` ways but what ``sequence_parallel`` leaves whole,
+            logits by a vocabulary-parallel head; stage ``i`` of ``pp`` holds :func:`in_flight` micro-batches under
+            1F1B; ``dp`` shards state only through ``sharding``; ``ep`` splits the routed experts).
         framework: ``none`` (bare PyTorch, Hugging Face layers; a log-prob forward keeps the model's
             KV cache, as ``model(input_ids)`` does with ``use_cache`` on) or a framework profile name (its
             passes run with ``use_cache`` off; eager attention's scores: :func:`eager_score_bytes_per_token`).
-        sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer``
-            weights).
+        sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer`` weights).
         micro_batches: Micro-batches per step: the pipeline's in-flight count, and with more than one
             the gradients of the earlier micro-batches are held throughout (gradient accumulation).
             Gradients are also held in every phase of a step of one micro-batch where the layout keeps them as
@@ -702,16 +731,16 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         logit_bytes: The framework's ``(forward, loss backward)`` bytes per vocabulary entry per token of the
             logits in a training or log-prob pass (:func:`logit_bytes_per_token`; ``None``: 10 / 12).
         trainer_backend: The ``train`` pass's trainer (``none``: bare PyTorch; :func:`resident_gradients`).
-        cp_exact: With ``cp > 1``, the sequences' own lengths are ``seq_len`` (True) or any up to it (False):
-            :func:`_pass_tokens`.
+        cp_exact: With ``cp > 1``, the sequences' lengths are ``seq_len`` (True) or up to it (:func:`_pass_tokens`).
         fused_swiglu, router_dtype: A ``megatron`` trainer's ``bias_activation_fusion`` and ``moe_router_dtype``
             (:mod:`~packplace.placement.model.nemo_rl_releases`; :func:`saved_activation_bytes_per_token`).
         zero3_fetch: A DeepSpeed ZeRO-3 trainer's training fetch settings (``sharding`` zero3; the framework
             profile's ``zero3_fetch``): a training pass holds the parameters DeepSpeed keeps gathered into the
             backward (:func:`~packplace.placement.model.deepspeed_zero3.zero3_kept_bytes`) in every phase, as
-            ``place`` does; None (FSDP, or no profile): one gathered layer and the root unit
-            (:func:`fsdp_root_bytes`).
+            ``place`` does; None (FSDP, or no profile): one gathered layer and the root unit (:func:`fsdp_root_bytes`).
         fp32_grad_partitions: DeepSpeed's fp32 gradient accumulation (:func:`gradient_buffers`' ``fp32_partitions``).
+        sequence_parallel, fp32_grad_buffer: Megatron sequence parallelism (false: the norms are whole on every TP
+            rank, :func:`unsplit_activation_bytes_per_token`); fp32 gradients beside bf16 weights (``train``).
 
     Returns:
         :class:`PassMemory`.
@@ -743,11 +772,12 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 NO_BUFFERS if optimizer != "adam" else gradient_buffers(
                                     model, framework=framework, sharding=sharding, tp=tp, dp=dp, trainable=per_gpu[i],
                                     megatron=trainer_backend == "megatron", tokens=tokens, last=last,
-                                    fp32_partitions=fp32_grad_partitions))
+                                    fp32_partitions=fp32_grad_partitions), (sequence_parallel, fp32_grad_buffer))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward,
-                                fsdp_root_bytes(model, tp, framework, i == 0, last)[0] if fsdp else 0.0)
+                                fsdp_root_bytes(model, tp, framework, i == 0, last)[0] if fsdp else 0.0,
+                                sequence_parallel)
         else:
             part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws,
                                  ep, hybrid_engine=framework == "deepspeed-chat")
@@ -964,7 +994,8 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
                     cp: int = 1, logit_bytes: tuple[float, float] | None = None,
                     fused_kernels: bool = False, fused_swiglu: bool = False,
                     router_dtype: str = "bf16", expert_tp: int = 1, score_bytes: float = 0.0,
-                    bare: bool = False, held_gradients: bool = True) -> TrainTransient:
+                    bare: bool = False, held_gradients: bool = True,
+                    sequence_parallel: bool = False) -> TrainTransient:
     """:class:`TrainTransient` of one stage of ``n_layers`` layers for a micro-batch of ``tokens`` tokens
     (``inflight`` micro-batches' activations held, 1F1B). ``autocast``: fp32 master weights under
     ``torch.autocast`` (bf16 copies of every matmul weight cached through the forward; under full
@@ -991,12 +1022,17 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     The output head's backward (``head_gradient``, :func:`head_backward_bytes`) is priced on every trainer's last
     stage. ``bare``: a bare PyTorch loop (:func:`bare_loop`), whose first layer's weight gradients are priced as well
     (:func:`_bare_loop_backward`); ``held_gradients``: its gradients are held through
-    the step (several micro-batches), else they are allocated from the head's backward on."""
+    the step (several micro-batches), else they are allocated from the head's backward on. ``sequence_parallel``
+    false with ``tp > 1``: what tensor parallelism leaves whole on every rank is priced for all ``tokens``, not
+    ``tokens / tp`` (:func:`unsplit_activation_bytes_per_token`; full recomputation's checkpoints, the final norm
+    and the residual stream's two gradients of the backward working set likewise)."""
     head = model.head_gemm_params / tp if last else 0.0
     layer_gemm = (model.gemm_params - model.head_gemm_params) / model.layers / tp
     gemm = layer_gemm * n_layers + head
     t = tokens / tp
     a_layer = saved_activation_bytes_per_token(model, autocast, fused_kernels, fused_swiglu, router_dtype) * t
+    whole = 0.0 if sequence_parallel else tokens - t   # tokens each rank holds beyond its 1/tp share
+    a_layer += unsplit_activation_bytes_per_token(model, autocast, fused_kernels, router_dtype) * whole
     if recompute == "selective":
         # the attention core recomputed: its fp32 log-sum-exp is not kept (its output is: the output
         # projection keeps it as its input)
@@ -1004,7 +1040,7 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     a_layer += score_bytes * t
     layer_tensors = SAVED_TENSORS_PER_LAYER + (EAGER_SAVED_SCORE_TENSORS if score_bytes else 0)
     if recompute == "full":
-        saved = checkpoint_bytes_per_token(model, autocast) * t * n_layers * inflight
+        saved = checkpoint_bytes_per_token(model, autocast) * (t + whole) * n_layers * inflight
         saved_tensors = n_layers * inflight
     else:
         saved = a_layer * n_layers * inflight
@@ -1023,6 +1059,7 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     combine = megatron_combine_bytes_per_token(model, router_dtype, expert_tp) * t if fused_kernels else 0.0
     combine += _slack(3, combine / 4.0) if combine else 0.0   # the cast, the stacked copy and the output
     working = backward_working_bytes_per_token(model, autocast, fused_kernels, fused_swiglu) * t
+    working += 2.0 * (4.0 if autocast else 2.0) * model.hidden_dim * whole   # the residual's gradients, whole
     working += _slack(BACKWARD_WORKING_TENSORS, working / BACKWARD_WORKING_TENSORS)
     if bare:
         head_gradient, layer_gradients = _bare_loop_backward(model, t, head, model.block_params / model.layers / tp,
@@ -1037,8 +1074,8 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
         slack_forward=weights + _slack(saved_tensors, saved_each) + blas,
         slack_end=2 * weights + _slack(layer_tensors, a_layer / layer_tensors) + blas,
         ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward,
-        head_forward=_head_bytes(model, autocast, False, t) if last and full else 0.0,
-        head_backward=_head_bytes(model, autocast, True, t) if last and full else 0.0, combine=combine,
+        head_forward=_head_bytes(model, autocast, False, t + whole) if last and full else 0.0,
+        head_backward=_head_bytes(model, autocast, True, t + whole) if last and full else 0.0, combine=combine,
         layer_backward=_score_backward(model, score_bytes, t) + working + layer_gradients
         + (_recomputed_layer(a_layer, layer_tensors, (2.0 * layer_gemm if autocast else 0.0)
                              + max(ring_backward, combine)) if full else 0.0),
@@ -1203,7 +1240,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16",
                  expert_tp: int = 1, score_bytes: float = 0.0, kept: float = 0.0, bare: bool = False,
                  root: tuple[float, float, float] = (0.0, 0.0, 0.0),
-                 buffers: GradientBuffers = NO_BUFFERS) -> PassMemory:
+                 buffers: GradientBuffers = NO_BUFFERS, layout: tuple[bool, bool] = (False, False)) -> PassMemory:
     """One pipeline stage of a training micro-batch, with the activations of ``inflight`` micro-batches saved
     (:func:`in_flight`): the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
@@ -1216,7 +1253,8 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     (:func:`train_transient`); ``bare``: a bare PyTorch loop (:func:`bare_loop`). The output head's backward is the
     phase ``head_backward`` on every trainer's last stage (:func:`head_backward_bytes`). ``root``: an FSDP
     trainer's root unit (:func:`fsdp_root_bytes`); ``buffers``: a DeepSpeed ZeRO or Megatron-Core trainer's gradient
-    buffers (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`), in the gradients column."""
+    buffers (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`), in the gradients column;
+    ``layout``: ``(sequence_parallel, fp32_grad_buffer)`` (:func:`pass_memory`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     held_gradients = micro_batches > 1 or keep_gradients
@@ -1224,7 +1262,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                            tp=tp, inflight=inflight, autocast=autocast, ep=ep, cp=cp,
                            logit_bytes=logit_bytes, fused_kernels=fused_kernels, fused_swiglu=fused_swiglu,
                            router_dtype=router_dtype, expert_tp=expert_tp, score_bytes=score_bytes, bare=bare,
-                           held_gradients=held_gradients)
+                           held_gradients=held_gradients, sequence_parallel=layout[0])
     part = replace(with_fsdp_root(part, root), buffers=buffers)
     # the routed experts' state shards over the dp/ep ranks holding the same experts (Megatron-Core's
     # expert-data-parallel group), the rest over dp
@@ -1234,12 +1272,15 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     expert_states = 1 if sharding == "none" else max(1, dp // ep)
     if autocast:
         weights, moments, grads = 4.0 * params, 8.0 * params, 4.0 * params
+        if layout[1]:   # a Megatron-Core DDP's bf16 weights beside its fp32 master and main-gradient buffer
+            weights += 2.0 * params   # (memory.train_state_bytes: 2 + 4 + 12 bytes a parameter)
     else:
         weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
         moments = 0.0 if optimizer == "none" else ADAM_BYTES * (dense / states + expert / expert_states)
-        grads = 2.0 * params
+        g = 4.0 if layout[1] else 2.0
+        grads = g * params
         if sharding in ("zero2", "zero3"):
-            grads = 2.0 * (dense / states + expert / expert_states)
+            grads = g * (dense / states + expert / expert_states)
     weights += kept + part.root_weights   # DeepSpeed ZeRO-3's kept parameters (zero3_kept_bytes), FSDP's root unit
     held = (grads if held_gradients else 0.0) + buffers.resident
     grads += buffers.resident + buffers.backward
@@ -1276,7 +1317,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
 def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, tp: int,
                     kv_cache: bool, ep: int = 1, cp: int = 1,
                     logit_bytes: tuple[float, float] | None = None,
-                    score_bytes: float = 0.0) -> tuple[float, float, float, float]:
+                    score_bytes: float = 0.0, sequence_parallel: bool = False) -> tuple[float, float, float, float]:
     """``(activations, logits, kv_cache, slack)`` bytes per GPU at the peak of a no-grad log-prob forward
     of ``tokens`` tokens on a stage of ``n_layers`` layers: the larger of one layer's working set
     (:func:`working_set_bytes_per_token`) and, on the last stage, the logits' ``10·V`` per token (a
@@ -1287,14 +1328,18 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     set adds the ring's forward buffers (:func:`ring_attention_bytes_per_token`; added to the whole
     working set, not only to its attention step: the larger figure); ``score_bytes``: an eager attention's
     no-grad score bytes per token of one layer (:func:`eager_score_bytes_per_token`, ``saved`` false), added to
-    the working set the same way."""
+    the working set the same way. ``sequence_parallel`` false with ``tp > 1``: the residual, the norm's output and
+    its fp32 copies (``12d`` of the working set) and the final hidden states are whole on every rank, priced for all
+    ``tokens`` (added to the whole working set: the larger figure; Korthikanti et al. 2022, Table 2)."""
     t = tokens / tp
+    whole = 0.0 if sequence_parallel else tokens - t
     kv = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers * tokens if kv_cache else 0.0
     slack = weight_slack(model, n_layers, tp, ep) + _slack(2 * n_layers, model.kv_bytes_per_token(tp, 1) / model.layers
                                                          * tokens / 2 if kv_cache else 0.0)
     layer = (working_set_bytes_per_token(model) + score_bytes) * t + _ring_bytes(model, cp, tp, tokens, False)
+    layer += 12.0 * model.hidden_dim * whole
     if last:
-        hidden = 2.0 * model.hidden_dim * t
+        hidden = 2.0 * model.hidden_dim * (t + whole)
         logits = logit_bytes_per_token(model, False, logit_bytes) * t
         if hidden + logits >= layer:
             return hidden, logits, kv, slack
@@ -1304,7 +1349,7 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
 def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: float, tp: int, dp: int,
                  sharding: str, framework: str, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, score_bytes: float = 0.0,
-                 root: float = 0.0) -> PassMemory:
+                 root: float = 0.0, sequence_parallel: bool = False) -> PassMemory:
     """One stage of a log-prob forward (no grad): bf16 weights (ZeRO-3: the shard and one gathered
     layer; ``root``: an FSDP root unit's gathered weights, :func:`fsdp_root_bytes`, which the no-grad forward
     leaves gathered as well) plus :func:`infer_transient` (``score_bytes``: an eager attention's no-grad scores)."""
@@ -1312,7 +1357,7 @@ def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tok
     weights = 2.0 * params / dp + 2.0 * layer_params + root if sharding == "zero3" else 2.0 * params
     act, logits, kv, slack = infer_transient(model, tokens=tokens, n_layers=n_layers, last=last, tp=tp,
                                              kv_cache=framework == "none", ep=ep, cp=cp, logit_bytes=logit_bytes,
-                                             score_bytes=score_bytes)
+                                             score_bytes=score_bytes, sequence_parallel=sequence_parallel)
     return _assemble("logits" if logits else "layer", weights, 0.0, 0.0, act, logits, kv, ws + slack)
 
 

@@ -13,6 +13,39 @@ from packplace.placement.problem.models import ModelSpec
 ADAM_BYTES = 12
 #: ZeRO sharding stages of a training task (:class:`~packplace.placement.model.memory.TrainingOptions`).
 SHARDING = ("none", "zero1", "zero2", "zero3")
+#: ``(fp32_grad_buffer, sequence_parallel)`` of a Megatron-Core trainer whose config leaves them unset, by framework
+#: (:func:`trainer_defaults`). verl: ``verl/utils/megatron_utils.py`` ``get_model`` builds Megatron's
+#: ``DistributedDataParallelConfig`` with ``grad_reduce_in_fp32: True`` (v0.1-v0.2 ``accumulate_allreduce_grads_in_
+#: fp32=True``, line 107; v0.4.0 line 129; v0.7.0 line 141), which a user's ``override_ddp_config`` may replace,
+#: and its Megatron engine config sets ``sequence_parallel: True`` (``trainer/config/ppo_megatron_trainer.yaml``
+#: v0.1-v0.4, ``trainer/config/engine/megatron.yaml`` line 32 from v0.6.0; ``workers/config/engine.py`` turns it
+#: off at tp 1). NeMo RL v0.4.0-v0.7.0: ``examples/configs/grpo_math_1B_megatron.yaml`` ``policy.megatron_cfg``
+#: ``sequence_parallel: false`` and ``distributed_data_parallel_config.grad_reduce_in_fp32: false``, which
+#: ``nemo_rl/models/megatron/setup.py`` passes to Megatron as they are. ``none`` (Megatron-LM's own
+#: ``pretrain_gpt.py``): ``megatron/training/arguments.py`` ``--sequence-parallel`` is ``store_true`` (off unless
+#: given), and under ``--bf16`` ``validate_args`` sets ``accumulate_allreduce_grads_in_fp32`` unless
+#: ``--grad-reduce-in-bf16`` ("accumulate and all-reduce gradients in fp32 for bfloat16 data type").
+MEGATRON_TRAINER_DEFAULTS = {"verl": (True, True), "nemo-rl": (False, False), "none": (True, False)}
+
+
+def trainer_defaults(framework: str, megatron: bool) -> tuple[bool, bool]:
+    """``(fp32_grad_buffer, sequence_parallel)`` a trainer of ``framework`` runs with where its config leaves them
+    unset: on Megatron-Core (``megatron``) :data:`MEGATRON_TRAINER_DEFAULTS`; on any other trainer ``(False,
+    False)``: FSDP / DTensor (NeMo RL ``examples/configs/grpo_math_1B.yaml`` ``dtensor_cfg.sequence_parallel:
+    false``, v0.4.0-v0.7.0; verl's FSDP workers have no tensor parallelism), DeepSpeed's ZeRO trainers (OpenRLHF,
+    DeepSpeed-Chat: AutoTP splits the linears only, no sequence parallelism) and a bare PyTorch loop, whose
+    gradients the memory model prices by their own layouts."""
+    if not megatron:
+        return False, False
+    return MEGATRON_TRAINER_DEFAULTS.get(framework, MEGATRON_TRAINER_DEFAULTS["none"])
+
+
+def megatron_requires_sequence_parallel(tp: int, ep: int) -> bool:
+    """Whether Megatron-Core runs a layout of tensor degree ``tp`` and expert degree ``ep`` only with sequence
+    parallelism: both above 1 (``megatron/core/model_parallel_config.py`` ``__post_init__``: "When using expert
+    parallelism and tensor parallelism, sequence parallelism must be used", a ``ValueError`` otherwise), so such a
+    trainer holds the sequence-parallel activations whatever its config says, and the emitters write it on."""
+    return tp > 1 and ep > 1
 
 
 @lru_cache(maxsize=4096, typed=True)   # typed: a bool is refused, not served pp 1's entry

@@ -62,6 +62,7 @@ from packplace.placement.model.layout_rules import (
     megatron_field_refusal,
     release_staleness,
     release_staleness_note,
+    sequence_parallel_refusal,
 )
 from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, ROUTER_DTYPES, SHARDING, TrainingOptions, lora_params
 from packplace.placement.model.nemo_rl_releases import release_for
@@ -261,7 +262,14 @@ TRAINING_FIELDS: dict[str, Field] = {
                        meaning="activation recomputation (selective: the attention core; full: every layer)"),
     "offload": Field("enum", choices=OFFLOAD, default="none",
                      meaning="training state kept in host memory, moved at host_bandwidth"),
-    "fp32_grad_buffer": Field("bool", default=False, meaning="fp32 gradient accumulation buffer (4 bytes/param)"),
+    "fp32_grad_buffer": Field("bool", default=None,
+                              meaning="fp32 gradient accumulation buffer (4 bytes/param); unset: the trainer's "
+                                      "(Megatron-Core: verl and Megatron-LM fp32, NeMo RL bf16; "
+                                      "stages.trainer_defaults)"),
+    "sequence_parallel": Field("bool", default=None,
+                               meaning="Megatron sequence parallelism of a tensor-parallel trainer (false: the norms "
+                                       "and linear inputs whole on every TP rank); unset: the trainer's (verl "
+                                       "Megatron true; NeMo RL, Megatron-LM and the rest false)"),
     "lora_rank": Field("int", "rank", 0, 65536, default=0,
                        meaning="LoRA adapters of this rank on every linear of the blocks, base matrices frozen "
                                "(0 = full-parameter training)"),
@@ -1112,6 +1120,9 @@ def _check_training_models(training: Mapping[str, TrainingOptions], models: Mapp
                                          models[role].is_moe)
             if why is not None:
                 raise ConfigError(f"[training.{role}] {name}: {show(value)} can have no effect: {why}")
+        why = sequence_parallel_refusal(options.sequence_parallel, policy["framework"], policy["trainer_backend"])
+        if why is not None:
+            raise ConfigError(f"[training.{role}] sequence_parallel: true can have no effect: {why}")
 
 
 def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:
