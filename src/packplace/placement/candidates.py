@@ -1368,6 +1368,8 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
                                                       generate_calls(cost, dp, micro_batch),
                                                       cost.shards(model))
     if kind == "train":
+        # the gradient bytes it reduces as its memory prices them: the trainer's own fp32 buffer where unset
+        options = resolved_training(options, cost.framework.name, kernels(pp, tp, ep) == "megatron", tp, ep)
         parts["memory_options"] = training_overhead_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
         if kernels(pp, tp, ep) == "megatron":
             parts["train"] *= swiglu_factor
