@@ -58,8 +58,9 @@ def test_a_plan_searched_for_a_framework_emits_no_refusal_and_only_known_keys(co
     instance = planned_for(config, framework, backend)
     try:
         result = api.solve_placement(instance, "greedy", time_limit_s=20, seed=0)
-    except InfeasibleError as exc:   # the memory error names the settings that fit
-        assert "fits with" in str(exc) or "no memory-saving setting" in str(exc)
+    except InfeasibleError as exc:   # the memory error names the settings that fit, or says it ran out of time to try
+        assert any(s in str(exc) for s in ("fits with", "no memory-saving setting",
+                                           "memory-saving settings were not all tried")), str(exc)
         return
     if result.solution is None:   # no plan fits in memory: the message names the settings that would, or says none
         # does or that its fixed hint budget (fit_hints.HINTS_BUDGET_S) ran out first (the OpenRLHF Llama-2-7B config
