@@ -57,11 +57,12 @@ def _config(framework, backend, sharding, gpus, sequences, recompute="none", cp=
 
 
 def _vertex_bytes(config, strategy: Strategy, mb: int) -> float:
-    """``resident + transient`` bytes ``place``'s evaluator charges ``actor.train`` on ``strategy``."""
+    """``resident + transient`` bytes of ``place``'s ``actor.train`` candidate on ``strategy`` at its fullest stage
+    (``Candidate.stage_bytes``; the plan's memory check charges the stages' peaks, which may lie on two stages)."""
     instance = build_instance(config)
     cand = get_evaluator(instance).table.lookup("actor.train", strategy, mb, (1, 1, strategy.gpus))
     assert cand is not None, (strategy, mb)
-    return cand.resident_bytes + cand.transient_bytes
+    return max(r + t for r, t in cand.stage_bytes or ((cand.resident_bytes, cand.transient_bytes),))
 
 
 def _pair(framework, backend, sharding, dp=1, tp=1, pp=1, mb=1, cp=1, workspace=None, recompute="none"):

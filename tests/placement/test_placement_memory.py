@@ -15,8 +15,10 @@ from packplace.placement.model.memory import (
     TrainingOptions,
     max_concurrent_sequences,
     stage_params,
+    stage_peaks,
     train_state_bytes,
     vertex_memory,
+    vertex_stage_memory,
 )
 from packplace.placement.model.pass_memory import STACKS
 from packplace.placement.problem.config import build_instance, load_config, load_yaml
@@ -75,9 +77,12 @@ def test_llama_8b_pp4_first_stage_holds_the_embedding():
     assert w.expected_max_response(256) == pytest.approx(996.238, abs=1e-3)
     assert w.max_response == w.peak_response == 997
     cand = get_table(inst).by_key["actor.train"][(Strategy(1, 4, 1), 2, (1, 1, 4))]
-    assert cand.memory_bytes == sum(vertex_memory(LLAMA8, "train", dp=1, pp=4, tp=1, micro_batch=2, micro_batches=128,
-                                                  seq_len=512 + 997, prompt_len=512, live_len=w.train_seq_len,
-                                                  workspace_bytes=inst.hardware.memory_workspace))
+    # the candidate's bytes are its stages' peaks (the last stage's resident, the first's transient)
+    stages = vertex_stage_memory(LLAMA8, "train", dp=1, pp=4, tp=1, micro_batch=2, micro_batches=128,
+                                 seq_len=512 + 997, prompt_len=512, live_len=w.train_seq_len,
+                                 workspace_bytes=inst.hardware.memory_workspace)
+    assert cand.stage_bytes == stages
+    assert cand.memory_bytes == sum(stage_peaks(stages)) == stages[3][0] + stages[0][1]
 
 
 def test_recompute_and_offload_trade_memory_for_time():

@@ -120,25 +120,19 @@ def test_greedy_reaches_the_proven_optimum_that_two_vertices_changing_together_g
 
 
 def test_a_trade_makes_one_vertex_faster_and_steps_the_others_down_where_no_single_move_helps():
-    # two 5-GPU nodes: the colocated plan climbed back one vertex at a time stops at 111.4357 s (109.4958 before
-    # vLLM's sampler); the first improving trade makes training faster (pinned) and steps the reference down, every
-    # block unchanged
+    # two 5-GPU nodes: the colocated plan climbed back one vertex at a time had stopped at 111.4357 s, from which the
+    # first improving trade made training faster and stepped the reference down (104.8338 s). That start (actor.train
+    # at pp 10 beside the reference at pp 5) is over memory once a pipelined task is charged its stages' peaks
+    # (exactly per stage too: GPU 0 holds actor.train's first stage, 16.18 GB resident, beside the engine's 64.69 GB
+    # transient, 85.22 GB of 84.94 GB), so climbing back now reaches 104.8338 s itself and no trade improves it
     inst = odd(GRPO, 2, 5)
     ev = get_evaluator(inst)
     plan = greedy.colocated_plan(ev)[0]
     climbed, t, _ = greedy.climb_back(ev, plan, ev.step_time(plan))
-    assert t == pytest.approx(111.4357, abs=1e-4)
+    assert t == pytest.approx(104.8338, abs=1e-4)
     assert greedy.climb_back(ev, climbed, t)[1] == t   # no single move improves it
     traded, t2, calls = greedy.trade(ev, climbed, t)
-    assert t2 < t and 0 < calls <= greedy.TRADE_EVALUATIONS
-    assert t2 == pytest.approx(ev.step_time(traded), rel=1e-12)
-    assert [vp.allocation for _, vp in traded.vertices] == [vp.allocation for _, vp in climbed.vertices]
-    table = ev.table
-    before, after = dict(climbed.vertices), dict(traded.vertices)
-    times = {n: (table.lookup(n, v.strategy, v.micro_batch, v.allocation.extent).time,
-                 table.lookup(n, after[n].strategy, after[n].micro_batch, after[n].allocation.extent).time)
-             for n, v in before.items()}
-    assert any(new < old for old, new in times.values()) and any(new > old for old, new in times.values())
+    assert t2 == t and traded == climbed and 0 < calls <= greedy.TRADE_EVALUATIONS
     assert greedy.trade(ev, climbed, t, max_calls=0) == (climbed, t, 0)
     assert greedy.trade_climb(ev, plan, ev.step_time(plan))[1] == pytest.approx(104.8338, abs=1e-4)
 

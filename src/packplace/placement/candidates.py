@@ -66,7 +66,8 @@ from packplace.placement.model.memory import (
     resolved_training,
     stage_layers,
     stage_params,
-    vertex_memory,
+    stage_peaks,
+    vertex_stage_memory,
 )
 from packplace.placement.model.nemo_rl_releases import (
     POLICY_TRAIN,
@@ -142,6 +143,14 @@ class Candidate:
             KV cache cannot hold one request of ``max_model_len``:
             :meth:`~packplace.placement.model.cost.CostModel.engine_start_refusal`); :attr:`fits` is then
             false. ``None`` for every engine vLLM starts and every other vertex.
+        stage_bytes: Per pipeline stage (first to last) of a pipelined training or inference candidate, its
+            ``(resident, transient)`` bytes per GPU
+            (:func:`~packplace.placement.model.memory.vertex_stage_memory`); :attr:`resident_bytes` and
+            :attr:`transient_bytes` are the largest of each over them
+            (:func:`~packplace.placement.model.memory.stage_peaks`). Empty where every GPU of the block holds the
+            same bytes (``pp`` 1, a vLLM engine's pool). The plan's memory check charges the peaks on every GPU of
+            the block, an over-count where they lie on different stages, never an under-count; the stages name
+            where each peak lies (:attr:`peak_stages`).
     """
 
     vertex: str
@@ -157,6 +166,17 @@ class Candidate:
     kept_bytes: float = 0.0
     refused: tuple[float, float] | None = None
     rollout_kept_bytes: float = 0.0
+    stage_bytes: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def peak_stages(self) -> tuple[int, int]:
+        """``(stage, stage)`` holding its :attr:`resident_bytes` and its :attr:`transient_bytes` (the first such
+        stage of each), ``(-1, -1)`` without :attr:`stage_bytes`."""
+        if not self.stage_bytes:
+            return -1, -1
+        res = [r for r, _ in self.stage_bytes]
+        tra = [t for _, t in self.stage_bytes]
+        return res.index(max(res)), tra.index(max(tra))
 
     @property
     def transient_excess(self) -> float:
@@ -1505,10 +1525,11 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                  sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:
                 continue
-            res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, old_log_prob, sharded, offloaded,
-                                         options, weight_swap, live_len, continuous,
-                                         context_parallel_split(instance, name, strategy.dp), shard_options,
-                                         enumerated=True)
+            stages = _candidate_stage_memory(instance, cost, model, kind, strategy, mb, old_log_prob, sharded,
+                                             offloaded, options, weight_swap, live_len, continuous,
+                                             context_parallel_split(instance, name, strategy.dp), shard_options,
+                                             enumerated=True)
+            res, tra = stage_peaks(stages)
             try:
                 if cost.packing is not None:    # packing a chunk is the one long step inside a candidate
                     cost.packing.deadline = deadline
@@ -1525,10 +1546,12 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
             if kind == "generate":   # the engine's pool and what it holds beside it (engine_held_bytes)
                 tra, pool = _engine_held(cost, strategy, res, tra, limit)
                 refused = _start_refusal(cost, model, strategy, pool)
+                stages = ()   # its pool's bytes, the same on every stage
             fits = candidate_fits(res, tra, pool, limit, capacity) and refused is None
             kept = min(tra, _sleep_kept(cost, strategy)) if pool is not None else 0.0
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool, kept,
-                                 refused, rollout_kept_state_bytes(instance, name, model, strategy, options, res)))
+                                 refused, rollout_kept_state_bytes(instance, name, model, strategy, options, res),
+                                 stages if strategy.pp > 1 else ()))
     return out
 
 
@@ -1636,8 +1659,22 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                       context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
                       shard_options: TrainingOptions = DEFAULT_TRAINING,
                       logprob_batch: int | None = None, enumerated: bool = False) -> tuple[float, float]:
-    """``(resident, transient)`` bytes per GPU of one candidate (:func:`build_vertex_candidates`, with the
-    vertex's settings resolved; ``context_parallel``: a trainer's :func:`context_parallel_split`;
+    """``(resident, transient)`` bytes per GPU of one candidate, the largest of each over its pipeline stages
+    (:func:`~packplace.placement.model.memory.stage_peaks` of :func:`_candidate_stage_memory`, same arguments)."""
+    return stage_peaks(_candidate_stage_memory(instance, cost, model, kind, strategy, mb, old_log_prob, sharded,
+                                               offloaded, options, weight_swap, live_len, continuous,
+                                               context_parallel, shard_options, logprob_batch, enumerated))
+
+
+def _candidate_stage_memory(instance, cost: CostModel, model: ModelSpec, kind: str, strategy: Strategy, mb: int,
+                            old_log_prob: bool, sharded: bool, offloaded: bool, options: TrainingOptions,
+                            weight_swap: bool, live_len: float, continuous: bool,
+                            context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
+                            shard_options: TrainingOptions = DEFAULT_TRAINING,
+                            logprob_batch: int | None = None, enumerated: bool = False
+                            ) -> tuple[tuple[float, float], ...]:
+    """Per pipeline stage, ``(resident, transient)`` bytes per GPU of one candidate (:func:`build_vertex_candidates`,
+    with the vertex's settings resolved; ``context_parallel``: a trainer's :func:`context_parallel_split`;
     ``shard_options``: :func:`inference_shard_options`, the shard group of a ``sharded`` forward's weights;
     ``logprob_batch``: the sequences of a trainer's old-log-prob forward where they are not its micro-batch
     ``mb``, :func:`loop_trainer_memory`; ``enumerated``: as :func:`_parts`)."""
@@ -1661,33 +1698,34 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
     options = resolved_training(options, instance.framework, kind != "generate" and kernels(pp, tp, ep) == "megatron",
                                 tp, ep)
     version = getattr(instance, "framework_version", None)
-    res, tra = vertex_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
-                             seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
-                             options=options, prefill_sequences=prefill, ep=ep,
-                             sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
-                             weight_shard=shard_options.shard_ranks(dp),
-                             framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
-                             pass_tokens=pass_tokens, logprob_tokens=logprob_tokens,
-                             logit_bytes=trainer_logit_bytes(instance.framework, version,
-                                                             getattr(instance, "entropy_coeff", 0.0) > 0),
-                             offload_between_passes=profile(instance.framework).offload_between_passes,
-                             context_parallel=replace(context_parallel, rounded=True)
-                             if context_parallel.active and cost.packed(model) else context_parallel,
-                             bare_loop=kind == "train" and trains_in_a_bare_loop(
-                                 instance, options, (tp, pp, ep, context_parallel.ring)),
-                             fused_kernels=megatron,
-                             fused_swiglu=megatron and vertex_fuses_swiglu(instance, model, options),
-                             router_dtype=megatron_router_dtype(instance.framework, version, model,
-                                                                options.moe_router_dtype),
-                             max_out_tokens=w.context_length + w.generation_length,
-                             zero3_fetch=None if cost.framework.zero3_fetch is None else cost.framework.zero3_fetch[0],
-                             fp32_grad_partitions=fp32_gradient_accumulation(instance.framework, version))
+    stages = vertex_stage_memory(model, kind, dp=dp, pp=pp, tp=tp, micro_batch=held, micro_batches=rounds,
+                                 seq_len=w.train_seq_len, prompt_len=w.context_length, live_len=live_len,
+                                 options=options, prefill_sequences=prefill, ep=ep,
+                                 sharded_weights=sharded and kind == "infer", offloaded_weights=offloaded,
+                                 weight_shard=shard_options.shard_ranks(dp),
+                                 framework=instance.framework, workspace_bytes=instance.hardware.memory_workspace,
+                                 pass_tokens=pass_tokens, logprob_tokens=logprob_tokens,
+                                 logit_bytes=trainer_logit_bytes(instance.framework, version,
+                                                                 getattr(instance, "entropy_coeff", 0.0) > 0),
+                                 offload_between_passes=profile(instance.framework).offload_between_passes,
+                                 context_parallel=replace(context_parallel, rounded=True)
+                                 if context_parallel.active and cost.packed(model) else context_parallel,
+                                 bare_loop=kind == "train" and trains_in_a_bare_loop(
+                                     instance, options, (tp, pp, ep, context_parallel.ring)),
+                                 fused_kernels=megatron,
+                                 fused_swiglu=megatron and vertex_fuses_swiglu(instance, model, options),
+                                 router_dtype=megatron_router_dtype(instance.framework, version, model,
+                                                                    options.moe_router_dtype),
+                                 max_out_tokens=w.context_length + w.generation_length,
+                                 zero3_fetch=None if cost.framework.zero3_fetch is None
+                                 else cost.framework.zero3_fetch[0],
+                                 fp32_grad_partitions=fp32_gradient_accumulation(instance.framework, version))
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
         # policy's own tensors for the pass (use_reference_model), on the policy's workers and layout
         # (layout_rules): no reference weights stay on the GPU beside the policy's
-        res = 0.0
-    return res, tra
+        stages = tuple((0.0, tra) for _, tra in stages)
+    return stages
 
 
 #: The parts of an actor training vertex that are its old-log-prob forward (:func:`chunk_forward_parts`): the

@@ -389,7 +389,8 @@ class PlacementEvaluator:
         if batch == cand.micro_batch or (batch < cand.micro_batch and not self.chunk_priced):
             return cand
         _, transient, fits = hit = self.chunk_trainer(cand, batch)
-        cand = dataclasses.replace(cand, transient_bytes=transient, fits=fits)
+        # its forward at that batch is priced at the peak stage's bytes alone: no stage named for them
+        cand = dataclasses.replace(cand, transient_bytes=transient, fits=fits, stage_bytes=())
         if self.chunk_priced:
             cand = dataclasses.replace(cand, time=sum(hit[0].values()))
         return cand
@@ -763,7 +764,11 @@ class PlacementEvaluator:
         :attr:`~packplace.placement.candidates.Candidate.rollout_kept_bytes` (:meth:`_kept_state`) beside its
         transient bytes: what of that sum its model's largest resident bytes there do not already count joins its
         transient bytes (:meth:`_state_excess`), so the generation counts ``engine resident + kept state +
-        engine transient`` and the training pass, as before, ``trainer resident + trainer transient``."""
+        engine transient`` and the training pass, as before, ``trainer resident + trainer transient``.
+
+        A pipelined task's resident and transient bytes are the largest of each over its stages
+        (:func:`~packplace.placement.model.memory.stage_peaks`), charged on every GPU of its block: never less
+        than any one stage holds there, beside any other task."""
         points = sorted({x for _, lo, hi in res for x in (lo, hi)})
         out = []
         vm = self.vertex_model
@@ -999,7 +1004,9 @@ class PlacementEvaluator:
         task's kept bytes (a sleeping engine's CUDA graphs, NCCL buffers and own CUDA context), and the task
         with the largest bytes while it runs beyond those (the terms of :meth:`_memory_segments`; a hybrid
         engine's weights held only while it generates count among those; a running engine's kept bytes are
-        in its "while it runs" figure, once); empty for a plan that breaks a hard rule."""
+        in its "while it runs" figure, once); a pipelined task's figures are its stages' peaks, each naming the
+        stage it comes from ("actor.train 21.6 GB resident (pipeline stage 3)",
+        :attr:`~packplace.placement.candidates.Candidate.peak_stages`); empty for a plan that breaks a hard rule."""
         res = self._resolve(plan)
         if res.__class__ is str:
             return ""
@@ -1021,7 +1028,8 @@ class PlacementEvaluator:
                 kept[i] = cand.kept_bytes
             if own > transient[0]:
                 transient = (own, i)
-        parts = {i: f"{self.names[i]} {gb(nbytes)} GB resident" for nbytes, i in resident.values()}
+        parts = {i: f"{self.names[i]} {gb(nbytes)} GB resident{_stage(res[i][0], 0)}"
+                 for nbytes, i in resident.values()}
         for i, nbytes in kept.items():
             if i != transient[1]:
                 parts[i] = (f"{parts[i]} + " if i in parts else f"{self.names[i]} ") + \
@@ -1029,7 +1037,8 @@ class PlacementEvaluator:
         if transient[1] >= 0:
             t = transient[1]
             parts[t] = (f"{parts[t]} + " if t in parts else f"{self.names[t]} ") + \
-                f"{gb(transient[0] + kept.get(t, 0.0))} GB while it runs" + self._kept_note(res, t, lo, hi)
+                f"{gb(transient[0] + kept.get(t, 0.0))} GB while it runs{_stage(res[t][0], 1)}" + \
+                self._kept_note(res, t, lo, hi)
         first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
         return (f"GPUs {first}..{last}: {gb(used)} GB needed, {gb(self.capacity)} GB available "
                 f"({', '.join(parts[i] for i in sorted(parts))})")
@@ -1236,3 +1245,10 @@ class PlacementEvaluator:
 # the run of a placement backend gets this evaluator (packplace.run); results read plans back from JSON
 register_evaluator("placement", get_evaluator)
 register_solution_type("placement", Plan.from_dict)
+
+
+def _stage(cand, which: int) -> str:
+    """`` (pipeline stage k)``: the stage of a pipelined candidate ``cand`` holding its resident (``which`` 0) or
+    transient (1) peak (:attr:`~packplace.placement.candidates.Candidate.peak_stages`); empty without stages."""
+    stage = cand.peak_stages[which]
+    return "" if stage < 0 else f" (pipeline stage {stage})"

@@ -5,7 +5,9 @@ states) that stays on the GPU for every model placed there, and a *transient* pa
 logits, KV cache) that only exists while the vertex runs. On one GPU the evaluator charges
 ``Σ_models max(resident of that model's vertices) + max_vertices(transient)``. Pipeline stages differ
 (the first holds the embedding, the last the final norm, the output head and the fp32 logits; uneven
-layer splits, :func:`stage_layers`); a vertex's memory is that of its worst stage.
+layer splits, :func:`stage_layers`): :func:`vertex_stage_memory` prices each stage, and a task is charged the
+largest resident and the largest transient bytes over its stages, each taken separately (:func:`stage_peaks`), on
+every GPU of its block: the stage with the largest sum need not hold either peak.
 
 Training state: :func:`train_state_bytes` (ZeRO sharding, offload, fp32 gradient buffer); a pass's
 transient parts (saved activations with recomputation and 1F1B in-flight micro-batches, logits, workspace,
@@ -27,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 from packplace.errors import ConfigError
 from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
@@ -489,7 +492,23 @@ def train_state_bytes(params: float, layer_params: float, dp: int, options: Trai
     return weights + grad + adam
 
 
-def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
+def vertex_memory(model: ModelSpec, kind: str, **settings: Any) -> tuple[float, float]:
+    """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum) of
+    :func:`vertex_stage_memory` (same arguments): what one stage's GPUs hold when the vertex runs alone. A plan's
+    memory check charges :func:`stage_peaks` instead: beside other tasks' bytes, the stage with the largest sum
+    need not hold the largest resident or transient bytes."""
+    return max(vertex_stage_memory(model, kind, **settings), key=lambda stage: stage[0] + stage[1])
+
+
+def stage_peaks(stages: tuple[tuple[float, float], ...]) -> tuple[float, float]:
+    """``(largest resident, largest transient)`` over the ``(resident, transient)`` of ``stages``, each taken
+    separately (they may come from different stages): never less than any one stage's bytes, so a task priced
+    at them is never under-counted on any of its GPUs beside any other task (an over-count where the two peaks
+    lie on different stages)."""
+    return max(r for r, _ in stages), max(t for _, t in stages)
+
+
+def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, micro_batch: int,
                   micro_batches: int, seq_len: float, prompt_len: int, live_len: float,
                   options: TrainingOptions = DEFAULT_TRAINING, prefill_sequences: int | None = None, ep: int = 1,
                   sharded_weights: bool = False, offloaded_weights: bool = False, framework: str = "none",
@@ -499,8 +518,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
                   fused_kernels: bool = False, fused_swiglu: bool = False, zero3_fetch: Zero3Prefetch | None = None,
                   router_dtype: str = "bf16", max_out_tokens: int | None = None,
-                  fp32_grad_partitions: bool = False) -> tuple[float, float]:
-    """``(resident, transient)`` bytes per GPU of the worst pipeline stage (largest sum).
+                  fp32_grad_partitions: bool = False) -> tuple[tuple[float, float], ...]:
+    """Per pipeline stage ``i`` (first to last), its ``(resident, transient)`` bytes per GPU.
 
     Args:
         model, kind: The shape; ``train``, ``infer`` or ``generate``.
@@ -561,7 +580,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
     layers, params = stage_layers(model.layers, pp), stage_params(model, pp)
     split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
-    best, scores = (-1.0, 0.0, 0.0), eager_score_bytes_per_token(model, seq_len, framework, False)
+    scores = eager_score_bytes_per_token(model, seq_len, framework, False)
+    stages: list[tuple[float, float]] = []
     inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
     for i in range(pp):
         p, last = (params[i] / tp if split is None else split[i][0] + split[i][1]), i == pp - 1
@@ -585,9 +605,8 @@ def vertex_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: int, mic
             resident = 2.0 * p
             transient = _generate_transient(model, layers[i], last, tp, pp, ep, micro_batch, micro_batches,
                                             prompt_len, live_len, prefill, workspace, framework, max_out_tokens)
-        if resident + transient > best[0]:
-            best = (resident + transient, resident, transient)
-    return best[1], best[2]
+        stages.append((resident, transient))
+    return tuple(stages)
 
 
 def _train_stage_bytes(model: ModelSpec, options: TrainingOptions, framework: str,
