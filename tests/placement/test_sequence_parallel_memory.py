@@ -184,7 +184,7 @@ def test_place_s_vertex_holds_verl_s_fp32_gradients_and_nemo_rl_s_whole_norms() 
     """``place``'s actor training vertex, pp 2 × tp 4 on 8 H200s: on verl the resident state is 2 bytes a parameter
     of its largest stage's TP shard (the last stage, the resident peak over the stages) above ``fp32_grad_buffer:
     false``; on NeMo RL the transient is above the same
-    plan with ``sequence_parallel: true`` and the resident state the same."""
+    plan with ``sequence_parallel: true`` and the resident state below it by the gather buffer."""
     from packplace.placement.evaluator import get_evaluator
     from packplace.placement.model.memory import stage_params
 
@@ -202,4 +202,6 @@ def test_place_s_vertex_holds_verl_s_fp32_gradients_and_nemo_rl_s_whole_norms() 
     fp32, bf16 = vertex("verl"), vertex("verl", fp32_grad_buffer=False)
     assert fp32[0] - bf16[0] == pytest.approx(2.0 * max(stage_params(_model(QWEN3_32B), 2)) / 4, rel=1e-12)
     off, on = vertex("nemo-rl"), vertex("nemo-rl", sequence_parallel=True)
-    assert off[0] == on[0] and off[1] > on[1]
+    # resident: with sequence parallelism the last stage also keeps Megatron's gather buffer of the output layer's
+    # whole [s, d] input, 2·5,120·2,047 B for the 2,047-token sequence; without it nothing is gathered
+    assert on[0] - off[0] == 2 * 5120 * 2047 and off[1] > on[1]

@@ -61,7 +61,8 @@ NO_BUFFERS = GradientBuffers()
 
 def gradient_buffers(model: ModelSpec, *, framework: str, sharding: str, tp: int, dp: int, trainable: float,
                      lora: bool = False, offload: str = "none", megatron: bool = False, tokens: float = 0.0,
-                     last: bool = False, fp32_partitions: bool = False) -> GradientBuffers:
+                     last: bool = False, fp32_partitions: bool = False,
+                     sequence_parallel: bool | None = True) -> GradientBuffers:
     """The :class:`GradientBuffers` of a training pass: a DeepSpeed trainer's (``framework`` one of
     :data:`DEEPSPEED_FRAMEWORKS`) under ``sharding`` ``zero1``/``zero2`` (:func:`zero12_buffers`) or ``zero3``
     (:func:`zero3_buffers`), a Megatron-Core trainer's (``megatron``, :func:`megatron_buffers`), none otherwise.
@@ -69,9 +70,14 @@ def gradient_buffers(model: ModelSpec, *, framework: str, sharding: str, tp: int
     layers' matrices frozen; ``offload``: the ZeRO offload; ``tokens`` the micro-batch's tokens on the GPU
     before the TP split, ``last`` the stage holds the output layer; ``fp32_partitions``: the engine accumulates
     gradients in fp32 (``grad_accum_dtype``; OpenRLHF before v0.5,
-    :func:`~packplace.placement.model.framework.fp32_gradient_accumulation`)."""
+    :func:`~packplace.placement.model.framework.fp32_gradient_accumulation`); ``sequence_parallel``: the
+    Megatron-Core trainer runs sequence parallelism (``None``: not known, charged as if it did), without which the
+    output layer's input is already whole on every TP rank and ``LinearWithGradAccumulationAndAsyncCommunication``
+    gathers nothing into the global buffer (its forward and backward all-gather only ``if
+    ctx.sequence_parallel``)."""
     if megatron:
-        return megatron_buffers(model, tp=tp, tokens=tokens, last=last)
+        return megatron_buffers(model, tp=tp, tokens=tokens, last=last) if sequence_parallel is not False \
+            else NO_BUFFERS
     if framework not in DEEPSPEED_FRAMEWORKS or sharding == "none":
         return NO_BUFFERS
     matrix = 0.0 if lora else largest_layer_matrix(model, tp)

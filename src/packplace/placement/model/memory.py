@@ -651,7 +651,7 @@ def _train_buffers(model: ModelSpec, options: TrainingOptions, framework: str, w
     buffers = gradient_buffers(model, framework=framework, sharding=options.sharding, tp=tp,
                                dp=options.shard_ranks(dp), trainable=trainable, lora=bool(options.lora_rank),
                                offload=options.offload, megatron=megatron, tokens=tokens, last=i == pp - 1,
-                               fp32_partitions=fp32_partitions)
+                               fp32_partitions=fp32_partitions, sequence_parallel=options.sequence_parallel)
     return buffers.resident, replace(buffers, resident=0.0)
 
 

@@ -772,7 +772,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                 NO_BUFFERS if optimizer != "adam" else gradient_buffers(
                                     model, framework=framework, sharding=sharding, tp=tp, dp=dp, trainable=per_gpu[i],
                                     megatron=trainer_backend == "megatron", tokens=tokens, last=last,
-                                    fp32_partitions=fp32_grad_partitions), (sequence_parallel, fp32_grad_buffer))
+                                    fp32_partitions=fp32_grad_partitions, sequence_parallel=sequence_parallel),
+                                (sequence_parallel, fp32_grad_buffer))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward,
