@@ -117,7 +117,8 @@ def test_lora_has_no_layer_matrix_gradient_and_other_trainers_no_buffers() -> No
 
 def test_megatron_output_layer_keeps_its_sequence_parallel_gather_buffer() -> None:
     """Megatron-Core's output layer at tp 2: the global "mpu" buffer of the gathered [s, d] input, 2·4096·8192 =
-    67,108,864 B for 8,192 tokens, kept in every phase on the last stage; none at tp 1, on another stage or without sequence parallelism."""
+    67,108,864 B for 8,192 tokens, kept in every phase on the last stage; none at tp 1, on another stage or
+    without sequence parallelism."""
     assert megatron_buffers(LLAMA2_7B, tp=2, tokens=8192, last=True).resident == 67_108_864
     assert megatron_buffers(LLAMA2_7B, tp=1, tokens=8192, last=True) is NO_BUFFERS
     assert megatron_buffers(LLAMA2_7B, tp=2, tokens=8192, last=False) is NO_BUFFERS
