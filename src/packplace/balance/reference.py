@@ -260,6 +260,33 @@ class AutoLocalBatchSize:
     packing: list[list[int]] | None
 
 
+#: Candidates :func:`first_passing` tries one by one before its steps start doubling.
+LINEAR_STEPS = 8
+
+
+def first_passing(first: int, last: int, passes: Callable[[int], bool],
+                  linear_steps: int = LINEAR_STEPS) -> int | None:
+    """The smallest ``k`` in ``[first, last]`` that ``passes``, searched as the auto counts are: each ``k`` from
+    ``first`` for ``linear_steps`` steps, then doubling steps, and a bisection between the last failure and the
+    first pass; None where none of the tried counts passes (``last`` is always tried). Exact where ``passes`` is
+    monotone (every count above a passing one passes); otherwise the first pass it meets."""
+    failed, step, k = first - 1, 1, first
+    while k <= last:
+        if passes(k):
+            while k - failed > 1:
+                middle = (failed + k) // 2
+                if passes(middle):
+                    k = middle
+                else:
+                    failed = middle
+            return k
+        failed = k
+        if k - first >= linear_steps:
+            step *= 2
+        k = min(last + (k == last), k + step)
+    return None
+
+
 def smallest_local_batch_size(columns_at: Callable[[int], PackingColumns], lower: int, upper: int,
                               rules: str, rule: LocalBatchSizeRule | None = None) -> AutoLocalBatchSize:
     """The fewest bins per rank m in [``lower``, ``upper``] that ``rule`` allows and for which a packing
@@ -309,24 +336,7 @@ def smallest_local_batch_size(columns_at: Callable[[int], PackingColumns], lower
     def packs(k: int) -> bool:
         return construct(columns_at(k * step_of), free=free) is not None
 
-    found: int | None = None
-    failed = first - 1
-    step = 1
-    k = first
-    while k <= last:
-        if packs(k):
-            while k - failed > 1:
-                middle = (failed + k) // 2
-                if packs(middle):
-                    k = middle
-                else:
-                    failed = middle
-            found = k
-            break
-        failed = k
-        if k - first >= 8:
-            step *= 2
-        k = min(last + (k == last), k + step)
+    found = first_passing(first, last, packs)
     proven = first
     packing = None
     for k in range(first, last + 1 if found is None else found):

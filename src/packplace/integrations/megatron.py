@@ -39,7 +39,7 @@ import numpy as np
 from packplace.balance.api import solve_balance
 from packplace.balance.instance import make_instance
 from packplace.balance.rank_rules import FreeRanks, PackingColumns, construct
-from packplace.balance.reference import local_batch_size_bound
+from packplace.balance.reference import first_passing, local_batch_size_bound
 from packplace.balance.schema import BalanceInstance
 from packplace.errors import ConfigError, InfeasibleError, show
 from packplace.integrations.arguments import BalanceTerms, callers_terms, number_list, positive_integer
@@ -55,12 +55,6 @@ MIN_SOLVE_S = 1e-3
 #: and none is proven impossible: ``lpt`` (deterministic, a dead end hands over to the construction), then
 #: ``reference`` (the instance's own construction).
 FALLBACK_SOLVERS = ("lpt", "reference")
-#: The counts of packs per rank :func:`construction_count` tries one by one from the lower bound before it
-#: doubles its steps (then bisects), as ``local_batch_size="auto"`` does
-#: (:func:`packplace.balance.reference.smallest_local_batch_size`).
-LINEAR_STEPS = 8
-
-
 def sequence_flops(seqlens: Sequence[int] | np.ndarray, hidden_size: int) -> np.ndarray:
     """Relative FLOPs of one dense-transformer layer per sequence, ``6·h·s + s²`` (float array, shape (n,)).
 
@@ -80,9 +74,9 @@ def construction_count(tokens: np.ndarray, seq_len: int, ranks: int, multiple: i
     (n,), none above ``seq_len``) on ``ranks`` ranks, every pack non-empty; None where it packs at no m in
     [lower bound, n // ranks].
 
-    The search of ``local_batch_size="auto"`` without its exact CP-SAT check (whose work, seconds on a small
-    batch, no time limit bounds): each candidate from the tight lower bound for :data:`LINEAR_STEPS` steps,
-    then doubling steps and a bisection. It reads no clock: the same batch gives the same m on every rank.
+    The search of ``local_batch_size="auto"`` (:func:`~packplace.balance.reference.first_passing` from the tight
+    lower bound) without its exact CP-SAT check, whose work (seconds on a small batch) no time limit bounds. It
+    reads no clock: the same batch gives the same m on every rank.
     """
     n = len(tokens)
     if not n or int(tokens.max()) > seq_len:   # make_instance names the sequence over the cap
@@ -102,21 +96,8 @@ def construction_count(tokens: np.ndarray, seq_len: int, ranks: int, multiple: i
     def packs(k: int) -> bool:
         return construct(columns_at(k), free=free) is not None
 
-    failed, step, k = first - 1, 1, first
-    while k <= last:
-        if packs(k):
-            while k - failed > 1:
-                middle = (failed + k) // 2
-                if packs(middle):
-                    k = middle
-                else:
-                    failed = middle
-            return k * multiple
-        failed = k
-        if k - first >= LINEAR_STEPS:
-            step *= 2
-        k = min(last + (k == last), k + step)
-    return None
+    found = first_passing(first, last, packs)
+    return None if found is None else found * multiple
 
 
 class PackplacePackingScheduler:

@@ -718,10 +718,9 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             KV cache, as ``model(input_ids)`` does with ``use_cache`` on) or a framework profile name (its
             passes run with ``use_cache`` off; eager attention's scores: :func:`eager_score_bytes_per_token`).
         sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer`` weights).
-        micro_batches: Micro-batches per step: the pipeline's in-flight count, and with more than one
-            the gradients of the earlier micro-batches are held throughout (gradient accumulation).
-            Gradients are also held in every phase of a step of one micro-batch where the layout keeps them as
-            training state (:func:`resident_gradients`).
+        micro_batches: Micro-batches per step: the pipeline's in-flight count, and with more than one the gradients
+            of the earlier micro-batches are held throughout (gradient accumulation); in every phase of a step of
+            one micro-batch too where the layout keeps them as training state (:func:`resident_gradients`).
         workspace_bytes: The workspace (a GPU preset's ``hardware.memory_workspace``; default :data:`STACKS`).
         cp: Context-parallel degree (train, infer): each of the ``micro_batch`` sequences is padded to a
             multiple of ``2·cp·tp`` (once: nothing where ``seq_len`` already is one) and split over ``cp``
