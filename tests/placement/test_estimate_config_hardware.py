@@ -143,7 +143,7 @@ def test_a_bad_hw_value_is_the_flags_error_not_the_configs(tmp_path, capsys):
     path = _write(tmp_path, CONFIG)
     assert main(["estimate", "--model", f"{path}:actor", "--hw", "memory_bandwidth=-5"]) == 2
     assert capsys.readouterr().err.strip() == ("packplace estimate: error: [hardware] memory_bandwidth: must be a "
-                                               "finite number in [1e6, 1e16], got -5")
+                                               "finite number in [1e11, 1e16] (bytes/s), got -5 bytes/s")
     with pytest.raises(ConfigError, match=r"^gpu: unknown preset 'x100'; valid: "):
         estimate_hardware(f"{path}:actor", "x100", {})
     with pytest.raises(ConfigError, match=r"^hardware: racks 2 is set by estimate itself"):

@@ -10,7 +10,7 @@ import pytest
 
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.engine import RolloutEngine
-from packplace.placement.model.memory import resident_bytes, vertex_memory, weight_bytes
+from packplace.placement.model.memory import TrainingOptions, resident_bytes, vertex_memory, weight_bytes
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
@@ -87,11 +87,15 @@ def test_memory_formulas_by_hand():
     first = 16 * (layer + 100 * 128) + act * 32 * 2 + working * 32
     last = 16 * (layer + 128 + 128 * 100) + act * 32 + 12 * 32 * 100
     assert sum(memory("train", pp=2)) == pytest.approx(max(first, last))
-    # log-prob forward, tp = 2: one layer's working set (4d + max(8d + 4q + 4k, 6f) bytes per token) over
-    # 16 tokens per rank exceeds the logits (10 bytes each) and hidden states; the forward's KV cache
-    res, tra = memory("infer", tp=2)
+    # log-prob forward, tp = 2 with sequence parallelism: one layer's working set (4d + max(8d + 4q + 4k, 6f)
+    # bytes per token) over 16 tokens per rank exceeds the logits (10 bytes each) and hidden states; the
+    # forward's KV cache
+    res, tra = memory("infer", tp=2, options=TrainingOptions(sequence_parallel=True))
     assert tra == pytest.approx((4 * 128 + 8 * 128 + 4 * 128 + 4 * 128) * 16 + 2 * 2 * 1 * 64 * 2 * 32)
     assert res == 2 * P / 2
+    # without it (unset: the generic trainer's default) the residual and the norms (4d + 8d) are whole on each
+    # rank: their bytes over the other rank's 16 tokens too
+    assert memory("infer", tp=2)[1] == pytest.approx(tra + (4 * 128 + 8 * 128) * 16)
     # generation: paged KV 2 * L * kv * hd * 2 bytes * live tokens * mb, the working set of 4 prompts'
     # prefill, the last tokens' logits
     res, tra = memory("generate", micro_batch=4, micro_batches=2)

@@ -118,7 +118,7 @@ def test_staleness_zero_is_exactly_the_synchronous_step_time():
     checked = 0
     # random plans of the top candidates, most over memory (a vLLM engine holds its whole pool while it runs):
     # enough to check > 10
-    for _ in range(3000):
+    for _ in range(6000):
         vertices = {}
         for name in inst.graph.names:
             cand = rng.choice(table.top(name, 10))
@@ -194,14 +194,14 @@ def test_staleness_outside_the_candidates_is_infeasible_and_bound_depends_on_the
     # release at TP > 1 holds 8.32 GB beside it (context 1.02, NCCL 4.85, CUDA graphs 2.45 GB): 84.77 GB of 84.94, it
     # fits (at a datasheet 80e9 it held 80.32 GB and only TP 1 fitted: 73.09 s on 16 GPUs, one node's 80.20 s the
     # busiest). Generation on all 16 GPUs at TP 4 takes 32.34 s with the 5 s phase overhead, plus the rest's work
-    # spread over them (13.81 s; the least GPU-seconds of each task that fits with its longest micro-batch, pipelines
-    # paced by their head stage): 46.15 s, under one node's 48.65 s, is the busiest
+    # spread over them (14.48 s; the least GPU-seconds of each task that fits with its longest micro-batch, pipelines
+    # paced by their head stage): 46.82 s, under one node's 48.65 s, is the busiest
     whole = min(c.time for c in table.feasible["actor.generate"] if c.gpus == 16)
     assert whole == pytest.approx(32.339971958, rel=1e-9)
     assert {c.strategy.tp for c in table.feasible["actor.generate"]} == {1, 2, 4}
     part = min(c.time for c in table.feasible["actor.generate"] if c.gpus < 16)
-    assert part == pytest.approx(48.652480198, rel=1e-9) and part > whole + 13.813147331
-    assert busiest("actor.generate") == pytest.approx(46.153119288, rel=1e-9)
+    assert part == pytest.approx(48.652480198, rel=1e-9) and part > whole + 14.480810997
+    assert busiest("actor.generate") == pytest.approx(46.820782955, rel=1e-9)
     synchronous = max(critical, total_work / 16, *(busiest(n) for n in names))
     asynchronous = max(table.min_time("actor.generate"), critical / 2, total_work / 16, *(busiest(n) for n in names))
     assert ev_sync.lower_bound() == pytest.approx(synchronous, rel=1e-12)
