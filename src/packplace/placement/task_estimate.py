@@ -54,7 +54,7 @@ import numpy as np
 
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import REQUIRED, check_section, plain_bool, plain_number
-from packplace.errors import ConfigError, FrameworkVersionWarning, show
+from packplace.errors import ConfigError, FrameworkVersionWarning, OverriddenSettingWarning, show
 from packplace.placement.estimate_engine import (
     add_engine_argument,
     engine_gmu,
@@ -110,6 +110,7 @@ from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     ROUTER_DTYPES,
     TrainingOptions,
+    forced_sequence_parallel,
     stage_layers,
     stage_params,
 )
@@ -1621,6 +1622,8 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
     fp32, sp = trainer_defaults(framework, trainer_backend == "megatron")
     sp = sp if megatron.sequence_parallel is None else megatron.sequence_parallel
     sp = sp or (trainer_backend == "megatron" and megatron_requires_sequence_parallel(tp, ep))
+    if (forced := forced_sequence_parallel(megatron, trainer_backend == "megatron", tp, ep)) is not None:
+        warnings.warn(forced, OverriddenSettingWarning, stacklevel=2)
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,
