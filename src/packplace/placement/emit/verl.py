@@ -123,6 +123,8 @@ def emit_verl(view: PlanView) -> EmittedPlan:
                 resolved_training(DEFAULT_TRAINING, "verl", True, ref.strategy.tp, ref.strategy.ep).sequence_parallel)
             _reference_context_parallel(s, view.context_parallel.get("actor"))
         s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = ref.micro_batch
+        if view.algorithm == "grpo":   # GRPO's KL loss: without it verl starts no reference (need_reference_policy)
+            s["actor_rollout_ref.actor.use_kl_loss"] = True
     if gen is not None:
         _rollout(s, note, view, gen, train)
     if view.dynamic_bsz is not None:
