@@ -6,7 +6,8 @@
   legal block of the cluster).
 * :class:`PackplaceWarning` (a :class:`UserWarning`, not an error) — accepted input worth a look, e.g.
   :class:`KnobAboveBoundWarning`: an efficiency knob above its GPU's measured bound;
-  :class:`FrameworkVersionWarning`: a framework release past the newest the model knows.
+  :class:`FrameworkVersionWarning`: a framework release past the newest the model knows;
+  :class:`OverriddenSettingWarning`: a setting the framework runs otherwise, priced as it runs.
 * :class:`TimeLimitError` — a subclass of :class:`InfeasibleError` (so ``except InfeasibleError`` still
   catches it) for no answer found before the time limit (or a work budget) ran out, not proven infeasible.
 
@@ -72,6 +73,12 @@ class FrameworkVersionWarning(PackplaceWarning):
     """A config's ``policy.framework_version`` is past the newest release the framework tables know
     (:data:`packplace.placement.model.framework.NEWEST_KNOWN_RELEASE`): accepted and priced with that release's
     defaults, which may not hold for it; the message names the field, the value and the newest release."""
+
+
+class OverriddenSettingWarning(PackplaceWarning):
+    """A setting given explicitly that the framework does not run as given (an explicit
+    ``sequence_parallel: false`` under Megatron-Core's tensor plus expert parallelism): priced as the framework
+    runs it; the message names the field, the value and why."""
 
 
 _REPR = reprlib.Repr()

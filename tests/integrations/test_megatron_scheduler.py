@@ -284,3 +284,16 @@ def test_a_plan_the_clock_cut_is_replaced_by_the_deterministic_fallback(monkeypa
     unlimited = PackplacePackingScheduler(4096, 1, 4, None)
     unlimited.get_groups_and_subsamples(batch)
     assert unlimited.last_result.info["fallback"] is None and unlimited.last_result.solver == "repair"
+
+
+@pytest.mark.parametrize("limit", [-1, 0, 0.0, float("nan"), float("inf"), True])
+def test_a_time_limit_that_is_not_a_positive_finite_number_is_refused(limit):
+    """Both schedulers refuse it when built (it had been taken and run into the fallback); None is no limit."""
+    from packplace.integrations.megatron_dynamic_cp import PackplaceDynamicCPScheduler
+    for scheduler in (PackplacePackingScheduler, PackplaceDynamicCPScheduler):
+        with pytest.raises(ConfigError, match=rf"^time_limit_s: must be a positive number of seconds, got {limit!r}$"):
+            scheduler(100, 1, 2, None, time_limit_s=limit)
+    unlimited = PackplacePackingScheduler(100, 1, 2, None, time_limit_s=None)
+    groups = unlimited.get_groups_and_subsamples([(0, 50), (1, 60), (2, 40), (3, 50)])
+    assert sorted(i for mb in groups for pack in mb for i in pack) == [0, 1, 2, 3]
+    assert not unlimited.last_result.info.get("fallback")

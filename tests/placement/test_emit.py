@@ -235,6 +235,25 @@ def test_a_dapo_plan_is_emitted_as_grpo_advantages_without_a_kl_term_for_every_f
         assert_known_keys(out)
 
 
+def test_a_grpo_plan_with_a_reference_turns_verl_s_kl_loss_on():
+    """verl starts the reference worker only under the KL loss or the in-reward KL (``need_reference_policy``; its
+    ``use_kl_loss`` defaults to false): a GRPO plan that prices ``reference.infer`` sets the loss on, as verl's GRPO
+    examples do; a plan without a reference (dapo) keeps it off."""
+    from packplace.placement.problem.config import build_instance, load_yaml
+    instance = build_instance(load_yaml(GRPO))
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    assert plan is not None and "reference.infer" in dict(plan.vertices)
+    verl = emit(instance, plan, "verl")
+    assert verl.settings["actor_rollout_ref.actor.use_kl_loss"] is True
+    assert "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu" in verl.settings
+    assert_known_keys(verl)
+    raw = load_yaml(GRPO)
+    raw["policy"]["algorithm"] = "dapo"
+    dapo = build_instance(raw)
+    assert emit(dapo, api.solve_placement(dapo, "greedy", seed=0).solution, "verl").settings[
+        "actor_rollout_ref.actor.use_kl_loss"] is False
+
+
 def test_openrlhf_without_forwards_runs_the_actors_log_prob_chunks_at_its_training_micro_batch():
     # dapo with a rule reward: no reference, reward or critic forward; the actor's old-log-prob forward still
     # runs per --micro_rollout_batch_size chunk (release default 8 at v0.9.0), priced at the training micro-batch

@@ -179,3 +179,20 @@ def test_text_output_says_how_a_pack_was_priced():
     assert (f"{rounded} Megatron-Core workers: 7182 tokens, 7 of them pad; memory sized at the whole 8192-token "
             "pack, as place sizes it") in \
         format_estimate(_packed("train", pp=2)).splitlines()
+
+
+def test_a_release_past_the_newest_known_is_warned_about_as_place_does(capsys, recwarn):
+    from packplace.errors import FrameworkVersionWarning
+    with pytest.warns(FrameworkVersionWarning, match=r"^framework_version: '99.0' is newer than verl 0\.7\.x"):
+        future = estimate("llama3.1-8b", "h100-sxm", "train", framework="verl", framework_version="99.0")
+    newest = estimate("llama3.1-8b", "h100-sxm", "train", framework="verl", framework_version="0.7.0")
+    assert not [w for w in recwarn if issubclass(w.category, FrameworkVersionWarning)]
+    assert (future.time_s, future.memory) == (newest.time_s, newest.memory)   # the newest release's defaults
+    args = ["estimate", "--model", "llama3.1-8b", "--gpu", "h100-sxm", "--task", "generate", "--framework", "verl",
+            "--json"]
+    assert main(args + ["--framework-version", "99.0"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["inputs"]["framework_version"] == "99.0"   # stdout: the JSON document only
+    assert "packplace estimate: warning: framework_version: '99.0' is newer than verl 0.7.x" in err
+    assert main(args + ["--framework-version", "0.7.0"]) == 0
+    assert "warning" not in capsys.readouterr().err

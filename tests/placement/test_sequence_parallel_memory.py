@@ -205,3 +205,41 @@ def test_place_s_vertex_holds_verl_s_fp32_gradients_and_nemo_rl_s_whole_norms() 
     # resident: with sequence parallelism the last stage also keeps Megatron's gather buffer of the output layer's
     # whole [s, d] input, 2·5,120·2,047 B for the 2,047-token sequence; without it nothing is gathered
     assert on[0] - off[0] == 2 * 5120 * 2047 and off[1] > on[1]
+
+
+#: Qwen3-30B-A3B's shape (its config.json), the MoE model Megatron-Core runs with TP and EP together.
+QWEN3_MOE = {"model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "intermediate_size": 6144,
+             "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
+             "num_attention_heads": 32, "head_dim": 128, "num_key_value_heads": 4}
+
+
+def test_an_explicit_false_that_megatron_core_overrides_is_warned_about(tmp_path: Path) -> None:
+    """``sequence_parallel: false`` at TP and EP above 1 on Megatron-Core is priced on (Megatron-Core refuses the
+    layout otherwise) and said so, naming the field, the value and the rule's source; no warning where the setting
+    holds or was not given."""
+    from packplace.errors import OverriddenSettingWarning
+    from packplace.placement.model.memory import forced_sequence_parallel
+    off, on, unset = (TrainingOptions(sequence_parallel=v) for v in (False, True, None))
+    message = forced_sequence_parallel(off, True, 2, 4)
+    assert message is not None and message.startswith("sequence_parallel: false is priced as true at tp 2, ep 4")
+    assert "model_parallel_config.py" in message
+    held = ((on, True, 2, 4), (unset, True, 2, 4), (off, False, 2, 4), (off, True, 1, 4), (off, True, 2, 1))
+    assert [forced_sequence_parallel(o, m, tp, ep) for o, m, tp, ep in held] == [None] * 5
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1},
+              "models": {"actor": dict(QWEN3_MOE), "reward": "rule"},
+              "workload": {"batch_size": 8, "samples_per_prompt": 4, "context_length": 128, "generation_length": 128},
+              "policy": {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": "megatron"},
+              "training": {"sequence_parallel": False}}
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = dict(task="train", tp=2, ep=4, dp=4, framework="nemo-rl", trainer_backend="megatron")
+    with pytest.warns(OverriddenSettingWarning, match=r"^sequence_parallel: false is priced as true at tp 2, ep 4"):
+        forced = estimate(f"{path}:actor", "h100-sxm", sequence_parallel=False, **args)
+    assert forced.memory == estimate(f"{path}:actor", "h100-sxm", sequence_parallel=True, **args).memory
+    block = Allocation((0, 0, 0), (1, 1, 8))
+    plan = Plan.build({"actor.generate": VertexPlan(Strategy(4, 1, 2), 16, block),
+                       "reference.infer": VertexPlan(Strategy(4, 1, 2, 4), 1, block),
+                       "actor.train": VertexPlan(Strategy(4, 1, 2, 4), 1, block)})
+    with pytest.warns(OverriddenSettingWarning, match=r"^\[training\] sequence_parallel \(actor.train\): false"):
+        s = emit(build_instance(config), plan, "nemo-rl").settings
+    assert s["policy.megatron_cfg.sequence_parallel"] is True

@@ -46,7 +46,7 @@ from packplace.integrations.arguments import BalanceTerms, callers_terms, number
 from packplace.integrations.partition import DEFAULT_SOLVER
 from packplace.registry import get as get_solver
 from packplace.result import INFEASIBLE, SolveResult
-from packplace.run import Run
+from packplace.run import Run, check_limits
 
 #: The least ``time_limit_s`` (seconds) the backend is given where the count decision used up the deadline (the
 #: backends refuse 0); what it cannot finish there the fallbacks do.
@@ -113,7 +113,8 @@ class PackplacePackingScheduler:
         hidden_size: h of the FLOP proxy :func:`sequence_flops`.
         solver, time_limit_s, seed: packplace balance backend (default ``repair``); ``time_limit_s`` bounds
             each call as a whole, the count decision included (:meth:`rank_packs`: with a limit the count
-            is the construction's, and a plan the limit cut is replaced by a deterministic fallback's).
+            is the construction's, and a plan the limit cut is replaced by a deterministic fallback's); a limit that
+            is not a positive finite number is refused (ConfigError naming it; None: no limit).
         tie_break: ``"lockstep"`` (default) or None: passed to ``repair`` (other backends' answers are
             taken as they are): among packings at its makespan, the lowest lockstep time.
 
@@ -140,6 +141,7 @@ class PackplacePackingScheduler:
         self.hidden_size = hidden_size
         if tie_break not in (None, "lockstep"):
             raise ConfigError(f"tie_break: must be 'lockstep' or None, got {show(tie_break)}")
+        check_limits(time_limit_s, seed)   # a limit <= 0, NaN or inf is refused, not run as none (None: no limit)
         self.solver, self.time_limit_s, self.seed = solver, time_limit_s, seed
         self.tie_break = tie_break
         # validates the name and loads the backends now, so that a process's first batch does not pay the import

@@ -43,6 +43,7 @@ import argparse
 import functools
 import json
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -53,7 +54,7 @@ import numpy as np
 
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import REQUIRED, check_section, plain_bool, plain_number
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, FrameworkVersionWarning, OverriddenSettingWarning, show
 from packplace.placement.estimate_engine import (
     add_engine_argument,
     engine_gmu,
@@ -88,6 +89,7 @@ from packplace.placement.model.framework import (
     fp32_gradient_accumulation,
     host_seconds_per_sequence,
     micro_rollout_loop,
+    newer_than_known,
     release_profile,
     table_release,
     trainer_logit_bytes,
@@ -108,6 +110,7 @@ from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     ROUTER_DTYPES,
     TrainingOptions,
+    forced_sequence_parallel,
     stage_layers,
     stage_params,
 )
@@ -1308,7 +1311,9 @@ def _pack_pricing(shape: ModelSpec, task: str, framework_version: str | None, pa
 def _engine(framework: str, framework_version: str | None) -> tuple[str | None, bool]:
     """``(engine generation, enforce_eager default)`` of ``framework`` at release ``framework_version``: the
     release's (:func:`~packplace.placement.model.framework.version_defaults`), else the profile's current
-    ones; ``(None, False)`` for bare kernels (``none``) and an engine that is not vLLM.
+    ones; ``(None, False)`` for bare kernels (``none``) and an engine that is not vLLM. A release past the newest
+    the model knows is priced with the newest one's defaults and warned about (:class:`FrameworkVersionWarning`,
+    as ``place`` does).
 
     Raises:
         ConfigError: ``framework_version: ...`` for a malformed release, one before the framework's first
@@ -1325,6 +1330,8 @@ def _engine(framework: str, framework_version: str | None) -> tuple[str | None, 
             version = version_defaults(framework, framework_version)
         except ConfigError as exc:
             raise ConfigError(str(exc).removeprefix("[policy] ")) from None
+        if (newer := newer_than_known(framework, framework_version)) is not None:
+            warnings.warn(newer.removeprefix("[policy] "), FrameworkVersionWarning, stacklevel=3)
     else:
         version = None
     if framework == "none":
@@ -1615,6 +1622,8 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
     fp32, sp = trainer_defaults(framework, trainer_backend == "megatron")
     sp = sp if megatron.sequence_parallel is None else megatron.sequence_parallel
     sp = sp or (trainer_backend == "megatron" and megatron_requires_sequence_parallel(tp, ep))
+    if (forced := forced_sequence_parallel(megatron, trainer_backend == "megatron", tp, ep)) is not None:
+        warnings.warn(forced, OverriddenSettingWarning, stacklevel=2)
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
                          seq_len=seq_len, context=context if engine else 0, recompute=recompute,
                          optimizer=optimizer, tp=tp, pp=pp, dp=dp, ep=ep,

@@ -20,8 +20,10 @@ when ``policy.framework`` is nemo-rl, the emitter reports any a plan breaks):
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+from packplace.errors import OverriddenSettingWarning
 from packplace.placement.emit.common import (
     CRITIC_TRAIN,
     GENERATE,
@@ -35,7 +37,7 @@ from packplace.placement.emit.common import (
     same_gpus,
 )
 from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
-from packplace.placement.model.memory import TrainingOptions, resolved_training
+from packplace.placement.model.memory import TrainingOptions, forced_sequence_parallel, resolved_training
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
            "dpo": "examples/run_dpo.py"}
@@ -149,6 +151,9 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         s[f"{prefix}.megatron_cfg.activation_checkpointing"] = options.recompute == "full"
         # the layout the plan's memory was priced with (memory.resolved_training: NeMo RL's own unless set)
         resolved = resolved_training(options, "nemo-rl", True, task.strategy.tp, task.strategy.ep)
+        if (forced := forced_sequence_parallel(options, True, task.strategy.tp, task.strategy.ep,
+                                               f"[training] sequence_parallel ({task.name})")) is not None:
+            warnings.warn(forced, OverriddenSettingWarning, stacklevel=2)
         s[f"{prefix}.megatron_cfg.sequence_parallel"] = bool(resolved.sequence_parallel)
         s[f"{prefix}.megatron_cfg.distributed_data_parallel_config.grad_reduce_in_fp32"] = bool(
             resolved.fp32_grad_buffer)

@@ -23,8 +23,10 @@ the emitter reports any a plan breaks):
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+from packplace.errors import OverriddenSettingWarning
 from packplace.placement.emit.common import (
     CRITIC_INFER,
     CRITIC_TRAIN,
@@ -39,7 +41,12 @@ from packplace.placement.emit.common import (
     same_gpus,
 )
 from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
-from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions, resolved_training
+from packplace.placement.model.memory import (
+    DEFAULT_TRAINING,
+    TrainingOptions,
+    forced_sequence_parallel,
+    resolved_training,
+)
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
 #: What a DAPO plan leaves to the user: its loss and sampling settings are not placement.
@@ -116,6 +123,8 @@ def emit_verl(view: PlanView) -> EmittedPlan:
                 resolved_training(DEFAULT_TRAINING, "verl", True, ref.strategy.tp, ref.strategy.ep).sequence_parallel)
             _reference_context_parallel(s, view.context_parallel.get("actor"))
         s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = ref.micro_batch
+        if view.algorithm == "grpo":   # GRPO's KL loss: without it verl starts no reference (need_reference_policy)
+            s["actor_rollout_ref.actor.use_kl_loss"] = True
     if gen is not None:
         _rollout(s, note, view, gen, train)
     if view.dynamic_bsz is not None:
@@ -166,6 +175,9 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
         s[f"{prefix}.megatron.optimizer_offload"] = options.offload != "none"
         # the layout the plan's memory was priced with (memory.resolved_training: verl's own unless set)
         resolved = resolved_training(options, "verl", True, task.strategy.tp, task.strategy.ep)
+        if (forced := forced_sequence_parallel(options, True, task.strategy.tp, task.strategy.ep,
+                                               f"[training] sequence_parallel ({task.name})")) is not None:
+            warnings.warn(forced, OverriddenSettingWarning, stacklevel=2)
         s[f"{prefix}.megatron.sequence_parallel"] = bool(resolved.sequence_parallel)
         if not resolved.fp32_grad_buffer:   # verl's get_model sets grad_reduce_in_fp32 True unless overridden
             out.refusals.append(f"{task.name} fp32_grad_buffer false: verl's Megatron workers reduce gradients in "

@@ -351,6 +351,20 @@ def resolved_training(options: TrainingOptions, framework: str, megatron: bool, 
                    sequence_parallel=sp or (megatron and megatron_requires_sequence_parallel(tp, ep)))
 
 
+def forced_sequence_parallel(options: TrainingOptions, megatron: bool, tp: int, ep: int,
+                             field: str = "sequence_parallel") -> str | None:
+    """The warning for an explicit ``sequence_parallel`` false that :func:`resolved_training` prices as true
+    (Megatron-Core at ``tp`` and ``ep`` both above 1,
+    :func:`~packplace.placement.model.stages.megatron_requires_sequence_parallel`), naming ``field``, the value and
+    why; ``None`` where the setting holds or was not given."""
+    if not (megatron and options.sequence_parallel is False and megatron_requires_sequence_parallel(tp, ep)):
+        return None
+    return (f"{field}: false is priced as true at tp {tp}, ep {ep}: Megatron-Core runs tensor and expert "
+            f"parallelism together only with sequence parallelism (megatron/core/model_parallel_config.py "
+            f"__post_init__: 'When using expert parallelism and tensor parallelism, sequence parallelism must be "
+            f"used')")
+
+
 @dataclass(frozen=True)
 class ContextParallelSplit:
     """How a context-parallel trainer's passes split their micro-batches over the GPUs of a CP group, for the
