@@ -10,7 +10,7 @@ from packplace.placement.candidates import cost_model, inference_sharded, needs_
 from packplace.placement.checking.validate import load_setup, plan_evaluator
 from packplace.placement.evaluator import get_table
 from packplace.placement.model.framework import VERL_LOGIT_BYTES
-from packplace.placement.model.memory import DEFAULT_TRAINING, peak_pass_tokens, vertex_memory
+from packplace.placement.model.memory import DEFAULT_TRAINING, peak_pass_tokens, resolved_training, vertex_memory
 from packplace.placement.model.pass_memory import infer_transient
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Strategy
@@ -78,7 +78,8 @@ def test_unpacked_micro_batch_holds_the_longest_sequences():
         key = next(k for k in table.by_key[name] if k[0] == Strategy(2, 1, 1) and k[1] == 4)
         cand = table.by_key[name][key]
         common = dict(dp=2, pp=1, tp=1, micro_batch=4, micro_batches=4, prompt_len=64, live_len=0.0,
-                      options=inst.training.get(name.split(".")[0], DEFAULT_TRAINING),
+                      options=resolved_training(inst.training.get(name.split(".")[0], DEFAULT_TRAINING), "verl",
+                                                False),   # verl FSDP's fp32 parameters, as the table resolves them
                       sharded_weights=kind == "infer" and inference_sharded(inst, name),
                       framework="verl", workspace_bytes=inst.hardware.memory_workspace,
                       logit_bytes=VERL_LOGIT_BYTES)

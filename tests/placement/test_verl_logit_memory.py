@@ -185,11 +185,12 @@ def test_verl_offload_moves_the_state_out_of_the_resident_part_and_into_the_pass
     from dataclasses import replace
 
     from packplace.placement.candidates import inference_offloaded
-    from packplace.placement.model.memory import train_state_bytes
+    from packplace.placement.model.memory import resolved_training, train_state_bytes
     from packplace.placement.model.training_time import training_overhead_seconds
     inst = _instance(VERL_16)
-    options = inst.training["actor"]
-    assert (options.fsdp_size, options.offload) == (2, "optimizer+params")
+    assert (inst.training["actor"].fsdp_size, inst.training["actor"].offload) == (2, "optimizer+params")
+    options = resolved_training(inst.training["actor"], "verl", False)   # FSDP: fp32 parameters and gradients
+    assert options.fp32_params
     model = inst.models["actor"]
     cost = cost_model(inst)
 
@@ -207,8 +208,10 @@ def test_verl_offload_moves_the_state_out_of_the_resident_part_and_into_the_pass
     layer = model.block_params / model.layers
     full = train_state_bytes(model.params, layer, 2, replace(options, offload="none"))
     left = train_state_bytes(model.params, layer, 2, options)
-    # 16 bytes per parameter over the 2-way FSDP group, back on the GPU for the pass, not resident
+    # 16 bytes per parameter over the 2-way FSDP group, back on the GPU for the pass, not resident; what stays is
+    # the fp32 gradient shard and the bf16 gathered layer
     assert full == pytest.approx(16 * model.params / 2 + 2 * layer)
+    assert left == pytest.approx(4 * model.params / 2 + 2 * layer)
     assert offloaded.resident_bytes == pytest.approx(left) and kept.resident_bytes == pytest.approx(full)
     assert offloaded.transient_bytes == pytest.approx(kept.transient_bytes + full - left)
     assert offloaded.fits

@@ -43,7 +43,6 @@ from packplace.placement.model.dp_balance import VertexBalance, instance_balance
 from packplace.placement.model.engine import mean_live_tokens
 from packplace.placement.model.framework import (
     INFERENCE_OFFLOAD,
-    VERL_KEPT_STATE,
     colocated_engine_gpu_memory_utilization,
     fp32_gradient_accumulation,
     generate_calls,
@@ -84,6 +83,7 @@ from packplace.placement.model.nemo_rl_releases import (
 )
 from packplace.placement.model.pass_memory import bare_loop
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking
+from packplace.placement.model.stages import state_bytes_per_param
 from packplace.placement.model.training_time import runs_gradient_allreduce, training_overhead_seconds
 from packplace.placement.problem.graph import algorithm_spec
 from packplace.placement.problem.hardware import Cluster
@@ -1051,7 +1051,9 @@ def rollout_kept_state_bytes(instance, name: str, model: ModelSpec, strategy: St
     optimizer+params`` plus the Adam moments of the trainable parameters under ``offload: none``, each over the
     shard group :meth:`~packplace.placement.model.memory.TrainingOptions.shard_ranks`, on the largest stage, no
     gradients (:data:`~packplace.placement.model.framework.VERL_KEPT_STATE`; a LoRA actor's adapters are among
-    the fp32 parameters and are its only trainable ones)."""
+    the fp32 parameters and are its only trainable ones), in the dtype its training state is priced in
+    (``options`` resolved, :func:`~packplace.placement.model.memory.resolved_training`: 4 + 8 bytes with
+    ``fp32_params``, else 2 + 12, :func:`~packplace.placement.model.stages.state_bytes_per_param`)."""
     if instance.graph.vertex(name).kind != "train":
         return 0.0
     rule = profile(instance.framework).colocated_kept_state
@@ -1061,7 +1063,8 @@ def rollout_kept_state_bytes(instance, name: str, model: ModelSpec, strategy: St
         return resident
     if trainer_backend(Context.of(instance), {name: strategy}) != "fsdp":
         return 0.0 if options.offload == "optimizer+params" else resident
-    param_bytes, moment_bytes = VERL_KEPT_STATE
+    resolved = resolved_training(options, instance.framework, False)
+    param_bytes, _, moment_bytes = state_bytes_per_param(bool(resolved.fp32_params), False)
     shard = options.shard_ranks(strategy.dp) * strategy.tp
     params = trainable = float(max(stage_params(model, strategy.pp)))
     if options.lora_rank:

@@ -101,6 +101,7 @@ from packplace.placement.model.layout_rules import (
     TRAIN,
     TRAINER_BACKENDS,
     Context,
+    fp32_params_refusal,
     megatron_field_refusal,
     sequence_parallel_refusal,
     strategy_refusal,
@@ -111,6 +112,7 @@ from packplace.placement.model.memory import (
     ROUTER_DTYPES,
     TrainingOptions,
     forced_sequence_parallel,
+    resolved_training,
     stage_layers,
     stage_params,
 )
@@ -123,7 +125,7 @@ from packplace.placement.model.pass_memory import (
     uses_autocast,
 )
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
-from packplace.placement.model.stages import megatron_requires_sequence_parallel, stage_gemm_share, trainer_defaults
+from packplace.placement.model.stages import stage_gemm_share
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
@@ -533,7 +535,7 @@ def _ring_seconds(shape: ModelSpec, hw: Hardware, cluster: Cluster, micro_batch:
 
 
 #: Keyword arguments of :func:`estimate` that take a boolean (``None``: unset).
-BOOLEAN_KEYWORDS = ("enforce_eager", "bias_activation_fusion", "fp32_grad_buffer", "sequence_parallel")
+BOOLEAN_KEYWORDS = ("enforce_eager", "bias_activation_fusion", "fp32_grad_buffer", "sequence_parallel", "fp32_params")
 
 
 def _plain_keywords(function: Callable[..., Estimate]) -> Callable[..., Estimate]:
@@ -558,7 +560,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
              train_mb_tokens: int | None = None, sharding: str | None = None, pack_tokens: int | None = None,
              cp: int = 1, trainer_backend: str = "auto", bias_activation_fusion: bool | None = None,
              moe_router_dtype: str | None = None, gpu_memory_utilization: float | None = None,
-             fp32_grad_buffer: bool | None = None, sequence_parallel: bool | None = None) -> Estimate:
+             fp32_grad_buffer: bool | None = None, sequence_parallel: bool | None = None,
+             fp32_params: bool | None = None) -> Estimate:
     """Time and peak memory per GPU of one task (module docstring; the numbers of ``packplace estimate``).
 
     Args:
@@ -573,9 +576,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`; micro_batches: :func:`_micro_batches`.
         sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
             autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
-            Unset: :func:`default_sharding` (``place``'s ``training.<role>.sharding`` default, ``zero1``, for a
-            training pass with Adam whatever the framework; else ``none``); the Adam step takes the layout's
-            share of the state (:func:`check_trainer_sharding`).
+            Unset: :func:`default_sharding` (``zero1``, ``place``'s ``training.<role>.sharding`` default, for a training
+            pass with Adam, else ``none``); the Adam step takes the layout's share (:func:`check_trainer_sharding`).
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees (every task but train per replica:
             ``dp`` only where it counts, :func:`_check_replica_dp`); framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"``: the knob model); default the preset's own.
@@ -599,7 +601,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             (:func:`~packplace.placement.estimate_trainer.resolve_trainer_backend`); with an RL ``framework`` (or
             ``megatron``) priced as the evaluator prices the vertex (:func:`~packplace.placement.estimate_trainer.
             trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels. Those after it:
-            :func:`_megatron` (``bias_activation_fusion`` to ``sequence_parallel``), :func:`_pooled_engine`.
+            :func:`_megatron` (``bias_activation_fusion`` to ``fp32_params``), :func:`_pooled_engine`.
 
     Returns:
         :class:`Estimate` (seconds and bytes per GPU).
@@ -608,7 +610,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     shape = resolve_model(model)
     recompute = _check_settings(task, recompute, optimizer, framework, enforce_eager, sharding)
     megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype, framework,
-                                          trainer_backend, shape, (fp32_grad_buffer, sequence_parallel))
+                                          trainer_backend, shape, (fp32_grad_buffer, sequence_parallel, fp32_params))
     engine_generation, version_eager = _engine(framework, framework_version)
     enforce_eager = (version_eager if enforce_eager is None else enforce_eager) and task in ("decode", "generate")
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=1 if dp is None else dp, ep=ep)
@@ -973,7 +975,7 @@ def _at_most(name: str, tokens: int) -> int:
 
 def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, framework: str = "none",
               trainer_backend: str = "auto", shape: ModelSpec | None = None,
-              layout: tuple[Any, Any] = (None, None)) -> tuple[TrainingOptions, dict[str, Any]]:
+              layout: tuple[Any, Any, Any] = (None, None, None)) -> tuple[TrainingOptions, dict[str, Any]]:
     """``(options, inputs)`` of :func:`estimate`'s Megatron-Core settings: ``bias_activation_fusion`` and
     ``moe_router_dtype`` as ``place`` reads ``training.<role>`` (:class:`~packplace.placement.model.memory.
     TrainingOptions`; ``None``: the release's,
@@ -988,16 +990,21 @@ def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, fra
             model: :func:`~packplace.placement.model.layout_rules.megatron_field_refusal`, as ``place`` refuses
             ``training.<role>``).
 
-    ``layout``: ``(fp32_grad_buffer, sequence_parallel)`` as ``training.<role>`` sets them (``None``: the trainer's
-    own, resolved by :func:`memory_parts`); ``fp32_grad_buffer`` for ``train`` only, ``sequence_parallel`` for
-    ``train`` and ``infer``, refused where no trainer runs it
-    (:func:`~packplace.placement.model.layout_rules.sequence_parallel_refusal`).
+    ``layout``: ``(fp32_grad_buffer, sequence_parallel, fp32_params)`` as ``training.<role>`` sets them (``None``:
+    the trainer's own, resolved by :func:`memory_parts`); ``fp32_grad_buffer`` and ``fp32_params`` for ``train``
+    only, ``sequence_parallel`` for ``train`` and ``infer``, each refused where no trainer runs it
+    (:func:`~packplace.placement.model.layout_rules.sequence_parallel_refusal`,
+    :func:`~packplace.placement.model.layout_rules.fp32_params_refusal`).
     """
-    fp32, sp = layout
+    fp32, sp, params32 = layout
     options = TrainingOptions(bias_activation_fusion=bias_activation_fusion, moe_router_dtype=moe_router_dtype,
-                              fp32_grad_buffer=fp32, sequence_parallel=sp)
-    if fp32 is not None and task != "train":
-        raise ConfigError(f"fp32_grad_buffer: a training pass's gradients, got {show(fp32)} for task {task}; drop it")
+                              fp32_grad_buffer=fp32, sequence_parallel=sp, fp32_params=params32)
+    for name, value in (("fp32_grad_buffer", fp32), ("fp32_params", params32)):
+        if value is not None and task != "train":
+            raise ConfigError(f"{name}: a training pass's state, got {show(value)} for task {task}; drop it")
+    why = fp32_params_refusal(params32, framework, trainer_backend)
+    if why is not None:
+        raise ConfigError(f"fp32_params: {show(params32)} can have no effect: {why}")
     if sp is not None and task not in ("train", "infer"):
         raise ConfigError(f"sequence_parallel: a trainer's layout (train, infer), got {show(sp)} for task {task}; "
                           "drop it")
@@ -1012,7 +1019,7 @@ def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, fra
         if why is not None:
             raise ConfigError(f"{name}: {show(value)} can have no effect: {why}")
     return options, {"bias_activation_fusion": bias_activation_fusion, "moe_router_dtype": moe_router_dtype,
-                     "fp32_grad_buffer": fp32, "sequence_parallel": sp}
+                     "fp32_grad_buffer": fp32, "sequence_parallel": sp, "fp32_params": params32}
 
 
 def _check_settings(task: str, recompute: str | None, optimizer: str, framework: str, enforce_eager: Any,
@@ -1613,15 +1620,14 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
     and its MoE router's dtype (:func:`~packplace.placement.model.nemo_rl_releases.megatron_router_dtype`) unless
     ``megatron`` (:class:`~packplace.placement.model.memory.TrainingOptions`) sets ``bias_activation_fusion`` /
     ``moe_router_dtype``, as ``place`` reads ``training.<role>``, and its ``fp32_grad_buffer`` /
-    ``sequence_parallel``, unset the trainer's own (:func:`~packplace.placement.model.stages.trainer_defaults` of
-    ``framework`` on ``trainer_backend`` megatron or not).
+    ``sequence_parallel`` / ``fp32_params``, unset the trainer's own, resolved as ``place`` resolves them
+    (:func:`~packplace.placement.model.memory.resolved_training` of ``framework`` on ``trainer_backend`` megatron or
+    not).
     ``micro_batches``: a training pass's micro-batches per DP×CP rank per step, ``M``: the CP group runs ``c·M``,
     stage ``i`` holding ``min(pp − i, c·M)`` in flight (:func:`~packplace.placement.model.pass_memory.in_flight`,
     the rule of ``place``'s vertex)."""
     engine = task in ("decode", "generate")
-    fp32, sp = trainer_defaults(framework, trainer_backend == "megatron")
-    sp = sp if megatron.sequence_parallel is None else megatron.sequence_parallel
-    sp = sp or (trainer_backend == "megatron" and megatron_requires_sequence_parallel(tp, ep))
+    resolved = resolved_training(megatron, framework, trainer_backend == "megatron", tp, ep)
     if (forced := forced_sequence_parallel(megatron, trainer_backend == "megatron", tp, ep)) is not None:
         warnings.warn(forced, OverriddenSettingWarning, stacklevel=2)
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
@@ -1636,8 +1642,8 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                          router_dtype=megatron_router_dtype(framework, framework_version, shape,
                                                             megatron.moe_router_dtype),
                          fp32_grad_partitions=fp32_gradient_accumulation(framework, framework_version),
-                         sequence_parallel=sp,
-                         fp32_grad_buffer=fp32 if megatron.fp32_grad_buffer is None else megatron.fp32_grad_buffer)
+                         sequence_parallel=bool(resolved.sequence_parallel),
+                         fp32_grad_buffer=bool(resolved.fp32_grad_buffer), fp32_params=bool(resolved.fp32_params))
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
 
 
@@ -1821,6 +1827,11 @@ def _setting_flags(p) -> None:
                    help="train: fp32 gradients (4 bytes per parameter), as training.<role>.fp32_grad_buffer; default: "
                         "the config's with --model CONFIG.yaml:ROLE, else the trainer's (Megatron-Core: verl and "
                         "Megatron-LM true, NeMo RL false; any other trainer false)")
+    p.add_argument("--fp32-params", default=None, dest="fp32_params", choices=("true", "false"),
+                   help="train on verl's FSDP workers: fp32 parameters and gradients beside the two Adam moments "
+                        "(4 + 4 + 8 bytes per parameter; false: bf16 ones beside a 12-byte master and moments), as "
+                        "training.<role>.fp32_params (verl fsdp_config.model_dtype); default: the config's with "
+                        "--model CONFIG.yaml:ROLE, else the trainer's (verl FSDP true, every other trainer false)")
     p.add_argument("--sequence-parallel", default=None, dest="sequence_parallel", choices=("true", "false"),
                    help="train / infer with tp > 1: Megatron sequence parallelism, as "
                         "training.<role>.sequence_parallel (false: the norms and linear inputs whole on every TP "
@@ -2161,6 +2172,7 @@ def _estimate_args(args: Any, hardware: Mapping[str, Any]) -> Estimate:
                       moe_router_dtype=getattr(args, "moe_router_dtype", None),
                       fp32_grad_buffer=_flag_bool(getattr(args, "fp32_grad_buffer", None)),
                       sequence_parallel=_flag_bool(getattr(args, "sequence_parallel", None)),
+                      fp32_params=_flag_bool(getattr(args, "fp32_params", None)),
                       micro_batches=args.micro_batches,
                       gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None))
 
@@ -2206,7 +2218,9 @@ def _config_training(doc: Any, role: str, task: str, given: Mapping[str, Any],
     otherwise); the Megatron-Core settings (``bias_activation_fusion``, ``moe_router_dtype``) not where a flag
     given (``--framework``, ``--trainer-backend``) puts the ``trainer`` (``(framework, trainer_backend)``, the
     flags' or the config's) off Megatron-Core, where they can have no effect
-    (:func:`~packplace.placement.model.layout_rules.megatron_field_refusal`; the config's own contradiction is
+    (:func:`~packplace.placement.model.layout_rules.megatron_field_refusal`), nor ``fp32_params`` where such a flag
+    puts it off verl's FSDP workers (:func:`~packplace.placement.model.layout_rules.fp32_params_refusal`; the
+    config's own contradiction is
     left to :func:`estimate`, which refuses it as ``place`` does). Values are checked by :func:`estimate` as the
     flags are."""
     training = doc.get("training") if isinstance(doc, Mapping) else None
@@ -2219,12 +2233,13 @@ def _config_training(doc: Any, role: str, task: str, given: Mapping[str, Any],
             if merged.get(name) is not None and given.get(name) is None
             and not (name == "sharding" and given.get("optimizer", "adam") == "none")
             and not (name in MEGATRON_FIELDS and flagged
-                     and megatron_field_refusal(name, merged[name], *trainer, True) is not None)}
+                     and megatron_field_refusal(name, merged[name], *trainer, True) is not None)
+            and not (name == "fp32_params" and flagged and fp32_params_refusal(merged[name], *trainer) is not None)}
 
 
 #: ``training.<role>`` fields that ``estimate --model CONFIG.yaml:ROLE --task train`` takes as the defaults of its
 #: flags of the same names (:func:`_config_training`).
-CONFIG_TRAINING = ("recompute", "sharding", "fp32_grad_buffer", "sequence_parallel", *MEGATRON_FIELDS)
+CONFIG_TRAINING = ("recompute", "sharding", "fp32_grad_buffer", "sequence_parallel", "fp32_params", *MEGATRON_FIELDS)
 
 
 def _config_policy_fields(policy: Mapping[str, Any], task: str, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from packplace.placement.model.counts import check_counts
 from packplace.placement.model.deepspeed_zero3 import DEEPSPEED_DEFAULTS, DSCHAT_EVAL, DSCHAT_TRAIN, Zero3Prefetch
 from packplace.placement.model.engine import DEFAULT_GPU_MEMORY_UTILIZATION
 from packplace.placement.model.memory import lora_params, stage_params
+from packplace.placement.model.stages import state_bytes_per_param
 from packplace.placement.problem.models import ModelSpec
 
 #: Seconds of one Ray remote actor-method call (submit, schedule on a live actor, return a small
@@ -495,7 +496,9 @@ COLOCATED_KEPT_STATES = ("offloaded", "resident", "verl")
 #: Adam moments)``, each unless its offload flag moves it to the host (read at v0.2, v0.4.0, v0.5.0 and v0.7.0):
 #: ``verl/workers/fsdp_workers.py`` ``_build_model_optimizer`` loads the actor in ``fsdp_config.model_dtype``,
 #: default ``torch.float32`` for the actor, so FSDP's sharded parameters are fp32 (4; mixed precision casts the
-#: gathered units to bf16), and ``optim.AdamW`` keeps ``exp_avg`` / ``exp_avg_sq`` in the parameters' dtype (8).
+#: gathered units to bf16), and ``optim.AdamW`` keeps ``exp_avg`` / ``exp_avg_sq`` in the parameters' dtype (8):
+#: :func:`~packplace.placement.model.stages.state_bytes_per_param` with ``fp32_params``, the training state's own
+#: rule (:data:`~packplace.placement.model.stages.FP32_PARAMS_TRAINERS`), which the kept state reads.
 #: The rollout leaves them on the GPU unless ``actor.fsdp_config.param_offload`` / ``optimizer_offload`` (both
 #: ``False`` by default: ``verl/trainer/config/ppo_trainer.yaml`` v0.1-v0.4.1, ``config/actor/dp_actor.yaml``
 #: v0.5.0 on): ``update_actor`` offloads the parameters and the optimizer state after the update only under
@@ -513,7 +516,7 @@ COLOCATED_KEPT_STATES = ("offloaded", "resident", "verl")
 #: ``optimizer_offload`` the optimizer state (``offload_megatron_optimizer``): ``training.offload``
 #: ``optimizer+params`` (both flags, as ``emit --emit verl`` writes them) keeps nothing, ``optimizer`` the
 #: parameter and gradient buffers.
-VERL_KEPT_STATE = (4.0, 8.0)
+VERL_KEPT_STATE = state_bytes_per_param(True, False)[0::2]
 
 
 @dataclass(frozen=True)

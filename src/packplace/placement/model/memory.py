@@ -57,7 +57,12 @@ from packplace.placement.model.pass_memory import (
 # the stage helpers live in model/stages.py; re-exported here under their names
 from packplace.placement.model.stages import ADAM_BYTES as ADAM_BYTES
 from packplace.placement.model.stages import SHARDING as SHARDING
-from packplace.placement.model.stages import megatron_requires_sequence_parallel, trainer_defaults
+from packplace.placement.model.stages import (
+    megatron_requires_sequence_parallel,
+    state_bytes_per_param,
+    trainer_defaults,
+    trainer_fp32_params,
+)
 from packplace.placement.model.stages import stage_gemm_share as stage_gemm_share
 from packplace.placement.model.stages import stage_layers as stage_layers
 from packplace.placement.model.stages import stage_params as stage_params
@@ -199,6 +204,11 @@ class TrainingOptions:
         fp32_grad_buffer: fp32 gradient accumulation buffer (4 bytes per parameter instead of 2); ``None``
             (the default): the trainer's own (:func:`trainer_defaults`: on Megatron-Core verl's and Megatron-LM's
             fp32 buffer, NeMo RL's bf16 one; false on every other trainer).
+        fp32_params: the trainer keeps its parameters (and so their gradients) in fp32 and its Adam state as the two
+            fp32 moments beside them, instead of bf16 weights and gradients beside a 12-byte fp32 master and moments
+            (:func:`~packplace.placement.model.stages.state_bytes_per_param`); ``None`` (the default): the trainer's
+            own (:func:`~packplace.placement.model.stages.trainer_fp32_params`: verl's FSDP workers, whose
+            ``fsdp_config.model_dtype`` sets it); never on Megatron-Core (:func:`resolved_training`).
         sequence_parallel: Megatron sequence parallelism of a tensor-parallel trainer (the norms, residuals and
             linear inputs split over the TP ranks along the sequence,
             :func:`~packplace.placement.model.pass_memory.unsplit_activation_bytes_per_token`); ``None`` (the
@@ -242,12 +252,13 @@ class TrainingOptions:
     bias_activation_fusion: bool | None = None
     moe_router_dtype: str | None = None
     sequence_parallel: bool | None = None
+    fp32_params: bool | None = None
 
     def __post_init__(self) -> None:
         for name, valid in (("sharding", SHARDING), ("recompute", RECOMPUTE), ("offload", OFFLOAD)):
             if getattr(self, name) not in valid:
                 raise ConfigError(f"{name}: must be one of {', '.join(valid)}, got {getattr(self, name)!r}")
-        for name in ("fp32_grad_buffer", "sequence_parallel"):
+        for name in ("fp32_grad_buffer", "sequence_parallel", "fp32_params"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: must be true or false (unset: the trainer's), got {getattr(self, name)!r}")
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 0:
@@ -341,14 +352,19 @@ def lora_train_state_bytes(model: ModelSpec, pp: int, tp: int, dp: int, options:
 DEFAULT_TRAINING = TrainingOptions()
 def resolved_training(options: TrainingOptions, framework: str, megatron: bool, tp: int = 1,
                       ep: int = 1) -> TrainingOptions:
-    """``options`` with ``fp32_grad_buffer`` and ``sequence_parallel`` set where they are unset
-    (:func:`trainer_defaults` of ``framework`` on Megatron-Core or not); on Megatron-Core at ``tp`` and ``ep`` both
-    above 1 sequence parallelism whatever the options say (Megatron-Core runs no other way,
-    :func:`~packplace.placement.model.stages.megatron_requires_sequence_parallel`)."""
+    """``options`` with ``fp32_grad_buffer``, ``sequence_parallel`` and ``fp32_params`` set where they are unset
+    (:func:`trainer_defaults` and :func:`~packplace.placement.model.stages.trainer_fp32_params` of ``framework`` on
+    Megatron-Core or not); on Megatron-Core at ``tp`` and ``ep`` both above 1 sequence parallelism whatever the
+    options say (Megatron-Core runs no other way,
+    :func:`~packplace.placement.model.stages.megatron_requires_sequence_parallel`), and never ``fp32_params``. The
+    one resolution ``place``'s memory and time and ``estimate``'s pass memory read."""
     fp32, sp = trainer_defaults(framework, megatron)
     sp = sp if options.sequence_parallel is None else options.sequence_parallel
+    params32 = trainer_fp32_params(framework, megatron) if options.fp32_params is None else options.fp32_params
+    params32 = params32 and not megatron   # Megatron-Core keeps bf16 parameters beside its fp32 master
     return replace(options, fp32_grad_buffer=fp32 if options.fp32_grad_buffer is None else options.fp32_grad_buffer,
-                   sequence_parallel=sp or (megatron and megatron_requires_sequence_parallel(tp, ep)))
+                   sequence_parallel=sp or (megatron and megatron_requires_sequence_parallel(tp, ep)),
+                   fp32_params=params32)
 
 
 def forced_sequence_parallel(options: TrainingOptions, megatron: bool, tp: int, ep: int,
@@ -488,11 +504,15 @@ def train_state_bytes(params: float, layer_params: float, dp: int, options: Trai
     distributed optimizer. Offload (Ren et al. 2021, "ZeRO-Offload"): ``optimizer`` keeps the Adam states
     on the host (0 GPU bytes); ``optimizer+params`` also the weights, of which the GPU then holds the
     gathered layer only. 8-way zero1: 5.5 bytes per parameter; 8-way zero3: 2 bytes per parameter plus the
-    gathered layer. With ``frozen = f``: ``p`` in the weights column, ``p − f`` in the other two."""
+    gathered layer. With ``frozen = f``: ``p`` in the weights column, ``p − f`` in the other two. With
+    ``fp32_params`` (verl's FSDP workers, :func:`~packplace.placement.model.stages.state_bytes_per_param`) the
+    weights and gradients are 4 bytes and the Adam state the 8 bytes of the two moments (the fp32 parameter is the
+    master): 16 bytes a parameter as above when nothing is offloaded, 8 under ``offload: optimizer`` where bf16
+    weights say 4, and a LoRA trainer's frozen base 4 bytes a parameter; the gathered layer of ``zero3`` /
+    ``optimizer+params`` stays bf16 (FSDP's ``MixedPrecision`` ``param_dtype`` casts the unit it gathers)."""
     trainable = params - frozen
-    grad = (4.0 if options.fp32_grad_buffer else 2.0) * trainable
-    weights = 2.0 * params
-    adam = ADAM_BYTES * trainable
+    w, g, a = state_bytes_per_param(bool(options.fp32_params), bool(options.fp32_grad_buffer))
+    grad, weights, adam = g * trainable, w * params, a * trainable
     if options.sharding in ("zero1", "zero2", "zero3"):
         adam /= dp
     if options.sharding in ("zero2", "zero3"):

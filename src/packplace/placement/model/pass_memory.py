@@ -61,7 +61,13 @@ from packplace.errors import ConfigError
 from packplace.placement.model.deepspeed_inference import inference_workspace_bytes, prefill_logit_bytes
 from packplace.placement.model.deepspeed_zero3 import Zero3Prefetch, zero3_kept_bytes
 from packplace.placement.model.gradient_buffers import NO_BUFFERS, GradientBuffers, gradient_buffers
-from packplace.placement.model.stages import ADAM_BYTES, SHARDING, stage_layers, stage_params, stage_split
+from packplace.placement.model.stages import (
+    SHARDING,
+    stage_layers,
+    stage_params,
+    stage_split,
+    state_bytes_per_param,
+)
 from packplace.placement.problem.models import ModelSpec
 
 #: Tasks :func:`pass_memory` prices.
@@ -692,7 +698,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                 trainer_backend: str = "none", cp_exact: bool = True, fused_swiglu: bool = False,
                 router_dtype: str = "bf16", zero3_fetch: Zero3Prefetch | None = None,
                 fp32_grad_partitions: bool = False, sequence_parallel: bool = False,
-                fp32_grad_buffer: bool = False) -> PassMemory:
+                fp32_grad_buffer: bool = False, fp32_params: bool = False) -> PassMemory:
     """Peak memory per GPU of one pass (bytes), the worst pipeline stage, with its parts.
 
     Args:
@@ -703,8 +709,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             written, logits of the last token only), ``decode`` (one iteration of ``micro_batch``
             running sequences of ``context`` cached tokens) or ``generate`` (``micro_batch`` sequences
             generated up to ``context`` tokens: the last decode iteration plus one prompt's prefill).
-        micro_batch, seq_len: Sequences (``B``); tokens per sequence (train, infer, prefill; ``S``).
-        context: Cached tokens per sequence (decode, generate; ``C``).
+        micro_batch, seq_len, context: Sequences (``B``); tokens per sequence (train, infer, prefill; ``S``); cached
+            tokens per sequence (decode, generate; ``C``).
         recompute: ``none``, ``selective`` or ``full`` (:data:`RECOMPUTE_MODES`; train only).
         optimizer: ``adam`` or ``none`` (train only): ``adam`` with ``sharding: none`` is fp32 master
             weights under ``torch.autocast`` with fp32 gradients and fused AdamW, as a bare PyTorch
@@ -738,8 +744,9 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             backward (:func:`~packplace.placement.model.deepspeed_zero3.zero3_kept_bytes`) in every phase, as
             ``place`` does; None (FSDP, or no profile): one gathered layer and the root unit (:func:`fsdp_root_bytes`).
         fp32_grad_partitions: DeepSpeed's fp32 gradient accumulation (:func:`gradient_buffers`' ``fp32_partitions``).
-        sequence_parallel, fp32_grad_buffer: Megatron sequence parallelism (false: the norms are whole on every TP
-            rank, :func:`unsplit_activation_bytes_per_token`); fp32 gradients beside bf16 weights (``train``).
+        sequence_parallel, fp32_grad_buffer, fp32_params: Megatron sequence parallelism (false: the norms are whole
+            on every TP rank, :func:`unsplit_activation_bytes_per_token`); ``train``: fp32 gradients beside bf16
+            weights; fp32 weights and gradients beside two Adam moments (verl FSDP, :func:`state_bytes_per_param`).
 
     Returns:
         :class:`PassMemory`.
@@ -760,9 +767,8 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
     for i in range(pp):
         last, tokens = i == pp - 1, _pass_tokens(micro_batch, seq_len, cp, tp, cp_exact)
         if task == "train":
-            part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute,
-                                optimizer, tp, in_flight(pp, i, micro_batches), dp, sharding, micro_batches, ws,
-                                ep, cp, logit_bytes,
+            part = _train_stage(model, per_gpu[i], layers[i], last, i == 0, tokens, recompute, optimizer, tp,
+                                in_flight(pp, i, micro_batches), dp, sharding, micro_batches, ws, ep, cp, logit_bytes,
                                 resident_gradients(optimizer, sharding, framework, trainer_backend,
                                                    (tp, pp, ep, cp)), trainer_backend == "megatron",
                                 fused_swiglu, router_dtype, megatron_expert_tensor_parallel(framework, tp), saved,
@@ -772,7 +778,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                                     model, framework=framework, sharding=sharding, tp=tp, dp=dp, trainable=per_gpu[i],
                                     megatron=trainer_backend == "megatron", tokens=tokens, last=last,
                                     fp32_partitions=fp32_grad_partitions, sequence_parallel=sequence_parallel),
-                                (sequence_parallel, fp32_grad_buffer))
+                                (sequence_parallel, fp32_grad_buffer, fp32_params))
         elif task == "infer":
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward,
@@ -1240,7 +1246,8 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
                  fused_kernels: bool = False, fused_swiglu: bool = False, router_dtype: str = "bf16",
                  expert_tp: int = 1, score_bytes: float = 0.0, kept: float = 0.0, bare: bool = False,
                  root: tuple[float, float, float] = (0.0, 0.0, 0.0),
-                 buffers: GradientBuffers = NO_BUFFERS, layout: tuple[bool, bool] = (False, False)) -> PassMemory:
+                 buffers: GradientBuffers = NO_BUFFERS,
+                 layout: tuple[bool, bool, bool] = (False, False, False)) -> PassMemory:
     """One pipeline stage of a training micro-batch, with the activations of ``inflight`` micro-batches saved
     (:func:`in_flight`): the largest of the forward's end, the loss's
     backward and the backward's end (module docstring), and with context parallelism the last layer's ring
@@ -1254,7 +1261,7 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     phase ``head_backward`` on every trainer's last stage (:func:`head_backward_bytes`). ``root``: an FSDP
     trainer's root unit (:func:`fsdp_root_bytes`); ``buffers``: a DeepSpeed ZeRO or Megatron-Core trainer's gradient
     buffers (:func:`~packplace.placement.model.gradient_buffers.gradient_buffers`), in the gradients column;
-    ``layout``: ``(sequence_parallel, fp32_grad_buffer)`` (:func:`pass_memory`)."""
+    ``layout``: ``(sequence_parallel, fp32_grad_buffer, fp32_params)`` (:func:`pass_memory`)."""
     autocast = uses_autocast(optimizer, sharding)
     layer_params = model.block_params / model.layers / tp
     held_gradients = micro_batches > 1 or keep_gradients
@@ -1270,14 +1277,15 @@ def _train_stage(model: ModelSpec, params: float, n_layers: int, last: bool, fir
     dense = params - expert
     states = 1 if sharding == "none" else dp
     expert_states = 1 if sharding == "none" else max(1, dp // ep)
+    w, g, adam = state_bytes_per_param(layout[2], layout[1])   # memory.train_state_bytes' bytes a parameter
     if autocast:
         weights, moments, grads = 4.0 * params, 8.0 * params, 4.0 * params
-        if layout[1]:   # a Megatron-Core DDP's bf16 weights beside its fp32 master and main-gradient buffer
-            weights += 2.0 * params   # (memory.train_state_bytes: 2 + 4 + 12 bytes a parameter)
+        if layout[1] and not layout[2]:   # a Megatron-Core DDP's bf16 weights beside its fp32 master and
+            weights += 2.0 * params       # main-gradient buffer (memory.train_state_bytes: 2 + 4 + 12 bytes)
     else:
-        weights = 2.0 * params / dp + 2.0 * layer_params if sharding == "zero3" else 2.0 * params
-        moments = 0.0 if optimizer == "none" else ADAM_BYTES * (dense / states + expert / expert_states)
-        g = 4.0 if layout[1] else 2.0
+        # the gathered layer is bf16 whatever the shard's dtype (FSDP's MixedPrecision param_dtype)
+        weights = w * params / dp + 2.0 * layer_params if sharding == "zero3" else w * params
+        moments = 0.0 if optimizer == "none" else adam * (dense / states + expert / expert_states)
         grads = g * params
         if sharding in ("zero2", "zero3"):
             grads = g * (dense / states + expert / expert_states)

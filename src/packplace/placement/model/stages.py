@@ -40,6 +40,37 @@ def trainer_defaults(framework: str, megatron: bool) -> tuple[bool, bool]:
     return MEGATRON_TRAINER_DEFAULTS.get(framework, MEGATRON_TRAINER_DEFAULTS["none"])
 
 
+#: Frameworks whose FSDP trainer keeps its parameters in fp32 unless its config says otherwise
+#: (:func:`trainer_fp32_params`). verl: ``verl/workers/fsdp_workers.py`` ``_build_model_optimizer`` loads the model in
+#: ``fsdp_config.model_dtype``, unset ``torch.float32`` for the actor (``torch.float32 if self._is_actor else
+#: torch.bfloat16``: v0.2 line 167, v0.4.0 line 198, v0.5.0 line 248, v0.7.0 line 326; the v0.6.0+ generated
+#: ``ppo_trainer.yaml`` sets ``actor.fsdp_config.model_dtype: fp32``), and ``_build_critic_model_optimizer``
+#: loads the critic in ``fsdp_config.get("model_dtype", "fp32")`` (v0.2 line 656, v0.7.0 line 1292). FSDP wraps it
+#: in ``MixedPrecision(param_dtype=bf16, reduce_dtype=fp32, buffer_dtype=fp32)`` (the defaults of
+#: ``fsdp_config.mixed_precision``, same lines): the sharded parameters and their gradients stay fp32, the gathered
+#: units are cast to bf16 for compute, and ``torch.optim.AdamW`` keeps its two moments in the parameters' dtype.
+FP32_PARAMS_TRAINERS = ("verl",)
+
+
+def trainer_fp32_params(framework: str, megatron: bool) -> bool:
+    """Whether a trainer of ``framework`` keeps fp32 parameters where its config leaves it unset: the FSDP trainers
+    of :data:`FP32_PARAMS_TRAINERS` (verl's); never on Megatron-Core (bf16 parameters beside the distributed
+    optimizer's fp32 master), DeepSpeed's ZeRO (bf16 partitions beside the fp32 master) or a bare PyTorch loop
+    (fp32 master under autocast, priced by its own layout)."""
+    return not megatron and framework in FP32_PARAMS_TRAINERS
+
+
+def state_bytes_per_param(fp32_params: bool, fp32_grad_buffer: bool) -> tuple[float, float, float]:
+    """``(weights, gradients, Adam state)`` bytes per parameter of a mixed-precision trainer: bf16 weights,
+    bf16 gradients (fp32 with ``fp32_grad_buffer``) and the fp32 master with two moments (:data:`ADAM_BYTES`); with
+    ``fp32_params`` (:func:`trainer_fp32_params`) fp32 weights and gradients and the two moments alone (the fp32
+    parameter is the master): 16 bytes a parameter either way, 8 of them weights and gradients where bf16 ones
+    are 4. The one rule both memory modules and the colocated kept state read."""
+    if fp32_params:
+        return 4.0, 4.0, ADAM_BYTES - 4.0
+    return 2.0, 4.0 if fp32_grad_buffer else 2.0, float(ADAM_BYTES)
+
+
 def megatron_requires_sequence_parallel(tp: int, ep: int) -> bool:
     """Whether Megatron-Core runs a layout of tensor degree ``tp`` and expert degree ``ep`` only with sequence
     parallelism: both above 1 (``megatron/core/model_parallel_config.py`` ``__post_init__``: "When using expert

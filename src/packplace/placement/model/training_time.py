@@ -155,7 +155,8 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
         seconds += zero3_exposed_seconds(cost, model, options, dp, pp, tp, micro_batches, extent, ep, compute)
     if options.offload != "none" and cost.framework.offload_between_passes:
         # verl: the offloaded state comes back to the GPU before the update and leaves after it
-        # (fsdp_workers.py update_actor: load_fsdp_model_to_gpu / load_fsdp_optimizer, then offload both)
+        # (fsdp_workers.py update_actor: load_fsdp_model_to_gpu / load_fsdp_optimizer, then offload both), in the
+        # dtype the memory prices it (options resolved: an FSDP trainer's fp32 shard and two moments, 4 + 8 bytes)
         p_rank = model.params * stage_share(model.layers, pp) / tp
         layer = model.block_params / model.layers / tp
         ranks = options.shard_ranks(dp)
@@ -275,7 +276,12 @@ def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, d
     tensor-parallel rank and ``g`` the bytes per gradient element the framework reduces in
     (:attr:`~packplace.placement.model.framework.FrameworkProfile.gradient_reduce_bytes`: 4 for PyTorch
     FSDP's fp32 ``reduce_dtype`` in NeMo RL and verl, 2 for DeepSpeed's bf16), 4 with ``fp32_grad_buffer``
-    (a reduce-scatter moves what an all-gather does; Thakur et al. 2005). A MoE model with ``ep > 1``
+    (a reduce-scatter moves what an all-gather does; Thakur et al. 2005). The gathers stay ``2·n``
+    whatever dtype the shard is kept in: verl's FSDP workers keep an fp32 shard
+    (:func:`~packplace.placement.model.stages.trainer_fp32_params`) but gather it cast to ``MixedPrecision``'s
+    ``param_dtype``, bf16 (``torch/distributed/fsdp/_flat_param.py``: the local shard is cast into the flat
+    parameter's ``_mp_shard`` of that dtype, which is all-gathered), so only the memory model counts its 4 bytes.
+    A MoE model with ``ep > 1``
     sends its routed experts' ``n_e/ep`` over the ``dp/ep`` ranks that hold them (``tp·ep`` apart).
     Hybrid sharding (``options.fsdp_size`` below ``dp``, verl's FSDP group): the gather and the
     reduce-scatter run inside each group of ``fsdp_size`` consecutive ranks, and every micro-batch's

@@ -59,6 +59,7 @@ from packplace.placement.model.layout_rules import (
     TRAINER_BACKENDS,
     Context,
     check_config,
+    fp32_params_refusal,
     megatron_field_refusal,
     release_staleness,
     release_staleness_note,
@@ -266,6 +267,11 @@ TRAINING_FIELDS: dict[str, Field] = {
                               meaning="fp32 gradient accumulation buffer (4 bytes/param); unset: the trainer's "
                                       "(Megatron-Core: verl and Megatron-LM fp32, NeMo RL bf16; "
                                       "stages.trainer_defaults)"),
+    "fp32_params": Field("bool", default=None,
+                         meaning="fp32 parameters and gradients beside the two fp32 Adam moments (4 + 4 + 8 "
+                                 "bytes/param) instead of bf16 ones beside a 12-byte master and moments (verl FSDP "
+                                 "fsdp_config.model_dtype); unset: the trainer's (verl FSDP fp32, every other "
+                                 "trainer bf16; stages.trainer_fp32_params); verl FSDP only"),
     "sequence_parallel": Field("bool", default=None,
                                meaning="Megatron sequence parallelism of a tensor-parallel trainer (false: the norms "
                                        "and linear inputs whole on every TP rank); unset: the trainer's (verl "
@@ -1104,7 +1110,8 @@ def _check_training_models(training: Mapping[str, TrainingOptions], models: Mapp
     """Each trained model's ``[training.<role>]`` against its model and the policy: its LoRA rank
     (:func:`lora_params`), and the Megatron-Core fields (``bias_activation_fusion``, ``moe_router_dtype``) where
     they can have no effect (:func:`~packplace.placement.model.layout_rules.megatron_field_refusal`: a trainer no
-    strategy puts on Megatron-Core, a router dtype on a dense model).
+    strategy puts on Megatron-Core, a router dtype on a dense model), and ``fp32_params`` where no trainer reads it
+    (:func:`~packplace.placement.model.layout_rules.fp32_params_refusal`).
 
     Raises:
         ConfigError: ``[training.<role>] field: value ...`` naming why.
@@ -1123,6 +1130,9 @@ def _check_training_models(training: Mapping[str, TrainingOptions], models: Mapp
         why = sequence_parallel_refusal(options.sequence_parallel, policy["framework"], policy["trainer_backend"])
         if why is not None:
             raise ConfigError(f"[training.{role}] sequence_parallel: true can have no effect: {why}")
+        why = fp32_params_refusal(options.fp32_params, policy["framework"], policy["trainer_backend"])
+        if why is not None:
+            raise ConfigError(f"[training.{role}] fp32_params: {show(options.fp32_params)} can have no effect: {why}")
 
 
 def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:
