@@ -142,6 +142,8 @@ def test_the_json_records_each_trained_vertex_s_trainer_backend(framework, backe
     raw.setdefault("policy", {}).update(framework=framework, trainer_backend=backend)
     if framework == "verl":   # at verl's 0.5 the FSDP colocated plan is 0.4 GB over: the engine's pool and the
         raw["policy"]["gpu_memory_utilization"] = 0.48    # 8.32 GB it holds beside it (NCCL, graphs, context)
+        if backend == "fsdp":   # verl's FSDP workers shard all of their fp32 state (zero3, what they run); zero1's
+            raw["training"] = {"sharding": "zero3"}   # whole fp32 weights and gradients need 93.7 GB of 84.9 here
     path = tmp_path / "config.yaml"
     path.write_text(json.dumps(raw))
     assert main(["place", "--config", str(path), "--solver", "greedy", "--json"]) == 0
