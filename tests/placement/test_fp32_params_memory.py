@@ -149,3 +149,28 @@ def test_the_verl_emitter_writes_bf16_parameters_where_the_plan_priced_them():
     assert out.settings["++actor_rollout_ref.actor.fsdp_config.model_dtype"] == "bf16"
     default = emit(build_instance(_config("optimizer")), plan, "verl")
     assert not any(key.endswith("model_dtype") for key in default.settings)
+
+
+def test_the_command_line_flag_the_config_default_and_the_breakdown_line(capsys, tmp_path):
+    import json
+
+    import yaml
+
+    from packplace.cli import main
+    base = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--task", "train", "--framework", "verl",
+            "--dp", "4", "--sharding", "zero2"]
+    assert main(base) == 0
+    text = capsys.readouterr().out
+    assert "4 + 4 + 8 bytes a parameter" in text and "weights        6.17 GB" in text   # 4 x 1.54e9
+    assert main([*base, "--fp32-params", "false"]) == 0
+    text = capsys.readouterr().out
+    assert "4 + 4 + 8" not in text and "weights        3.09 GB" in text
+    config = _config("none", fp32_params=False)
+    config["policy"]["trainer_backend"] = "auto"
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config))
+    # the role's own training.actor.fp32_params is the flag's default, as place reads it
+    assert main(["estimate", "--model", f"{path}:actor", "--task", "train", "--dp", "8", "--sharding", "zero2",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inputs"]["fp32_params"] is False and doc["memory"]["weights"] == pytest.approx(2.0 * P)

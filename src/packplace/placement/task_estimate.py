@@ -1989,7 +1989,21 @@ def format_estimate(result: Estimate) -> str:
     if result.engine:   # place's charge: the pool and what lies outside it
         return "\n".join(lines + engine_lines(result.engine))
     lines += [f"  {name:<14} {result.memory[name] / GB:.2f} GB" for name in MEMORY_PARTS]
-    return "\n".join(lines)
+    return "\n".join(lines + _state_lines(result.inputs))
+
+
+def _state_lines(inputs: Mapping[str, Any]) -> list[str]:
+    """For a training pass whose trainer keeps fp32 parameters (``fp32_params`` as given, resolved as ``place``
+    resolves it, :func:`~packplace.placement.model.memory.resolved_training`: verl's FSDP workers), the line that
+    says what its weights, gradients and optimizer parts hold; none otherwise."""
+    if inputs.get("task") != "train" or "trainer_backend_resolved" not in inputs:
+        return []
+    options = resolved_training(TrainingOptions(fp32_params=inputs.get("fp32_params")), inputs["framework"],
+                                inputs["trainer_backend_resolved"] == "megatron")
+    if not options.fp32_params:
+        return []
+    return ["  (weights and gradients fp32, optimizer the two fp32 Adam moments: 4 + 4 + 8 bytes a parameter, "
+            "verl's FSDP fsdp_config.model_dtype; the gathered layer bf16; --fp32-params false prices bf16)"]
 
 
 def _priced_marks(task: str, parts: Mapping[str, float], framework: str, framework_version: str | None,
