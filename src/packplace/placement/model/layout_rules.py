@@ -446,14 +446,16 @@ def fp32_params_refusal(value: Any, framework: str, backend: str) -> str | None:
     """Why ``training.<role>.fp32_params`` set to ``value`` can have no effect, or ``None``: only an FSDP trainer
     whose config chooses the dtype it loads the trained model in reads it, verl's (``fsdp_config.model_dtype``,
     :data:`~packplace.placement.model.stages.FP32_PARAMS_TRAINERS`); Megatron-Core (verl ``trainer_backend:
-    megatron``), DeepSpeed's ZeRO and a bare loop keep bf16 parameters beside an fp32 master of their own. Under
+    megatron``), DeepSpeed's ZeRO and a bare loop keep bf16 parameters beside an fp32 master of their own, and every
+    other trainer is priced so (NeMo RL's DTensor workers load the policy in fp32 too, with no setting to change it:
+    not priced yet). Under
     ``trainer_backend: auto`` a strategy that resolves to Megatron-Core prices it off
     (:func:`~packplace.placement.model.memory.resolved_training`). ``value`` ``None`` (unset) is always accepted."""
     if value is None:
         return None
     if framework != "verl":
-        return (f"only verl's FSDP workers load a trained model in a chosen dtype (fsdp_config.model_dtype); "
-                f"{framework}'s trainer keeps bf16 parameters beside an fp32 master; drop it")
+        return (f"only verl's FSDP workers are priced with a chosen parameter dtype (fsdp_config.model_dtype); "
+                f"{framework}'s trainer is priced with bf16 parameters beside an fp32 master; drop it")
     if backend == "megatron":
         return ("trainer_backend megatron keeps verl's trainer on Megatron-Core (bf16 parameters beside the "
                 "distributed optimizer's fp32 master); drop it or use trainer_backend auto or fsdp")
