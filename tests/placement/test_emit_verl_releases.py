@@ -198,4 +198,7 @@ def test_verl_runs_a_reference_exactly_when_the_plan_prices_one(algorithm, relea
         kl_loss = verl_releases.available("actor_rollout_ref.actor.use_kl_loss", table_release(release),
                                           out.config == "megatron")
         assert s.get("actor_rollout_ref.actor.use_kl_loss") == (True if priced and kl_loss else None)
+    # GRPO's estimator came in v0.2 (v0.1 runs gae only)
+    no_grpo = [line for line in out.refusals if line.startswith(f"algorithm {algorithm}: verl v0.1 has no adv_")]
+    assert bool(no_grpo) == (algorithm != "ppo" and release == "v0.1")
     assert_keys_of(out, release)

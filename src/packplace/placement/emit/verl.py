@@ -62,6 +62,9 @@ DAPO_NOTE = ("dapo: GRPO advantages without a KL term or reference; DAPO's clip-
 REFERENCE_BY_KL = (0, 4, 0)
 #: verl's ``algorithm.adv_estimator`` per packplace algorithm.
 ADVANTAGE = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo"}
+#: The first release with each ``adv_estimator`` past ``gae``: ``grpo`` from v0.2 (``verl/trainer/ppo/ray_trainer.py``
+#: ``compute_advantage``; at v0.1 ``init_workers`` raises ``NotImplementedError`` for any estimator but ``gae``).
+ADVANTAGE_SINCE = {"grpo": (0, 2)}
 
 
 def choose_backend(view: PlanView) -> tuple[str, str]:
@@ -102,6 +105,11 @@ def emit_verl(view: PlanView) -> EmittedPlan:
                       or "algorithm dpo: verl has no DPO trainer")
     else:
         s["algorithm.adv_estimator"] = ADVANTAGE[view.algorithm]
+        since = ADVANTAGE_SINCE.get(ADVANTAGE[view.algorithm])
+        if view.framework_version is not None and since is not None and table_release(view.framework_version) < since:
+            refuse.append(f"algorithm {view.algorithm}: verl {view.framework_version} has no adv_estimator "
+                          f"{ADVANTAGE[view.algorithm]} (gae only; ray_trainer.py init_workers raises "
+                          f"NotImplementedError), verl {'.'.join(map(str, since))} on")
         if view.rules is not None:
             refuse += config_refusals(view.rules) + view.layout_refusals()
     if view.rules is not None and view.rules.backend == "auto":   # one --config-name: one backend for the plan
