@@ -147,7 +147,7 @@ def test_an_older_release_gets_its_own_names_and_a_refusal_per_key_it_lacks():
     # the reward's vLLM tensor parallelism came in 0.7.0: left out with a refusal naming key, release and 0.7
     assert "reward_model.rollout.tensor_model_parallel_size" not in old.settings
     assert any(line.startswith("reward_model.rollout.tensor_model_parallel_size=1: verl 0.6.1's ppo_trainer has no")
-               and "(verl 0.7 on)" in line for line in old.refusals)
+               and "(verl 0.7 on)" in line and "not the vLLM engine the plan priced" in line for line in old.refusals)
     # separate_async and a rollout pool: the trainer.v1 modes came in 0.9.0, the rollout pool in 0.7.1
     at_08 = at(instance, async_plan, "0.8.0")
     assert "trainer.v1.trainer_mode" not in at_08.settings

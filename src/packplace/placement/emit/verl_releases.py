@@ -112,6 +112,14 @@ AVAILABLE: dict[str, tuple[str, str]] = {
 #: model to the global pool (``verl/trainer/main_ppo.py`` at v0.5.0: ``mapping[Role.RewardModel] =
 #: global_pool_id``), the trainer's GPUs, which is ``enable_resource_pool=False``.
 ABSENT_MEANS: dict[str, Any] = {"reward.reward_model.enable_resource_pool": False}
+#: ``{key: what the release runs instead}`` for the refusal line of a key a release lacks.
+INSTEAD: dict[str, str] = {
+    "reward.reward_model.rollout.tensor_model_parallel_size":
+        "its reward model is an FSDP or Megatron forward worker (reward_model.strategy), not the vLLM engine the "
+        "plan priced",
+    "trainer.v1.trainer_mode": "it has no trainer.v1 asynchronous modes: its trainer is synchronous",
+    "actor_rollout_ref.rollout.nnodes": "its rollout has no pool of its own (the hybrid engine's GPUs)",
+}
 
 
 def _spans(text: str) -> tuple[tuple[Release, Release | None], ...]:
@@ -177,7 +185,8 @@ def for_release(settings: dict[str, Any], version: str | None, megatron: bool, r
             continue
         later = first_release(key, release, megatron)
         refusals.append(f"{name}={_shown(value)}: verl {version}'s {config} has no {name}"
-                        + (f" (verl {later} on)" if later is not None else "") + "; left out")
+                        + (f" (verl {later} on)" if later is not None else "") + "; left out"
+                        + (f": {INSTEAD[key]}" if key in INSTEAD else ""))
     settings.clear()
     settings.update(kept)
 
