@@ -163,6 +163,22 @@ def test_an_older_release_gets_its_own_names_and_a_refusal_per_key_it_lacks():
     assert any(line.startswith("reward_model.enable_resource_pool=false") for line in at_05.notes)
 
 
+def test_megatron_recompute_off_is_a_note_and_on_a_refusal_where_the_release_has_no_checkpointing_key():
+    """verl's Megatron config has no model.enable_gradient_checkpointing at v0.5.0-v0.6.1 (actor) and v0.5.0-0.7.1
+    (critic): its workers recompute per override_transformer_config.recompute_granularity, null by default."""
+    ppo, plan = hand_built_plans()[2]
+    out = at(ppo, plan, "0.6.0")
+    assert out.config == "megatron"
+    assert any(line.startswith("critic.model.enable_gradient_checkpointing=false: verl 0.6.0's ppo_megatron_trainer")
+               and line.endswith("it runs that way") for line in out.notes)
+    on = dataclasses.replace(ppo, training={model: dataclasses.replace(options, recompute="full")
+                                            for model, options in ppo.training.items()})
+    refused = at(on, plan, "0.6.0").refusals
+    assert any(line.startswith("critic.model.enable_gradient_checkpointing=true") and "recompute_granularity" in line
+               for line in refused)
+    assert not any("enable_gradient_checkpointing" in line for line in at(on, plan, "0.8.0").refusals)
+
+
 def test_a_release_after_the_newest_known_keys_warns_and_gets_the_newest_keys():
     instance = load_config(GRPO)
     plan = api.solve_placement(instance, "greedy", seed=0).solution

@@ -110,8 +110,13 @@ AVAILABLE: dict[str, tuple[str, str]] = {
 }
 #: ``{key: value}``: a key a release lacks whose absence runs the plan's value: before 0.6.0 verl maps the reward
 #: model to the global pool (``verl/trainer/main_ppo.py`` at v0.5.0: ``mapping[Role.RewardModel] =
-#: global_pool_id``), the trainer's GPUs, which is ``enable_resource_pool=False``.
-ABSENT_MEANS: dict[str, Any] = {"reward.reward_model.enable_resource_pool": False}
+#: global_pool_id``), the trainer's GPUs, which is ``enable_resource_pool=False``; where the Megatron config has no
+#: ``model.enable_gradient_checkpointing`` (actor v0.5.0-v0.6.1, critic v0.5.0-0.7.1) its workers recompute per
+#: ``megatron.override_transformer_config.recompute_granularity``, ``null`` (none) by default
+#: (``_generated_ppo_megatron_trainer.yaml`` at v0.5.0), which is ``enable_gradient_checkpointing=False``.
+ABSENT_MEANS: dict[str, Any] = {"reward.reward_model.enable_resource_pool": False,
+                                "actor_rollout_ref.model.enable_gradient_checkpointing": False,
+                                "critic.model.enable_gradient_checkpointing": False}
 #: ``{key: what the release runs instead}`` for the refusal line of a key a release lacks.
 INSTEAD: dict[str, str] = {
     "reward.reward_model.rollout.tensor_model_parallel_size":
@@ -119,6 +124,10 @@ INSTEAD: dict[str, str] = {
         "plan priced",
     "trainer.v1.trainer_mode": "it has no trainer.v1 asynchronous modes: its trainer is synchronous",
     "actor_rollout_ref.rollout.nnodes": "its rollout has no pool of its own (the hybrid engine's GPUs)",
+    **{f"{model}.model.enable_gradient_checkpointing":
+       f"its Megatron workers recompute per {worker}.megatron.override_transformer_config.recompute_granularity "
+       f"(null by default; full recomputes every layer)"
+       for model, worker in (("actor_rollout_ref", "actor_rollout_ref.actor"), ("critic", "critic"))},
 }
 
 
