@@ -172,14 +172,13 @@ def _reference_policy(out: EmittedPlan, view: PlanView, megatron: bool) -> None:
     ``verl/trainer/main_ppo.py`` maps ``Role.RefPolicy`` only under ``use_kl_in_reward or use_kl_loss`` (v0.4.0 to
     v0.7.0, which ``need_reference_policy`` in ``verl/trainer/ppo/utils.py`` reads from v0.6.0), and from 0.7.1
     ``need_reference_policy(config)`` tests the two settings; both default to false (``ppo_trainer.yaml``), PPO's
-    included. A plan with a reference
-    sets the KL loss on and the in-reward KL off: the plan's step feeds the reference's log-probs to the actor's
-    update only (``RL_ALGORITHMS``' data edges in :mod:`packplace.placement.problem.graph`: ``reference.infer ->
-    actor.train``, no edge to ``critic.train``), which is the KL loss; the in-reward KL (``apply_kl_penalty`` in
-    ``ray_trainer.py``) puts them into the token rewards, and so into the critic's GAE returns too. A plan
-    without one sets both off. Before v0.4.0 ``main_ppo.py`` maps ``Role.RefPolicy`` unconditionally: the
-    reference always runs (the KL in the reward unless ``use_kl_loss``, v0.2 on), so a plan without a reference
-    is refused there."""
+    included. A plan with a reference sets the KL loss on and the in-reward KL off: the plan's step feeds the
+    reference's log-probs to the actor's update only (``RL_ALGORITHMS``' data edges in
+    :mod:`packplace.placement.problem.graph`: ``reference.infer -> actor.train``, no edge to ``critic.train``),
+    which is the KL loss; the in-reward KL (``apply_kl_penalty`` in ``ray_trainer.py``) puts them into the token
+    rewards, and so into the critic's GAE returns too. A plan without one sets both off. Before v0.4.0
+    ``main_ppo.py`` maps ``Role.RefPolicy`` unconditionally: the reference always runs (the KL in the reward
+    unless ``use_kl_loss``, v0.2 on), so a plan without a reference is refused there."""
     s, reference = out.settings, view.get(REFERENCE) is not None
     release = table_release(view.framework_version) if view.framework_version is not None else None
     if release is not None and release < REFERENCE_BY_KL:
