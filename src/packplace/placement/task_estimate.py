@@ -1438,7 +1438,8 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     bare = (task == "train" and backend is not None and backend.layout is not None and optimizer == "adam"
             and bare_loop(sharding, backend.layout.framework, backend.layout.backend, (tp, pp, ep, cp)))
     cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend,
-                 TrainingOptions(sharding=sharding, recompute=recompute), bare, framework_version, engine_generation)
+                 TrainingOptions(sharding=sharding, recompute=recompute, fp32_grad_buffer=megatron.fp32_grad_buffer),
+                 bare, framework_version, engine_generation)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
