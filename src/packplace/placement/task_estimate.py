@@ -1819,7 +1819,8 @@ def _setting_flags(p) -> None:
                         "the config's training.<role> one with --model CONFIG.yaml:ROLE, else the release's (nemo-rl "
                         "fp64)")
     p.add_argument("--fp32-grad-buffer", default=None, dest="fp32_grad_buffer", choices=("true", "false"),
-                   help="train: fp32 gradients (4 bytes per parameter), as training.<role>.fp32_grad_buffer; default: "
+                   help="train: fp32 gradients (4 bytes per parameter, in memory and in the data-parallel gradient "
+                        "reduction), as training.<role>.fp32_grad_buffer; default: "
                         "the config's with --model CONFIG.yaml:ROLE, else the trainer's (Megatron-Core: verl and "
                         "Megatron-LM true, NeMo RL false; any other trainer false)")
     p.add_argument("--sequence-parallel", default=None, dest="sequence_parallel", choices=("true", "false"),
