@@ -1160,7 +1160,8 @@ class CostModel(metaclass=CountsGuarded):
         (:func:`~packplace.placement.model.framework.trainer_reduce_bytes` of its training options resolved as
         ``place`` resolves them, :func:`~packplace.placement.model.memory.resolved_training`, on the trainer
         :meth:`pass_kernels` names): 4 for a Megatron-Core trainer with an fp32 gradient buffer (verl's and
-        Megatron-LM's default) and for PyTorch FSDP / DTensor (``reduce_dtype`` fp32), 2 otherwise."""
+        Megatron-LM's default) and for PyTorch FSDP / DTensor (``reduce_dtype`` fp32), 2 for NeMo RL's
+        Megatron-Core and DeepSpeed (bf16), 4 wherever ``fp32_grad_buffer`` is set true."""
         megatron = self._pass_kernels_unchecked(pp, tp, ep) == "megatron"
         options = resolved_training(self.options(model), self.framework.name, megatron, tp, ep)
         return trainer_reduce_bytes(self.framework, options.fp32_grad_buffer, megatron)

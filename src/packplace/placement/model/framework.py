@@ -809,10 +809,11 @@ def trainer_reduce_bytes(framework: FrameworkProfile, fp32_grad_buffer: bool | N
     rule) and whether it trains on Megatron-Core (``megatron``):
 
     * Megatron-Core: 4 with ``fp32_grad_buffer``, else 2. ``distributed_data_parallel.py``
-      ``DistributedDataParallel.__init__`` gives every parameter's buffer ``grad_dtype = torch.float if
+      ``DistributedDataParallel.__init__`` (``_allocate_buffers_for_parameters``, for the dense and the expert
+      parameters alike) gives every parameter's buffer ``grad_dtype = torch.float if
       ddp_config.grad_reduce_in_fp32 else param.dtype``; ``param_and_grad_buffer.py``
       ``_ParamAndGradBucketGroup.start_grad_sync`` all-reduces ``bucket.grad_data`` (reduce-scatters it under
-      ``use_distributed_optimizer``), the expert buffers' included; ``finalize_model_grads.py``
+      ``use_distributed_optimizer``); ``finalize_model_grads.py``
       ``_allreduce_word_embedding_grads`` all-reduces the tied weight's ``main_grad``, a view of that buffer
       (Megatron-LM main, commit 0011998). verl's and Megatron-LM's defaults fp32, NeMo RL's bf16
       (:func:`~packplace.placement.model.stages.trainer_defaults`).
