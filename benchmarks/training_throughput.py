@@ -105,6 +105,15 @@ SHAPES = {
 }
 
 
+# The gradient dtype of each recipe's data-parallel reduction (``Row.fp32_grads``): the v25.02 YAML files of Llama 3.1
+# 8B / 70B / 405B and Nemotron-4 340B set ``optim.grad_sync_dtype: bf16`` (``distributed_fused_adam``); the
+# Nemotron-4 15B one sets none (``mcore_distributed_optim``), and NeMo 24.12's
+# ``MegatronGPTModel.setup_mcore_distributed_parallel`` builds Megatron-Core's ``DistributedDataParallelConfig``
+# with ``grad_reduce_in_fp32=(optim.get('grad_sync_dtype', 'fp32') == 'fp32')``: fp32. The NeMo 2.0 performance
+# recipes of the later rows (``pretrain_recipe(performance_mode=True)``, NeMo ``scripts/performance``) set
+# ``trainer.plugins.grad_reduce_in_fp32 = False``: bf16.
+
+
 @dataclass(frozen=True)
 class Row:
     """One published pre-training run: setup, published step seconds, source."""
@@ -125,6 +134,7 @@ class Row:
     ep: int = 1
     recompute: str = "none"
     layers: int | None = None   # a truncated model (the 405B weak-scaling rows of 7, 21, 42 layers)
+    fp32_grads: bool = False   # the data-parallel gradient reduction in fp32 (the comment above the class)
 
     @property
     def dp(self) -> int:
@@ -165,7 +175,7 @@ ROWS: list[Row] = [
            [(576, 252, 17.50), (1152, 504, 17.60), (2304, 1008, 17.70)], f"{DGXC_V2502} {_405B}"),
     *_weak("nemotron4-15b", "h100-sxm", "bf16", 4096, 4, 1, 1, 1, 4,
            [(16, 64, 2.812), (32, 128, 2.824), (64, 256, 2.845), (128, 512, 2.859), (256, 1024, 2.852),
-            (512, 2048, 2.875), (1024, 4096, 2.895), (2048, 8192, 2.887)], f"{DGXC_V2502} {_N15}"),
+            (512, 2048, 2.875), (1024, 4096, 2.895), (2048, 8192, 2.887)], f"{DGXC_V2502} {_N15}", fp32_grads=True),
     *_weak("nemotron4-340b", "h100-sxm", "bf16", 4096, 8, 8, 1, 12, 1,
            [(128, 32, 4.61), (256, 64, 4.67), (512, 128, 4.70), (1024, 256, 4.73), (2048, 512, 4.84)],
            f"{DGXC_V2502} {_N340}", recompute="selective"),
@@ -173,7 +183,8 @@ ROWS: list[Row] = [
     Row("llama3.1-8b", "h100-sxm", 8, "fp8", 128, 1, 8192, 1, 1, 2, 1, 9.44, f"{DGXC_V2502} {_8B}"),
     Row("llama3.1-70b", "h100-sxm", 64, "fp8", 128, 1, 8192, 4, 4, 2, 5, 10.46, f"{DGXC_V2502} {_70B}"),
     Row("llama3.1-405b", "h100-sxm", 576, "fp8", 252, 1, 8192, 8, 9, 2, 7, 11.00, f"{DGXC_V2502} {_405B}"),
-    Row("nemotron4-15b", "h100-sxm", 16, "fp8", 64, 4, 4096, 4, 1, 1, 1, 2.039, f"{DGXC_V2502} {_N15}"),
+    Row("nemotron4-15b", "h100-sxm", 16, "fp8", 64, 4, 4096, 4, 1, 1, 1, 2.039, f"{DGXC_V2502} {_N15}",
+        fp32_grads=True),
     Row("nemotron4-340b", "h100-sxm", 128, "fp8", 32, 1, 4096, 8, 8, 1, 12, 3.16, f"{DGXC_V2502} {_N340}",
         recompute="selective"),
     # GB200 (NVL72), BF16 and FP8
@@ -249,7 +260,9 @@ def price(row: Row, factor: float | None = None) -> dict[str, float]:
     workload = Workload(batch_size=row.gbs * row.cp, samples_per_prompt=1, context_length=chunk - 1,
                         generation_length=1)
     cost = _ContextParallelCost(hw, cluster, workload, framework=FRAMEWORKS["none"],
-                                layout=Context("none", "grpo", {}, False, backend="megatron"))
+                                layout=Context("none", "grpo", {}, False, backend="megatron"),
+                                training={"model": TrainingOptions(fp32_grad_buffer=row.fp32_grads)},
+                                models={"model": shape})
     cost.sequence = float(row.seq)
     extent = (1, cluster.nodes_per_rack, cluster.gpus_per_node)
     ranks = row.dp * row.cp

@@ -19,7 +19,18 @@ Run (the wheel from the package index, the repositories as git directories and a
     python benchmarks/frameworks/make_key_lists.py --verl-wheel /tmp/verl/verl-0.9.1-py3-none-any.whl \\
         --nemo-rl PATH/TO/NeMo-RL.git --nemo-rl-ref v0.7.0 --openrlhf PATH/TO/OpenRLHF.git --openrlhf-ref v0.11.0
 
-Writes ``tests/data/frameworks/{verl,nemo-rl,openrlhf}.json`` (only the frameworks given). The OpenRLHF releases
+Writes ``tests/data/frameworks/{verl,nemo-rl,openrlhf}.json`` (only the frameworks given). The older verl releases
+whose keys the emitter writes by ``policy.framework_version`` (``emit.verl_releases``) are kept one file each,
+``verl-<release>.json``: the tags of the repository (``_generated_ppo_trainer.yaml`` /
+``_generated_ppo_megatron_trainer.yaml`` where the tag has them, from v0.5.0; before, ``ppo_trainer.yaml`` /
+``ppo_megatron_trainer.yaml``, which have no Hydra ``defaults:`` there) and the wheels of the releases the
+repository does not tag:
+
+    pip download --no-deps verl==0.7.1 verl==0.8.0 verl==0.9.0 -d /tmp/verl
+    python benchmarks/frameworks/make_key_lists.py --verl-repo PATH/TO/verl.git \
+        --verl-refs v0.1 v0.2 v0.3.0.post1 v0.4.0 v0.4.1 v0.5.0 v0.6.0 v0.6.1 v0.7.0 \
+        --verl-release-wheels /tmp/verl/verl-0.7.1-py3-none-any.whl /tmp/verl/verl-0.8.0-py3-none-any.whl \
+        /tmp/verl/verl-0.9.0-py3-none-any.whl The OpenRLHF releases
 whose flags the emitter writes by their older names (``emit.openrlhf.FLAT_NAMES``) are kept one file each,
 ``openrlhf-<tag>.json``, by ``--openrlhf-releases``:
 
@@ -69,6 +80,24 @@ def verl(wheel: Path) -> dict[str, Any]:
             "source": f"{wheel.name} (sha256 {hashlib.sha256(wheel.read_bytes()).hexdigest()}): "
                       + ", ".join(VERL_CONFIGS.values()),
             "configs": configs}
+
+
+def verl_git(repo: Path, ref: str) -> dict[str, Any]:
+    """The verl key lists of the repository at ``ref``: the generated configs where ``ref`` has them, else the
+    plain ones (self-contained before v0.5.0: no Hydra ``defaults:``)."""
+    listed = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only", ref, "verl/trainer/config"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    paths = {name: path if path in listed else path.replace("_generated_", "")
+             for name, path in VERL_CONFIGS.items()}
+    configs = {}
+    for name, path in paths.items():
+        tree = yaml.safe_load(git_show(repo, ref, path))
+        if "defaults" in tree:
+            raise SystemExit(f"{ref}:{path} has Hydra defaults and no generated form: not read")
+        configs[name] = sorted(set(dotted_keys(tree)))
+    return {"framework": "verl", "version": ref, "commit": git_commit(repo, ref),
+            "source": "github.com/volcengine/verl " + ", ".join(paths.values()), "configs": configs,
+            "file": f"verl-{ref}"}
 
 
 def git_show(repo: Path, ref: str, path: str) -> str:
@@ -130,6 +159,10 @@ def openrlhf(repo: Path, ref: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--verl-wheel", type=Path, help="a verl wheel (.whl)")
+    parser.add_argument("--verl-repo", type=Path, help="a git directory of verl (for --verl-refs)")
+    parser.add_argument("--verl-refs", nargs="*", default=[], help="verl tags, written one file each (verl-<tag>.json)")
+    parser.add_argument("--verl-release-wheels", type=Path, nargs="*", default=[],
+                        help="verl wheels of untagged releases, written one file each (verl-<version>.json)")
     parser.add_argument("--nemo-rl", type=Path, help="a git directory of NeMo RL")
     parser.add_argument("--nemo-rl-ref", default="v0.7.0", help="tag or commit (default v0.7.0)")
     parser.add_argument("--openrlhf", type=Path, help="a git directory of OpenRLHF")
@@ -142,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     made = []
     if args.verl_wheel:
         made.append(verl(args.verl_wheel))
+    for ref in args.verl_refs if args.verl_repo else ():
+        made.append(verl_git(args.verl_repo, ref))
+    for wheel in args.verl_release_wheels:
+        data = verl(wheel)
+        made.append(data | {"file": f"verl-{data['version']}"})
     if args.nemo_rl:
         made.append(nemo_rl(args.nemo_rl, args.nemo_rl_ref))
     if args.openrlhf and not args.openrlhf_releases:
@@ -155,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = ", ".join(f"{name} {len(keys)}" for name, keys in data["configs"].items())
         print(f"{path}: {data['framework']} {data['version']}: {sizes}")
     if not made:
-        parser.error("give at least one of --verl-wheel, --nemo-rl, --openrlhf")
+        parser.error("give at least one of --verl-wheel, --verl-repo, --verl-release-wheels, --nemo-rl, --openrlhf")
     return 0
 
 

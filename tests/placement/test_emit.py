@@ -254,6 +254,21 @@ def test_a_grpo_plan_with_a_reference_turns_verl_s_kl_loss_on():
         "actor_rollout_ref.actor.use_kl_loss"] is False
 
 
+def test_a_ppo_plan_with_a_reference_starts_verl_s_reference_through_the_kl_loss():
+    """verl's PPO defaults start no reference (``use_kl_in_reward`` and ``use_kl_loss`` false); the PPO step
+    prices ``reference.infer`` feeding ``actor.train`` only, which is the KL loss (the in-reward KL would feed the
+    critic's returns too): the KL loss on, the in-reward KL off."""
+    instance = load_config(PPO)
+    plan = api.solve_placement(instance, "greedy", seed=0).solution
+    assert plan is not None and "reference.infer" in dict(plan.vertices)
+    verl = emit(instance, plan, "verl")
+    assert verl.settings["algorithm.adv_estimator"] == "gae"
+    assert verl.settings["actor_rollout_ref.actor.use_kl_loss"] is True
+    assert verl.settings["algorithm.use_kl_in_reward"] is False
+    assert any(note.startswith("ppo: the KL as the actor's loss term") for note in verl.notes)
+    assert_known_keys(verl)
+
+
 def test_openrlhf_without_forwards_runs_the_actors_log_prob_chunks_at_its_training_micro_batch():
     # dapo with a rule reward: no reference, reward or critic forward; the actor's old-log-prob forward still
     # runs per --micro_rollout_batch_size chunk (release default 8 at v0.9.0), priced at the training micro-batch

@@ -100,3 +100,18 @@ def test_the_interleaved_bubble_is_pp_minus_one_over_vp_stage_times():
     assert plain["bubble"] == pytest.approx(3 * stage)
     assert interleaved["bubble"] == pytest.approx(3 / 5 * stage)
     assert interleaved["step"] == pytest.approx(plain["step"] - (3 - 3 / 5) * stage)
+
+
+def test_each_recipe_reduces_its_gradients_in_its_own_dtype():
+    """Only the v25.02 Nemotron-4 15B recipe reduces in fp32 (its YAML leaves ``optim.grad_sync_dtype`` unset, NeMo
+    24.12's fp32); its 16-GPU row (TP 4, dp 4 across two nodes, two ranks a node) pays the reduce-scatter's extra
+    ``3·2n/4`` bytes at ``β = max(β_n/2, β_g)`` over the bf16 all-reduce, ``n = P/4``."""
+    script = _script()
+    fp32 = {(r.model, r.source) for r in script.ROWS if r.fp32_grads}
+    assert fp32 == {("nemotron4-15b", f"{script.DGXC_V2502} nemotron/README_15b.md")}
+    row = next(r for r in script.ROWS if r.fp32_grads and r.gpus == 16 and r.precision == "bf16")
+    bf16 = replace(row, fp32_grads=False)
+    hw = preset("h100-sxm")
+    beta = max(hw.beta_coll_n / 2, hw.beta_coll_g)
+    n = script.SHAPES["nemotron4-15b"].params / 4
+    assert script.price(row)["update"] - script.price(bf16)["update"] == pytest.approx(3 * 2 * n / 4 * beta, rel=1e-9)

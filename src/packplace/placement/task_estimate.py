@@ -1445,7 +1445,8 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     bare = (task == "train" and backend is not None and backend.layout is not None and optimizer == "adam"
             and bare_loop(sharding, backend.layout.framework, backend.layout.backend, (tp, pp, ep, cp)))
     cost = _cost(shape, cluster, hw, sequences, prompt, new_tokens, framework, eager, pack, backend,
-                 TrainingOptions(sharding=sharding, recompute=recompute), bare, framework_version, engine_generation)
+                 TrainingOptions(sharding=sharding, recompute=recompute, fp32_grad_buffer=megatron.fp32_grad_buffer),
+                 bare, framework_version, engine_generation)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
     if table is not None and shape.is_moe:
         table = None
@@ -1824,7 +1825,8 @@ def _setting_flags(p) -> None:
                         "the config's training.<role> one with --model CONFIG.yaml:ROLE, else the release's (nemo-rl "
                         "fp64)")
     p.add_argument("--fp32-grad-buffer", default=None, dest="fp32_grad_buffer", choices=("true", "false"),
-                   help="train: fp32 gradients (4 bytes per parameter), as training.<role>.fp32_grad_buffer; default: "
+                   help="train: fp32 gradients (4 bytes per parameter, in memory and in the data-parallel gradient "
+                        "reduction), as training.<role>.fp32_grad_buffer; default: "
                         "the config's with --model CONFIG.yaml:ROLE, else the trainer's (Megatron-Core: verl and "
                         "Megatron-LM true, NeMo RL false; any other trainer false)")
     p.add_argument("--fp32-params", default=None, dest="fp32_params", choices=("true", "false"),

@@ -8,11 +8,12 @@ something else, or nothing). ``EmittedPlan.text()`` is the command-line form (Hy
 and NeMo RL, flags for OpenRLHF).
 
 Frameworks (:data:`FRAMEWORKS`): ``verl`` (0.9.1: ``verl/trainer/config/ppo_trainer.yaml`` and
-``ppo_megatron_trainer.yaml``), ``openrlhf`` (v0.11.0: ``openrlhf/cli/train_ppo_ray.py``,
+``ppo_megatron_trainer.yaml``; a plan of an older ``policy.framework_version`` in that release's keys,
+:func:`~packplace.placement.emit.verl_releases.for_release`), ``openrlhf`` (v0.11.0: ``openrlhf/cli/train_ppo_ray.py``,
 ``train_dpo.py``; a plan of an older ``policy.framework_version`` in that release's option names,
 :func:`~packplace.placement.emit.openrlhf.for_release`), ``nemo-rl`` (v0.7.0:
 ``examples/configs/grpo_math_1B.yaml`` and siblings). Every key emitted exists in that framework's own default
-configuration (OpenRLHF's at the plan's release): the key lists are test data made from the real files by
+configuration (verl's and OpenRLHF's at the plan's release): the key lists are test data made from the real files by
 ``benchmarks/frameworks/make_key_lists.py`` (tests/placement/test_emit.py).
 Options: ``framework``. Detail and examples: docs/integrations.md ("Placement plans for frameworks").
 """

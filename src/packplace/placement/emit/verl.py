@@ -1,10 +1,13 @@
-"""The plan as verl 0.9.1 trainer overrides (``python3 -m verl.trainer.main_ppo``, Hydra ``key=value``).
+"""The plan as verl trainer overrides (``python3 -m verl.trainer.main_ppo``, Hydra ``key=value``).
 
 Keys: ``verl/trainer/config/ppo_trainer.yaml`` (FSDP workers) and ``ppo_megatron_trainer.yaml``
 (Megatron workers) of the verl 0.9.1 wheel (their generated, fully expanded forms
-``_generated_ppo_trainer.yaml`` / ``_generated_ppo_megatron_trainer.yaml``). verl's layout rules that
-:mod:`packplace.placement.model.layout_rules` holds (the search keeps them when ``policy.framework`` is verl;
-the emitter reports any a plan breaks):
+``_generated_ppo_trainer.yaml`` / ``_generated_ppo_megatron_trainer.yaml``); for a plan whose
+``policy.framework_version`` is older, that release's names and only the keys its configs have
+(:mod:`packplace.placement.emit.verl_releases`: a key it lacks is a refusal line). The reference forward runs
+exactly when the plan prices one (:func:`_reference_policy`: ``use_kl_loss`` / ``use_kl_in_reward``). verl's
+layout rules that :mod:`packplace.placement.model.layout_rules` holds (the search keeps them when
+``policy.framework`` is verl; the emitter reports any a plan breaks):
 
 * the hybrid engine (``actor_rollout_ref.hybrid_engine``): actor training, rollout and the reference run
   in one worker group on the trainer's GPUs (``trainer.nnodes × trainer.n_gpus_per_node``), and so does
@@ -40,6 +43,8 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
+from packplace.placement.emit.verl_releases import available, for_release
+from packplace.placement.model.framework import table_release
 from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
@@ -52,8 +57,14 @@ ENTRY = "python3 -m verl.trainer.main_ppo"
 #: What a DAPO plan leaves to the user: its loss and sampling settings are not placement.
 DAPO_NOTE = ("dapo: GRPO advantages without a KL term or reference; DAPO's clip-higher, dynamic sampling and "
              "overlong shaping are loss and sampling settings the plan does not choose (verl recipe/dapo)")
+#: The first release that starts the reference worker only under a KL term (``use_kl_loss`` or
+#: ``use_kl_in_reward``): ``verl/trainer/main_ppo.py`` at v0.4.0 (v0.3.0.post1 maps ``Role.RefPolicy`` always).
+REFERENCE_BY_KL = (0, 4, 0)
 #: verl's ``algorithm.adv_estimator`` per packplace algorithm.
 ADVANTAGE = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo"}
+#: The first release with each ``adv_estimator`` past ``gae``: ``grpo`` from v0.2 (``verl/trainer/ppo/ray_trainer.py``
+#: ``compute_advantage``; at v0.1 ``init_workers`` raises ``NotImplementedError`` for any estimator but ``gae``).
+ADVANTAGE_SINCE = {"grpo": (0, 2)}
 
 
 def choose_backend(view: PlanView) -> tuple[str, str]:
@@ -94,14 +105,19 @@ def emit_verl(view: PlanView) -> EmittedPlan:
                       or "algorithm dpo: verl has no DPO trainer")
     else:
         s["algorithm.adv_estimator"] = ADVANTAGE[view.algorithm]
+        since = ADVANTAGE_SINCE.get(ADVANTAGE[view.algorithm])
+        if view.framework_version is not None and since is not None and table_release(view.framework_version) < since:
+            refuse.append(f"algorithm {view.algorithm}: verl {view.framework_version} has no adv_estimator "
+                          f"{ADVANTAGE[view.algorithm]} (gae only; ray_trainer.py init_workers raises "
+                          f"NotImplementedError), verl {'.'.join(map(str, since))} on")
         if view.rules is not None:
             refuse += config_refusals(view.rules) + view.layout_refusals()
     if view.rules is not None and view.rules.backend == "auto":   # one --config-name: one backend for the plan
         mixed = mixed_backends(view.rules, {name: task.strategy for name, task in view.tasks.items()})
         refuse += [mixed] if mixed else []
-    if view.algorithm == "dapo":   # no KL term, so verl starts no reference worker (need_reference_policy)
-        s["actor_rollout_ref.actor.use_kl_loss"] = False
-        s["algorithm.use_kl_in_reward"] = False
+    if view.algorithm != "dpo":
+        _reference_policy(out, view, megatron)
+    if view.algorithm == "dapo":
         note.append(DAPO_NOTE)
     s["trainer.nnodes"] = train.nodes
     s["trainer.n_gpus_per_node"] = train.gpus_per_node
@@ -123,8 +139,6 @@ def emit_verl(view: PlanView) -> EmittedPlan:
                 resolved_training(DEFAULT_TRAINING, "verl", True, ref.strategy.tp, ref.strategy.ep).sequence_parallel)
             _reference_context_parallel(s, view.context_parallel.get("actor"))
         s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = ref.micro_batch
-        if view.algorithm == "grpo":   # GRPO's KL loss: without it verl starts no reference (need_reference_policy)
-            s["actor_rollout_ref.actor.use_kl_loss"] = True
     if gen is not None:
         _rollout(s, note, view, gen, train)
     if view.dynamic_bsz is not None:
@@ -145,7 +159,47 @@ def emit_verl(view: PlanView) -> EmittedPlan:
             elif critic_infer.micro_batch != critic.micro_batch:  # the Megatron critic has no forward micro-batch key
                 note.append(f"critic.infer micro-batch {critic_infer.micro_batch}: verl's Megatron critic computes "
                             f"values at critic.ppo_micro_batch_size_per_gpu ({critic.micro_batch})")
+    for_release(s, view.framework_version, megatron, refuse, note)
     return out
+
+
+def _reference_policy(out: EmittedPlan, view: PlanView, megatron: bool) -> None:
+    """The KL settings that make verl run a reference forward exactly when the plan prices one
+    (``reference.infer``: PPO and GRPO, not DAPO).
+
+    From v0.4.0 verl starts the reference worker only when the actor's loss has a KL term
+    (``actor_rollout_ref.actor.use_kl_loss``) or the reward does (``algorithm.use_kl_in_reward``):
+    ``verl/trainer/main_ppo.py`` maps ``Role.RefPolicy`` only under ``use_kl_in_reward or use_kl_loss`` (v0.4.0 to
+    v0.7.0, which ``need_reference_policy`` in ``verl/trainer/ppo/utils.py`` reads from v0.6.0), and from 0.7.1
+    ``need_reference_policy(config)`` tests the two settings; both default to false (``ppo_trainer.yaml``), PPO's
+    included. A plan with a reference sets the KL loss on and the in-reward KL off: the plan's step feeds the
+    reference's log-probs to the actor's update only (``RL_ALGORITHMS``' data edges in
+    :mod:`packplace.placement.problem.graph`: ``reference.infer -> actor.train``, no edge to ``critic.train``),
+    which is the KL loss; the in-reward KL (``apply_kl_penalty`` in ``ray_trainer.py``) puts them into the token
+    rewards, and so into the critic's GAE returns too. A plan without one sets both off. Before v0.4.0
+    ``main_ppo.py`` maps ``Role.RefPolicy`` unconditionally: the reference always runs (the KL in the reward
+    unless ``use_kl_loss``, v0.2 on), so a plan without a reference is refused there."""
+    s, reference = out.settings, view.get(REFERENCE) is not None
+    release = table_release(view.framework_version) if view.framework_version is not None else None
+    if release is not None and release < REFERENCE_BY_KL:
+        if not reference:
+            out.refusals.append(f"verl {view.framework_version} starts the reference worker whatever the KL settings "
+                                f"(verl/trainer/main_ppo.py maps Role.RefPolicy unconditionally before v0.4.0): the "
+                                f"step runs a reference forward the {view.algorithm} plan does not price (verl "
+                                f"0.4.0 on starts none with use_kl_loss and use_kl_in_reward false)")
+        elif available("actor_rollout_ref.actor.use_kl_loss", release, megatron):
+            s["actor_rollout_ref.actor.use_kl_loss"] = True
+        else:
+            out.notes.append(f"verl {view.framework_version} ({'Megatron' if megatron else 'FSDP'}) has no "
+                             f"use_kl_loss: the KL is in the reward (apply_kl_penalty), and the reference runs "
+                             f"as planned (main_ppo.py maps Role.RefPolicy unconditionally)")
+        return
+    s["actor_rollout_ref.actor.use_kl_loss"] = reference
+    s["algorithm.use_kl_in_reward"] = False
+    if reference and view.algorithm == "ppo":
+        out.notes.append("ppo: the KL as the actor's loss term (use_kl_loss=true, use_kl_in_reward=false), as the "
+                         "plan's step feeds the reference's log-probs to actor.train only; verl starts the "
+                         "reference worker only under one of the two (need_reference_policy)")
 
 
 def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions, megatron: bool,

@@ -67,6 +67,7 @@ from packplace.placement.model.framework import (
     onload_seconds,
     refit_framework_seconds,
     refit_seconds,
+    trainer_reduce_bytes,
 )
 from packplace.placement.model.layout_rules import TRAIN, Context, trainer_backend
 from packplace.placement.model.memory import (
@@ -82,6 +83,7 @@ from packplace.placement.model.memory import (
     peak_pass_tokens,
     profile_run_peak_bytes,
     resident_bytes,
+    resolved_training,
     stage_gemm_share,
     stage_layers,
     stage_share,
@@ -972,18 +974,19 @@ class CostModel(metaclass=CountsGuarded):
         ``(m + pp − 1)·max_i t_stage_i`` (GPipe / 1F1B, Huang et al. 2019; Narayanan et al. 2021, §2.2;
         :meth:`pipeline`). For ``pp = 1`` this is the whole model per micro-batch.
 
-        Training then all-reduces the bf16 gradients of the largest stage, ``2·max(stage_params)/tp``
-        bytes, over the ``dp`` ranks at the level of the data-parallel group (:meth:`link`), and runs the
+        Training then reduces the gradients of the largest stage, ``g·max(stage_params)/tp`` bytes in the
+        trainer's :meth:`gradient_reduce_bytes` ``g``, over the ``dp`` ranks at the level of the data-parallel
+        group (:meth:`link`; :meth:`gradient_sync_seconds`), and runs the
         Adam update, memory bound: ``32·max(stage_params)/(tp·dp)`` bytes, ``/tp`` under ``sharding: none``, at HBM
         bandwidth (:meth:`adam_seconds`); a tied LM head with ``pp > 1`` also all-reduces its word-embedding
-        gradient ``2·V·e/tp`` bytes between the first and last stage (Megatron-LM's embedding group,
+        gradient ``g·V·e/tp`` bytes between the first and last stage (Megatron-LM's embedding group,
         ``_allreduce_word_embedding_grads``). One optimizer step (more: ``training_time.optimizer_steps_seconds``).
 
         A MoE model: the compute of :meth:`compute_time` (active experts at their per-expert rows), per
         MoE layer :meth:`moe_alltoall` in the forward and again in the backward (the gradients of the
         dispatched tokens travel back; Lepikhin et al. 2020; spread evenly over the layers), and with
-        ``ep > 1`` the dense gradients all-reduced over ``dp`` while the experts' ``2·P_e/(tp·pp·ep)``
-        bytes are all-reduced over the ``dp/ep`` ranks holding the same experts (Megatron-Core's
+        ``ep > 1`` the dense gradients reduced over ``dp`` while the experts' ``g·P_e/(tp·pp·ep)``
+        bytes are reduced over the ``dp/ep`` ranks holding the same experts (Megatron-Core's
         expert-data-parallel group).
 
         ``layers_only=True`` (with ``train=False``): the transformer layers' forward alone, without the output
@@ -1082,10 +1085,11 @@ class CostModel(metaclass=CountsGuarded):
 
     def update_time(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int], ep: int = 1,
                     lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
-        """The end of one optimizer step of :meth:`pass_time`, seconds: the bf16 gradient all-reduce of the
+        """The end of one optimizer step of :meth:`pass_time`, seconds: the gradient reduction of the
         largest stage's trainable shard over the ``dp`` ranks (the routed experts' over the ``dp/ep`` that
-        hold them), the memory-bound Adam update (:meth:`adam_seconds`: ``32·shard/f`` bytes at HBM bandwidth,
-        ``f`` the ranks the state shards over, 1 under ``sharding: none``) and, for a tied LM
+        hold them; :meth:`gradient_sync_seconds`, in the trainer's :meth:`gradient_reduce_bytes`), the
+        memory-bound Adam update (:meth:`adam_seconds`: ``32·shard/f`` bytes at HBM bandwidth, ``f`` the ranks
+        the state shards over, 1 under ``sharding: none``) and, for a tied LM
         head with ``pp > 1``, the word-embedding gradient all-reduce. ``gradient_allreduce=False`` leaves
         out the data-parallel all-reduce: a ZeRO-3 / FSDP trainer never runs it, it reduce-scatters every
         micro-batch's gradients instead (:func:`~packplace.placement.model.training_time.zero3_collective_seconds`;
@@ -1137,32 +1141,54 @@ class CostModel(metaclass=CountsGuarded):
 
     def gradient_sync_seconds(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int],
                               ep: int = 1, lora_rank: int = 0, gradient_allreduce: bool = True) -> float:
-        """The communication of :meth:`update_time`, seconds: the bf16 gradient all-reduce of
-        :meth:`update_shard` over the ``dp`` ranks (with ``ep > 1`` the dense part over ``dp``, the routed
-        experts' ``2·P_e/(tp·pp·ep)`` bytes over the ``dp/ep`` ranks holding them; none with
-        ``gradient_allreduce=False``) and, for a tied LM head with ``pp > 1``, the word-embedding gradient
-        all-reduce between the first and last stage."""
+        """The communication of :meth:`update_time`, seconds: the data-parallel gradient reduction of
+        :meth:`update_shard` over the ``dp`` ranks in :meth:`gradient_reduce_bytes` ``g`` per element (with
+        ``ep > 1`` the dense part over ``dp``, the routed experts' ``P_e/(tp·pp·ep)`` elements over the ``dp/ep``
+        ranks holding them; none with ``gradient_allreduce=False``) and, for a tied LM head with ``pp > 1``, the
+        word-embedding gradient all-reduce between the first and last stage, ``g·V·e/tp`` bytes. Under
+        ``sharding: none`` (DDP) a ring all-reduce of ``g·n`` bytes (:meth:`allreduce`); under ``zero1`` /
+        ``zero2`` (Megatron-Core's distributed optimizer, DeepSpeed ZeRO-1/2) a reduce-scatter of the ``g·n``
+        gradient bytes and an all-gather of the ``2·n`` bf16 parameter bytes after the update
+        (``param_and_grad_buffer.py`` ``start_grad_sync`` / ``start_param_sync``), ``2(p − 1)·α +
+        (p − 1)·(g + 2)·n/p·β``: the ring all-reduce of ``(g + 2)/2·n`` bytes. Both are the all-reduce of ``2·n``
+        bytes at ``g = 2``."""
         return sum(self._sync_terms(model, dp, pp, tp, extent, ep, lora_rank, gradient_allreduce))
+
+    def gradient_reduce_bytes(self, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> float:
+        """Bytes per gradient element of ``model``'s data-parallel gradient reductions at pipeline, tensor and
+        expert degrees ``pp``, ``tp``, ``ep``
+        (:func:`~packplace.placement.model.framework.trainer_reduce_bytes` of its training options resolved as
+        ``place`` resolves them, :func:`~packplace.placement.model.memory.resolved_training`, on the trainer
+        :meth:`pass_kernels` names): 4 for a Megatron-Core trainer with an fp32 gradient buffer (verl's and
+        Megatron-LM's default) and for PyTorch FSDP / DTensor (``reduce_dtype`` fp32), 2 for NeMo RL's
+        Megatron-Core and DeepSpeed (bf16), 4 wherever ``fp32_grad_buffer`` is set true."""
+        megatron = self._pass_kernels_unchecked(pp, tp, ep) == "megatron"
+        options = resolved_training(self.options(model), self.framework.name, megatron, tp, ep)
+        return trainer_reduce_bytes(self.framework, options.fp32_grad_buffer, megatron)
 
     def _sync_terms(self, model: ModelSpec, dp: int, pp: int, tp: int, extent: tuple[int, int, int], ep: int,
                     lora_rank: int, gradient_allreduce: bool) -> list[float]:
-        """The all-reduces of :meth:`gradient_sync_seconds`, seconds each, in the order :meth:`update_time` adds
+        """The collectives of :meth:`gradient_sync_seconds`, seconds each, in the order :meth:`update_time` adds
         them."""
         terms = []
         shard = self._update_shard_unchecked(model, pp, tp, lora_rank)
+        grad = self._gradient_reduce_bytes_unchecked(model, pp, tp, ep)
         if gradient_allreduce:
+            # ZeRO-1/2: reduce-scatter g·n, all-gather 2·n, the ring all-reduce of (g + 2)/2·n bytes
+            per_element = grad if self.options(model).sharding == "none" else (grad + 2.0) / 2.0
             level = self._group_level_unchecked(tp * dp, extent)
             per_node = self._ranks_per_node_unchecked(dp, tp, extent)
             if ep > 1 and model.is_moe:
                 experts = model.expert_params / (tp * pp)
-                terms.append(self._allreduce_unchecked(2.0 * (shard - experts), dp, level, per_node))
-                terms.append(self._allreduce_unchecked(2.0 * experts / ep, dp // ep, level, max(1, per_node // ep)))
+                terms.append(self._allreduce_unchecked(per_element * (shard - experts), dp, level, per_node))
+                terms.append(self._allreduce_unchecked(per_element * experts / ep, dp // ep, level,
+                                                       max(1, per_node // ep)))
             else:
-                terms.append(self._allreduce_unchecked(2.0 * shard, dp, level, per_node))
+                terms.append(self._allreduce_unchecked(per_element * shard, dp, level, per_node))
                 if self._bucket_reduces(model, dp, pp, tp, lora_rank):
-                    terms.append(self._zero2_bucket_seconds_unchecked(model, dp, level, per_node))
+                    terms.append(self._zero2_bucket_seconds_unchecked(model, dp, level, per_node, grad))
         if pp > 1 and model.lm_head and model.tie_word_embeddings:
-            tied = 2.0 * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
+            tied = grad * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp
             terms.append(self._allreduce_unchecked(tied, 2, self._group_level_unchecked(dp * pp * tp, extent)))
         return terms
 
@@ -1175,19 +1201,21 @@ class CostModel(metaclass=CountsGuarded):
         return (self.framework.zero2_bucket_reduces and self.options(model).sharding == "zero2" and dp > 1
                 and pp == 1 and tp == 1 and not lora_rank and not model.is_moe)
 
-    def zero2_bucket_seconds(self, model: ModelSpec, dp: int, level: int, per_node: int) -> float:
+    def zero2_bucket_seconds(self, model: ModelSpec, dp: int, level: int, per_node: int,
+                             grad_bytes: float = 2.0) -> float:
         """What DeepSpeed 0.9.x's ZeRO-2 optimizer step costs beyond the ring all-reduce :meth:`update_time`
         prices (a reduce-scatter and an all-gather of ``2·P`` bytes, ``dp − 1`` ring steps of ``α`` each), seconds:
         its ``R`` ring reduces and ``G`` parameter all-gathers
         (:func:`~packplace.placement.model.deepspeed_zero2.zero2_collective_calls`) take ``dp − 1`` steps of ``α``
-        each, ``(R + G − 2)·(dp − 1)·α`` more, and the reduces carry all ``2·P`` bytes where the reduce-scatter
+        each, ``(R + G − 2)·(dp − 1)·α`` more, and the reduces carry all ``g·P`` bytes where the reduce-scatter
         carries ``(dp − 1)/dp`` of them (NCCL's reduce moves the whole buffer over every link: nccl-tests
-        doc/PERFORMANCE.md, ``busbw = algbw``), ``2·P/dp·β`` more; ``(α, β)`` the group's :meth:`link`. Once per
+        doc/PERFORMANCE.md, ``busbw = algbw``), ``g·P/dp·β`` more, ``g`` = ``grad_bytes`` (the trainer's
+        :meth:`gradient_reduce_bytes`, DeepSpeed's bf16 2); ``(α, β)`` the group's :meth:`link`. Once per
         optimizer step, as the all-reduce: DeepSpeed-Chat's files train one micro-batch per step; with gradient
         accumulation ZeRO-2 reduces after every micro-batch's backward, which neither term charges."""
         reduces, gathers = zero2_collective_calls(model, dp)
         alpha, beta = self._link_unchecked(level, per_node)
-        return max(0, reduces + gathers - 2) * (dp - 1) * alpha + 2.0 * model.params / dp * beta
+        return max(0, reduces + gathers - 2) * (dp - 1) * alpha + grad_bytes * model.params / dp * beta
 
     def zero3_prefetches(self, model: ModelSpec, trained: bool) -> bool:
         """Whether a DeepSpeed ZeRO-3 forward of ``model`` (a framework with
@@ -1892,6 +1920,7 @@ class CostModel(metaclass=CountsGuarded):
     _expert_rows_unchecked = expert_rows
     _flash_attn2_fractions_unchecked = flash_attn2_fractions
     _gemm_efficiency_unchecked = gemm_efficiency
+    _gradient_reduce_bytes_unchecked = gradient_reduce_bytes
     _generate_time_unchecked = generate_time
     _group_level_unchecked = group_level
     _link_unchecked = link

@@ -804,6 +804,35 @@ def profile(name: str) -> FrameworkProfile:
         raise ConfigError(f"[policy] framework: unknown {name!r}; valid: {', '.join(FRAMEWORKS)}") from None
 
 
+def trainer_reduce_bytes(framework: FrameworkProfile, fp32_grad_buffer: bool | None, megatron: bool) -> float:
+    """Bytes per gradient element in which a trainer of ``framework`` reduces its gradients over the data-parallel
+    ranks, every such reduction of a step (the step-end all-reduce or reduce-scatter, the expert-data-parallel
+    one, a tied embedding's, ZeRO-3 / FSDP's per-micro-batch reduce-scatter), from ``fp32_grad_buffer`` as the
+    trainer's options resolve it (:func:`~packplace.placement.model.memory.resolved_training`, the memory model's
+    rule) and whether it trains on Megatron-Core (``megatron``):
+
+    * Megatron-Core: 4 with ``fp32_grad_buffer``, else 2. ``distributed_data_parallel.py``
+      ``DistributedDataParallel.__init__`` (``_allocate_buffers_for_parameters``, for the dense and the expert
+      parameters alike) gives every parameter's buffer ``grad_dtype = torch.float if
+      ddp_config.grad_reduce_in_fp32 else param.dtype``; ``param_and_grad_buffer.py``
+      ``_ParamAndGradBucketGroup.start_grad_sync`` all-reduces ``bucket.grad_data`` (reduce-scatters it under
+      ``use_distributed_optimizer``); ``finalize_model_grads.py``
+      ``_allreduce_word_embedding_grads`` all-reduces the tied weight's ``main_grad``, a view of that buffer
+      (Megatron-LM main, commit 0011998). verl's and Megatron-LM's defaults fp32, NeMo RL's bf16
+      (:func:`~packplace.placement.model.stages.trainer_defaults`).
+    * Any other trainer: the larger of that and :attr:`FrameworkProfile.gradient_reduce_bytes`: PyTorch FSDP /
+      DTensor reduce in the mixed-precision policy's ``reduce_dtype`` (fp32 in verl's FSDP workers and NeMo RL's
+      DTensor policy); DeepSpeed (OpenRLHF, DeepSpeed-Chat) in ``DeepSpeedEngine.communication_data_type``
+      (``runtime/engine.py``: the config's ``communication_data_type``, else bf16 under ``bf16``), into which
+      ``stage_1_and_2.py`` ``gradient_reduction_w_predivide`` and the engine's ``allreduce_bucket`` cast the
+      gradients before the collective, the fp32 gradients of a ZeRO-1 ``grad_accum_dtype: fp32`` engine
+      (``BF16_Optimizer``, ``_do_optimizer_sanity_check``) too; neither OpenRLHF's ``get_train_ds_config``
+      (``openrlhf/utils/deepspeed/deepspeed_utils.py``) nor DeepSpeed-Chat's (``dschat/utils/ds_utils.py``) sets
+      it: 2."""
+    buffer = 4.0 if fp32_grad_buffer else 2.0
+    return buffer if megatron else max(buffer, framework.gradient_reduce_bytes)
+
+
 #: A release string as PEP 440 normalises it (peps.python.org/pep-0440/#normalization), without an epoch or a
 #: local label: an optional ``v``, one to four dot-separated numbers, then optionally a pre-release (``a`` / ``b`` /
 #: ``rc`` or their spellings ``alpha``, ``beta``, ``c``, ``pre``, ``preview``), a post-release (``post`` / ``rev``

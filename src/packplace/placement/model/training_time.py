@@ -28,7 +28,7 @@ Saving memory is not free, so the planner sees the trade-off:
 forward and again before its backward and reduce-scatters its gradients after the backward, for every
 micro-batch: per micro-batch two all-gathers of the largest stage's ``2·P_stage/tp`` bf16 bytes and one
 reduce-scatter of its gradients (``g`` bytes per parameter, the framework's reduction dtype:
-:attr:`~packplace.placement.model.framework.FrameworkProfile.gradient_reduce_bytes`), each
+:func:`~packplace.placement.model.framework.trainer_reduce_bytes`), each
 ``(dp − 1)·(α + n/dp·β)`` by a ring over the ``dp`` ranks at the level of the data-parallel group (Thakur
 et al. 2005), whose ranks on each node drive their own network cards
 (:meth:`~packplace.placement.model.cost.CostModel.link`); with expert parallelism the routed experts' bytes
@@ -104,7 +104,7 @@ from dataclasses import replace
 
 from packplace.placement.model.components import pass_times
 from packplace.placement.model.counts import check_counts
-from packplace.placement.model.framework import exposed_gather_seconds
+from packplace.placement.model.framework import exposed_gather_seconds, trainer_reduce_bytes
 from packplace.placement.model.memory import (
     TrainingOptions,
     held_stage_params,
@@ -273,16 +273,16 @@ def zero3_collective_seconds(cost, model: ModelSpec, options: TrainingOptions, d
     ``m·(2·gather(2·n) + gather(g·n))`` with ``gather(b) = (p − 1)·(α + b/p·β)`` over the ``p = dp``
     ranks at the level of the ``tp·dp`` group, its ranks on each node driving their own network cards
     (:meth:`~packplace.placement.model.cost.CostModel.link`), ``n`` the largest stage's parameters per
-    tensor-parallel rank and ``g`` the bytes per gradient element the framework reduces in
-    (:attr:`~packplace.placement.model.framework.FrameworkProfile.gradient_reduce_bytes`: 4 for PyTorch
-    FSDP's fp32 ``reduce_dtype`` in NeMo RL and verl, 2 for DeepSpeed's bf16), 4 with ``fp32_grad_buffer``
-    (a reduce-scatter moves what an all-gather does; Thakur et al. 2005). The gathers stay ``2·n``
-    whatever dtype the shard is kept in: verl's FSDP workers keep an fp32 shard
+    tensor-parallel rank and ``g`` the bytes per gradient element the trainer reduces in
+    (:func:`~packplace.placement.model.framework.trainer_reduce_bytes`, the rule of the step-end reduction too:
+    4 for PyTorch FSDP's fp32 ``reduce_dtype`` in NeMo RL and verl, 2 for DeepSpeed's bf16, 4 with
+    ``fp32_grad_buffer``; a reduce-scatter moves what an all-gather does; Thakur et al. 2005). The gathers stay
+    ``2·n`` whatever dtype the shard is kept in: verl's FSDP workers keep an fp32 shard
     (:func:`~packplace.placement.model.stages.trainer_fp32_params`) but gather it cast to ``MixedPrecision``'s
     ``param_dtype``, bf16 (``torch/distributed/fsdp/_flat_param.py``: the local shard is cast into the flat
     parameter's ``_mp_shard`` of that dtype, which is all-gathered), so only the memory model counts its 4 bytes.
-    A MoE model with ``ep > 1``
-    sends its routed experts' ``n_e/ep`` over the ``dp/ep`` ranks that hold them (``tp·ep`` apart).
+    A MoE model with ``ep > 1`` sends its routed experts' ``n_e/ep`` over the ``dp/ep`` ranks that hold them
+    (``tp·ep`` apart).
     Hybrid sharding (``options.fsdp_size`` below ``dp``, verl's FSDP group): the gather and the
     reduce-scatter run inside each group of ``fsdp_size`` consecutive ranks, and every micro-batch's
     gradient shard is then all-reduced across the ``dp/fsdp_size`` replicas
@@ -306,7 +306,8 @@ def _zero3_micro_batch_collectives(cost, model: ModelSpec, options: TrainingOpti
     if dp <= 1:
         return 0.0, 0.0
     level = cost.group_level(tp * dp, extent)
-    grad_bytes = max(4.0 if options.fp32_grad_buffer else 2.0, cost.framework.gradient_reduce_bytes)
+    grad_bytes = trainer_reduce_bytes(cost.framework, options.fp32_grad_buffer,
+                                      cost.pass_kernels(pp, tp, ep) == "megatron")
     rank = options.lora_rank
     params = max(held_stage_params(model, pp, rank)) / tp
     trainable = max(trainable_stage_params(model, pp, rank)) / tp

@@ -1,0 +1,204 @@
+"""verl's config keys by release: the names the verl emitter writes at a plan's ``policy.framework_version``.
+
+The emitter (:mod:`packplace.placement.emit.verl`) builds its settings in verl 0.9.1's names (:data:`CURRENT`);
+:func:`for_release` renames them for an older release (:data:`RENAMED`) and keeps only the keys that release's
+trainer configs have (:data:`AVAILABLE`): Hydra refuses to override a key its config does not define, so a key
+the release lacks is left out, with a refusal line (or a note where leaving it out runs what the plan asks,
+:data:`ABSENT_MEANS`). A release after 0.9.1 gets 0.9.1's keys and a :class:`FrameworkVersionWarning`.
+
+Sources (the key lists ``tests/data/frameworks/verl-<release>.json`` and ``verl.json``, made by
+``benchmarks/frameworks/make_key_lists.py``, against which tests/placement/test_emit_verl_releases.py checks this
+table): ``verl/trainer/config/_generated_ppo_trainer.yaml`` and ``_generated_ppo_megatron_trainer.yaml`` (FSDP
+and Megatron workers) at the tags v0.5.0, v0.6.0, v0.6.1 and v0.7.0 of github.com/volcengine/verl and in the
+wheels of 0.7.1, 0.8.0, 0.9.0 and 0.9.1 (untagged there); ``ppo_trainer.yaml`` and ``ppo_megatron_trainer.yaml``
+(self-contained, no Hydra ``defaults:``) at the tags v0.1, v0.2, v0.3.0.post1, v0.4.0 and v0.4.1. A release
+between two of these is read as the older one's keys (a key first seen at the newer one counts as missing).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from packplace.errors import FrameworkVersionWarning
+from packplace.placement.model.framework import Release, parse_version, table_release
+
+#: The release whose key names the emitter writes (``tests/data/frameworks/verl.json``).
+CURRENT = Release((0, 9, 1))
+#: The releases whose key lists the table was read from (test data ``verl-<release>.json``; 0.9.1: ``verl.json``).
+KEY_LIST_RELEASES = ("v0.1", "v0.2", "v0.3.0.post1", "v0.4.0", "v0.4.1", "v0.5.0", "v0.6.0", "v0.6.1", "v0.7.0",
+                     "0.7.1", "0.8.0", "0.9.0", "0.9.1")
+#: ``{0.9.1 prefix: (older prefix, first release with the 0.9.1 prefix)}``: the reward model's section moved
+#: under ``reward`` in 0.7.1 (``reward.reward_model.enable``; ``reward_model.enable`` before), the FSDP critic's
+#: sharding options out of its model in 0.8.0 (``critic.fsdp.param_offload``; ``critic.model.fsdp_config.``
+#: before).
+RENAMED: dict[str, tuple[str, Release]] = {
+    "reward.reward_model.": ("reward_model.", Release((0, 7, 1))),
+    "critic.fsdp.": ("critic.model.fsdp_config.", Release((0, 8, 0))),
+}
+#: ``{key (0.9.1 name): (FSDP releases, Megatron releases)}``: the releases whose config (``ppo_trainer`` /
+#: ``ppo_megatron_trainer``) has the key (under its name there, :data:`RENAMED`), as comma-separated spans
+#: ``since`` or ``since-until`` (until excluded); ``""``: none (the emitter writes it on the other backend
+#: only). A key the emitter writes that is not listed is in both configs at every release of
+#: :data:`KEY_LIST_RELEASES`.
+AVAILABLE: dict[str, tuple[str, str]] = {
+    "actor_rollout_ref.actor.fsdp_config.fsdp_size": ("0.2", ""),
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": ("0.1", ""),
+    "actor_rollout_ref.actor.fsdp_config.param_offload": ("0.1", ""),
+    "actor_rollout_ref.actor.megatron.context_parallel_size": ("", "0.4.0"),
+    "actor_rollout_ref.actor.megatron.dynamic_context_parallel": ("", "0.8.0"),
+    "actor_rollout_ref.actor.megatron.expert_model_parallel_size": ("", "0.4.0"),
+    "actor_rollout_ref.actor.megatron.max_seqlen_per_dp_cp_rank": ("", "0.8.0"),
+    "actor_rollout_ref.actor.megatron.optimizer_offload": ("", "0.4.0"),
+    "actor_rollout_ref.actor.megatron.param_offload": ("", "0.4.0"),
+    "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": ("", "0.1"),
+    "actor_rollout_ref.actor.megatron.sequence_parallel": ("", "0.1"),
+    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": ("", "0.1"),
+    "actor_rollout_ref.actor.megatron.use_distributed_optimizer": ("", "0.3.0"),
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": ("0.2", "0.4.0"),
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("0.2", "0.2"),
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ("0.2", ""),
+    "actor_rollout_ref.actor.use_dynamic_bsz": ("0.2", "0.2"),
+    "actor_rollout_ref.actor.use_kl_loss": ("0.2", "0.3.0"),
+    "actor_rollout_ref.model.enable_gradient_checkpointing": ("0.1", "0.1-0.5.0, 0.7.0"),
+    "actor_rollout_ref.model.lora_rank": ("0.4.0", "0.7.0"),
+    "actor_rollout_ref.model.target_modules": ("0.4.0", "0.7.0"),
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": ("0.2", "0.4.0"),
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": ("0.2", "0.2"),
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": ("0.2", "0.4.0"),
+    "actor_rollout_ref.ref.megatron.context_parallel_size": ("", "0.4.0"),
+    "actor_rollout_ref.ref.megatron.dynamic_context_parallel": ("", "0.8.0"),
+    "actor_rollout_ref.ref.megatron.max_seqlen_per_dp_cp_rank": ("", "0.8.0"),
+    "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size": ("", "0.1"),
+    "actor_rollout_ref.ref.megatron.sequence_parallel": ("", "0.1"),
+    "actor_rollout_ref.ref.megatron.tensor_model_parallel_size": ("", "0.1"),
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": ("0.2", ""),
+    "actor_rollout_ref.rollout.expert_parallel_size": ("0.6.0", "0.6.0"),
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": ("0.2", "0.4.0"),
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": ("0.2", "0.2"),
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": ("0.2", "0.4.0"),
+    "actor_rollout_ref.rollout.n": ("0.2", "0.2"),
+    "actor_rollout_ref.rollout.n_gpus_per_node": ("0.7.1", "0.7.1"),
+    "actor_rollout_ref.rollout.nnodes": ("0.7.1", "0.7.1"),
+    "actor_rollout_ref.rollout.pipeline_model_parallel_size": ("0.6.0", "0.6.0"),
+    "algorithm.use_kl_in_reward": ("0.4.0", "0.4.0"),
+    "critic.forward_micro_batch_size_per_gpu": ("0.2", ""),
+    "critic.fsdp.fsdp_size": ("0.2", ""),
+    "critic.fsdp.optimizer_offload": ("0.1", ""),
+    "critic.fsdp.param_offload": ("0.1", ""),
+    "critic.megatron.context_parallel_size": ("", "0.4.0"),
+    "critic.megatron.dynamic_context_parallel": ("", "0.8.0"),
+    "critic.megatron.expert_model_parallel_size": ("", "0.4.0"),
+    "critic.megatron.max_seqlen_per_dp_cp_rank": ("", "0.8.0"),
+    "critic.megatron.optimizer_offload": ("", "0.4.0"),
+    "critic.megatron.param_offload": ("", "0.4.0"),
+    "critic.megatron.pipeline_model_parallel_size": ("", "0.1"),
+    "critic.megatron.sequence_parallel": ("", "0.1"),
+    "critic.megatron.tensor_model_parallel_size": ("", "0.1"),
+    "critic.megatron.use_distributed_optimizer": ("", "0.3.0"),
+    "critic.model.enable_gradient_checkpointing": ("0.1", "0.1-0.5.0, 0.8.0"),
+    "critic.model.lora_rank": ("0.4.0", "0.8.0"),
+    "critic.model.target_modules": ("0.4.0", "0.8.0"),
+    "critic.ppo_micro_batch_size_per_gpu": ("0.2", "0.2"),
+    "reward.reward_model.enable_resource_pool": ("0.6.0", "0.6.0"),
+    "reward.reward_model.n_gpus_per_node": ("0.6.0", "0.6.0"),
+    "reward.reward_model.nnodes": ("0.6.0", "0.6.0"),
+    "reward.reward_model.rollout.tensor_model_parallel_size": ("0.7.0", "0.7.0"),
+    "trainer.v1.colocate_async.num_warmup_batches": ("0.9.0", "0.9.0"),
+    "trainer.v1.separate_async.num_warmup_batches": ("0.9.0", "0.9.0"),
+    "trainer.v1.trainer_mode": ("0.9.0", "0.9.0"),
+}
+#: ``{key: value}``: a key a release lacks whose absence runs the plan's value: before 0.6.0 verl maps the reward
+#: model to the global pool (``verl/trainer/main_ppo.py`` at v0.5.0: ``mapping[Role.RewardModel] =
+#: global_pool_id``), the trainer's GPUs, which is ``enable_resource_pool=False``; where the Megatron config has no
+#: ``model.enable_gradient_checkpointing`` (actor v0.5.0-v0.6.1, critic v0.5.0-0.7.1) its workers recompute per
+#: ``megatron.override_transformer_config.recompute_granularity``, ``null`` (none) by default
+#: (``_generated_ppo_megatron_trainer.yaml`` at v0.5.0), which is ``enable_gradient_checkpointing=False``.
+ABSENT_MEANS: dict[str, Any] = {"reward.reward_model.enable_resource_pool": False,
+                                "actor_rollout_ref.model.enable_gradient_checkpointing": False,
+                                "critic.model.enable_gradient_checkpointing": False}
+#: ``{key: what the release runs instead}`` for the refusal line of a key a release lacks.
+INSTEAD: dict[str, str] = {
+    "reward.reward_model.rollout.tensor_model_parallel_size":
+        "its reward model is an FSDP or Megatron forward worker (reward_model.strategy), not the vLLM engine the "
+        "plan priced",
+    "trainer.v1.trainer_mode": "it has no trainer.v1 asynchronous modes: its trainer is synchronous",
+    "actor_rollout_ref.rollout.nnodes": "its rollout has no pool of its own (the hybrid engine's GPUs)",
+    **{f"{model}.model.enable_gradient_checkpointing":
+       f"its Megatron workers recompute per {worker}.megatron.override_transformer_config.recompute_granularity "
+       f"(null by default; full recomputes every layer)"
+       for model, worker in (("actor_rollout_ref", "actor_rollout_ref.actor"), ("critic", "critic"))},
+}
+
+
+def _spans(text: str) -> tuple[tuple[Release, Release | None], ...]:
+    """``"0.1-0.5.0, 0.7.0"`` -> ``((0.1, 0.5.0), (0.7.0, None))``."""
+    out = []
+    for span in filter(None, (part.strip() for part in text.split(","))):
+        since, _, until = span.partition("-")
+        out.append((parse_version(since), parse_version(until) if until else None))
+    return tuple(out)
+
+
+_SPANS = {key: (_spans(fsdp), _spans(megatron)) for key, (fsdp, megatron) in AVAILABLE.items()}
+
+
+def name_at(key: str, release: Release) -> str:
+    """``key`` (a 0.9.1 name) as ``release`` names it (:data:`RENAMED`)."""
+    for new, (old, since) in RENAMED.items():
+        if key.startswith(new) and release < since:
+            return old + key[len(new):]
+    return key
+
+
+def available(key: str, release: Release | None, megatron: bool) -> bool:
+    """Whether ``release``'s trainer config (Megatron's or FSDP's) has ``key`` (a 0.9.1 name; :data:`AVAILABLE`);
+    ``None``: the current release, which has every key the emitter writes."""
+    if release is None or key not in _SPANS:
+        return True
+    return any(since <= release and (until is None or release < until) for since, until in _SPANS[key][megatron])
+
+
+def first_release(key: str, release: Release, megatron: bool) -> Release | None:
+    """The first release after ``release`` whose config has ``key``, or ``None`` (none the table knows)."""
+    return next((since for since, _ in _SPANS.get(key, ((), ()))[megatron] if since > release), None)
+
+
+def for_release(settings: dict[str, Any], version: str | None, megatron: bool, refusals: list[str],
+                notes: list[str]) -> None:
+    """``settings`` (0.9.1 names) in place as release ``version`` names them: renamed (:data:`RENAMED`), a key
+    the release's config lacks left out with a refusal line naming it, the release and the first release that
+    has it (a note where its absence runs the plan's value, :data:`ABSENT_MEANS`). ``None``: the current
+    release, unchanged; a release after :data:`CURRENT`: unchanged, with a :class:`FrameworkVersionWarning`.
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`~packplace.placement.model.framework.table_release`).
+    """
+    if version is None:
+        return
+    release = table_release(version)
+    if release > CURRENT:
+        warnings.warn(f"[policy] framework_version: {version!r} is newer than verl {CURRENT}, the newest release "
+                      f"whose config keys the emitter knows; emitted with {CURRENT}'s keys, which may not hold for "
+                      f"it", FrameworkVersionWarning, stacklevel=3)
+        return
+    config = "ppo_megatron_trainer" if megatron else "ppo_trainer"
+    kept: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = name_at(key, release)
+        if available(key, release, megatron):
+            kept[name] = value
+            continue
+        if key in ABSENT_MEANS and ABSENT_MEANS[key] == value:
+            notes.append(f"{name}={_shown(value)}: verl {version}'s {config} has no {name}; it runs that way")
+            continue
+        later = first_release(key, release, megatron)
+        refusals.append(f"{name}={_shown(value)}: verl {version}'s {config} has no {name}"
+                        + (f" (verl {later} on)" if later is not None else "") + "; left out"
+                        + (f": {INSTEAD[key]}" if key in INSTEAD else ""))
+    settings.clear()
+    settings.update(kept)
+
+
+def _shown(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
