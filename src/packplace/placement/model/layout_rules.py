@@ -21,7 +21,12 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   ``separate_async``) GPUs of its own; a reward model's vLLM engine shares the trainer's GPUs or has a
   pool of its own, without pipeline parallelism. The trainer backend (:func:`trainer_backend`): FSDP
   has no tensor, pipeline, expert or context parallelism for the trainers and forwards (it splits long
-  sequences with Ulysses); Megatron has them but shards no parameters (no ``zero3``) and has no Ulysses.
+  sequences with Ulysses); Megatron has them but shards no parameters (no ``zero3``) and has no Ulysses. Per
+  release (``policy.framework_version``, the emitter's table :mod:`packplace.placement.emit.verl_releases`:
+  :func:`verl_has`; none named: the current code): staleness 0 before the ``trainer.v1`` modes (0.9.0), no
+  rollout pool before 0.7.1, no reward pool before 0.6.0 (:func:`_verl_release_rules`), and before the reward
+  model's vLLM engine (0.7.0) the reward model a forward worker with the trainer backend's parallelism
+  (:func:`reward_forward_worker`).
 * **NeMo RL** (``examples/run_grpo.py``, ``run_ppo.py``): the reference log-probs run in the policy
   workers with the policy's layout; the values in the value workers with the value model's layout; GRPO's
   generation is colocated with the whole policy or on GPUs of its own (whole nodes on a multi-node
@@ -540,9 +545,10 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
     """Why ``ctx.framework`` cannot run vertex ``name`` (of ``kind``) with ``strategy`` (one line), or ``None``.
 
     verl: the trainers and forwards on the FSDP backend keep ``tp = pp = ep = 1``; a reward model's vLLM
-    engine has no pipeline or expert parallelism. NeMo RL: the DTensor policy has no pipeline or expert
-    parallelism; with sequence packing the policy's passes need the longest sequence, rounded up to the
-    trainer's pad multiple, within both packs
+    engine has no pipeline or expert parallelism; before it (:func:`reward_forward_worker`) the reward model is a
+    forward of the trainer's backend (FSDP: ``tp = pp = ep = 1``; Megatron: no expert parallelism). NeMo RL: the
+    DTensor policy has no pipeline or expert parallelism; with sequence packing the policy's passes need the
+    longest sequence, rounded up to the trainer's pad multiple, within both packs
     (:func:`~packplace.placement.model.sequence_packing.packing_refusal`). OpenRLHF: vLLM engines take a
     tensor-parallel size only, DeepSpeed trains without pipeline parallelism (and before v0.7.4,
     :data:`OPENRLHF_DS_TENSOR_PARALLEL`, without tensor parallelism; from it, tensor parallelism only with ZeRO
@@ -1014,8 +1020,9 @@ def conform(instance, table, plan: Plan) -> Plan:
     block shape (and strategy where the rule says so), the fastest one that needs no more memory than its
     current one, else the one with least memory. A rollout or reward engine that shares some but not all
     of the trainer's GPUs, or that must share them (verl, staleness 0) or must not (NeMo RL, staleness ≥ 1),
-    moves onto the trainer's block, or to the first free block of its shape. An OpenRLHF staleness above what the
-    release runs (:func:`openrlhf_most_stale`) is lowered to it. OpenRLHF groups
+    moves onto the trainer's block, or to the first free block of its shape (verl's reward model onto it before
+    the release has a reward pool). An OpenRLHF or verl staleness above what the release runs
+    (:func:`openrlhf_most_stale`, :func:`verl_most_stale`) is lowered to it. OpenRLHF groups
     that share GPUs outside the allowed pairs move to free blocks, else (from v0.5.8, or no release named)
     everything colocates on the actor's block; groups whose sizes break the release's rules
     (:func:`openrlhf_sizes`) move to their fastest candidate of a size that keeps them, on a free block. The
