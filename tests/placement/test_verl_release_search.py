@@ -149,8 +149,9 @@ def test_the_reward_model_before_0_7_0_is_priced_as_the_reference_forward():
 def test_every_plan_the_search_returns_at_a_release_emits_without_a_refusal(path, version):
     stale = [0, 1] if table_release(version) >= (0, 9) else [0]
     instance = verl(path, version, stale=stale)
-    plan = api.solve_placement(instance, "greedy", seed=0).solution
-    assert plan is not None
-    out = emit(instance, plan, "verl")
-    assert out.refusals == [], out.refusals
-    assert not plan_refusals(instance, plan)
+    for solver in ("greedy", "concurrent"):   # concurrent: place's default
+        plan = api.solve_placement(instance, solver, seed=0).solution
+        assert plan is not None
+        out = emit(instance, plan, "verl")
+        assert out.refusals == [], (solver, out.refusals)
+        assert not plan_refusals(instance, plan)
