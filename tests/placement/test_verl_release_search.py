@@ -77,13 +77,18 @@ def test_the_search_reads_the_emitters_release_table():
 
 
 @pytest.mark.parametrize("version", ["0.5.0", "0.7.1", "0.8.0"])
-def test_a_stale_config_at_a_release_without_the_async_modes_is_a_config_error(version):
+def test_a_config_asking_only_for_staleness_at_a_release_without_the_async_modes_is_a_config_error(version):
     with pytest.raises(ConfigError) as err:
-        verl(GRPO, version, stale=[0, 1])
+        verl(GRPO, version, stale=[1, 2])
     text = str(err.value)
-    assert text.startswith("[optimizer.staleness_candidates] actor: [0, 1]: verl ")
-    assert f"verl {version} has no trainer.v1.trainer_mode (verl 0.9 on)" in text
-    verl(GRPO, "0.9.0", stale=[0, 1])   # from 0.9.0 it runs
+    assert text.startswith(f"[optimizer.staleness_candidates] actor: [1, 2]: verl {version} has no "
+                           f"trainer.v1.trainer_mode (verl 0.9 on)"), text
+    # candidates with 0 among them are narrowed to it, with a note; from 0.9.0 they are searched as asked
+    narrowed = verl(GRPO, version, stale=[0, 1])
+    assert narrowed.optimizer["staleness_candidates"] == {"actor": (0,)}
+    assert narrowed.notes == (f"staleness_candidates narrowed to what the release runs (verl {version}'s trainer is "
+                              f"synchronous: trainer.v1.trainer_mode comes with verl 0.9): actor [0, 1] -> [0]",)
+    assert verl(GRPO, "0.9.0", stale=[1, 2]).optimizer["staleness_candidates"] == {"actor": (1, 2)}
 
 
 def test_the_rules_refuse_what_the_release_lacks_and_conform_moves_it_back():
@@ -147,8 +152,7 @@ def test_the_reward_model_before_0_7_0_is_priced_as_the_reference_forward():
 @pytest.mark.parametrize("path", [GRPO, PPO], ids=["grpo", "ppo"])
 @pytest.mark.parametrize("version", ["0.5.0", "0.6.1", "0.7.0", "0.8.0", "0.9.1"])
 def test_every_plan_the_search_returns_at_a_release_emits_without_a_refusal(path, version):
-    stale = [0, 1] if table_release(version) >= (0, 9) else [0]
-    instance = verl(path, version, stale=stale)
+    instance = verl(path, version, stale=[0, 1])   # narrowed to [0] before 0.9.0
     for solver in ("greedy", "concurrent"):   # concurrent: place's default
         plan = api.solve_placement(instance, solver, seed=0).solution
         assert plan is not None

@@ -800,39 +800,51 @@ def openrlhf_most_stale(release: Release | None) -> int | None:
 def release_staleness(framework: str, version: str | None,
                       candidates: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """``optimizer.staleness_candidates`` without the values the framework release cannot run
-    (:func:`openrlhf_most_stale`; unchanged for other frameworks or without a release): the search then never
-    tries them, and the evaluator refuses a plan that has them. A model whose asked values are all above the
-    release's most keeps that most (the closest the release runs).
+    (:func:`openrlhf_most_stale`; verl: 0 before its ``trainer.v1`` asynchronous modes, :func:`verl_stale_check`;
+    unchanged for other frameworks or without a release): the search then never tries them, and the evaluator
+    refuses a plan that has them. An OpenRLHF model whose asked values are all above the release's most keeps that
+    most (the closest the release runs).
 
     Raises:
-        ConfigError: a staleness above 0 asked of a verl release without the ``trainer.v1`` asynchronous modes
+        ConfigError: a verl model whose asked values are all above 0 at a release without the asynchronous modes
             (:func:`verl_stale_check`).
     """
-    verl_stale_check(framework, version, candidates)
-    most = openrlhf_most_stale(table_release(version)) if framework == "openrlhf" and version is not None else None
+    most = _most_stale(framework, version, candidates)
     if most is None:
         return dict(candidates)
     return {model: tuple(t for t in values if t <= most) or (most,) for model, values in candidates.items()}
 
 
-def verl_stale_check(framework: str, version: str | None, candidates: Mapping[str, tuple[int, ...]]) -> None:
-    """Refuse ``optimizer.staleness_candidates`` above 0 at a verl release without the ``trainer.v1`` asynchronous
-    modes (the emitter's release table, :func:`verl_has`): staleness 0 is the default, so a value above it is the
-    config's own ask, which that release cannot run.
+def _most_stale(framework: str, version: str | None, candidates: Mapping[str, tuple[int, ...]]) -> int | None:
+    """The largest staleness ``framework`` at ``version`` runs (``None``: no limit): :func:`openrlhf_most_stale`,
+    or verl's (:func:`verl_stale_check`)."""
+    if version is None:
+        return None
+    if framework == "openrlhf":
+        return openrlhf_most_stale(table_release(version))
+    return 0 if verl_stale_check(framework, version, candidates) else None
+
+
+def verl_stale_check(framework: str, version: str | None, candidates: Mapping[str, tuple[int, ...]]) -> bool:
+    """Whether verl at ``version`` runs staleness 0 only (a release without the ``trainer.v1`` asynchronous modes:
+    the emitter's release table, :func:`verl_has`); ``False`` for another framework or without a release. A model
+    that asks only for values above 0 (staleness 0 is the default, so such a list is the config's own ask for an
+    asynchronous mode) is refused.
 
     Raises:
-        ConfigError: ``[optimizer.staleness_candidates] actor: [0, 1]: verl 0.8.0 has no trainer.v1.trainer_mode
-            (verl 0.9.0 on) ...``.
+        ConfigError: ``[optimizer.staleness_candidates] actor: [1]: verl 0.8.0 has no trainer.v1.trainer_mode
+            (verl 0.9 on) ...``.
     """
     from packplace.placement.emit.verl_releases import ASYNC_MODES, introduced, release_has
 
     if framework != "verl" or version is None or release_has(ASYNC_MODES, table_release(version)):
-        return
+        return False
     for model, values in candidates.items():
-        if any(t > 0 for t in values):
+        if all(t > 0 for t in values):
             raise ConfigError(f"[optimizer.staleness_candidates] {model}: {list(values)}: verl {version} has no "
                               f"{ASYNC_MODES} (verl {introduced(ASYNC_MODES)} on): its trainer is synchronous, "
                               f"staleness 0 only; give [0] or a framework_version from {introduced(ASYNC_MODES)}")
+    return True
 
 
 def _release_text(release: tuple[int, ...]) -> str:
@@ -849,9 +861,13 @@ def release_staleness_note(framework: str, version: str | None,
     dropped = {model: values for model, values in candidates.items() if narrowed.get(model) != values}
     if not dropped:
         return ""
-    most = openrlhf_most_stale(table_release(version))
+    most = _most_stale(framework, version, candidates)
     assert most is not None     # a narrowing implies a release with a most
-    if most == 0:
+    if framework == "verl":
+        from packplace.placement.emit.verl_releases import ASYNC_MODES, introduced
+
+        why = f"verl {version}'s trainer is synchronous: {ASYNC_MODES} comes with verl {introduced(ASYNC_MODES)}"
+    elif most == 0:
         why = (f"OpenRLHF {version} trains synchronously: asynchronous training (--async_train) comes with "
                f"{_release_text(OPENRLHF_ASYNC)}")
     else:
