@@ -144,10 +144,13 @@ def test_an_older_release_gets_its_own_names_and_a_refusal_per_key_it_lacks():
     assert old.settings["reward_model.enable_resource_pool"] is True
     assert (old.settings["reward_model.nnodes"], old.settings["reward_model.n_gpus_per_node"]) == (1, 8)
     assert not any(key.startswith("reward.") for key in old.settings)
-    # the reward's vLLM tensor parallelism came in 0.7.0: left out with a refusal naming key, release and 0.7
+    # the reward's vLLM engine came in 0.7.0: before it the reward model is the FSDP backend's forward worker
+    # (RewardModelWorker), its micro-batch per GPU the plan's reward.infer micro-batch, and no refusal
     assert "reward_model.rollout.tensor_model_parallel_size" not in old.settings
-    assert any(line.startswith("reward_model.rollout.tensor_model_parallel_size=1: verl 0.6.1's ppo_trainer has no")
-               and "(verl 0.7 on)" in line and "not the vLLM engine the plan priced" in line for line in old.refusals)
+    assert old.settings["reward_model.micro_batch_size_per_gpu"] == 64
+    assert not any("reward_model" in line for line in old.refusals)
+    assert current.settings["reward.reward_model.rollout.tensor_model_parallel_size"] == 1
+    assert "reward.reward_model.micro_batch_size_per_gpu" not in current.settings
     # separate_async and a rollout pool: the trainer.v1 modes came in 0.9.0, the rollout pool in 0.7.1
     at_08 = at(instance, async_plan, "0.8.0")
     assert "trainer.v1.trainer_mode" not in at_08.settings

@@ -53,7 +53,13 @@ from packplace.placement.model.framework import (
     release_profile,
     trainer_logit_bytes,
 )
-from packplace.placement.model.layout_rules import Context, kv_head_refusal, strategy_refusal, trainer_backend
+from packplace.placement.model.layout_rules import (
+    Context,
+    kv_head_refusal,
+    reward_forward_worker,
+    strategy_refusal,
+    trainer_backend,
+)
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     NO_CONTEXT_PARALLEL,
@@ -977,6 +983,17 @@ def needs_old_log_prob(instance, vertex: str) -> bool:
                                   bool(getattr(instance, "force_on_policy_ratio", False)))
 
 
+def forward_owner(instance, role: str) -> str | None:
+    """:func:`~packplace.placement.model.framework.inference_owner` of ``role`` on ``instance``, except verl's
+    reward model at a release that runs it as a forward worker of the trainer's backend
+    (:func:`~packplace.placement.model.layout_rules.reward_forward_worker`, before v0.7.0): priced as the
+    reference's forward on that backend, following the actor."""
+    trained = algorithm_spec(instance.algorithm).trainable_models
+    if role == "reward" and "actor" in trained and reward_forward_worker(Context.of(instance)):
+        return "actor"
+    return inference_owner(role, trained)
+
+
 def inference_sharded(instance, vertex: str) -> bool:
     """Whether the forward passes of ``vertex`` (an ``infer`` vertex, or a trainer's old-log-prob pass)
     run on ZeRO-3 / FSDP-partitioned weights: the framework shards inference
@@ -985,8 +1002,7 @@ def inference_sharded(instance, vertex: str) -> bool:
     ``zero3``."""
     if not profile(instance.framework).sharded_inference:
         return False
-    role = instance.graph.vertex(vertex).model
-    owner = inference_owner(role, algorithm_spec(instance.algorithm).trainable_models)
+    owner = forward_owner(instance, instance.graph.vertex(vertex).model)
     return owner is not None and instance.training.get(owner, DEFAULT_TRAINING).sharding == "zero3"
 
 
@@ -1007,7 +1023,7 @@ def inference_shard_options(instance, vertex: str) -> TrainingOptions:
     reward model of the same trunk) keep their own settings."""
     role = instance.graph.vertex(vertex).model
     trained = algorithm_spec(instance.algorithm).trainable_models
-    owner = inference_owner(role, trained)
+    owner = forward_owner(instance, role)
     if owner is None:
         return DEFAULT_TRAINING
     options = instance.training.get(owner, DEFAULT_TRAINING)
@@ -1123,7 +1139,7 @@ def vertex_balance(instance, vertex: str) -> VertexBalance | None:
     v = instance.graph.vertex(vertex)
     if v.kind == "generate":
         return None
-    owner = inference_owner(v.model, algorithm_spec(instance.algorithm).trainable_models)
+    owner = forward_owner(instance, v.model)
     options = instance.training.get(v.model, DEFAULT_TRAINING)
     if v.kind == "train":
         lockstep = options.sharding == "zero3"

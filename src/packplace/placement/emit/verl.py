@@ -20,8 +20,10 @@ layout rules that :mod:`packplace.placement.model.layout_rules` holds (the searc
   ``zero3``, is refused when the config loads); ``policy.trainer_backend`` / ``--trainer-backend``
   forces either; on the Megatron backend the reference runs with the actor's layout, context parallelism
   included (one Megatron-Core parallel state per worker: ``_reference_context_parallel``);
-* a reward model runs on a vLLM engine (``reward.reward_model.rollout``), on the trainer's GPUs or on a
-  pool of its own (``reward.reward_model.enable_resource_pool`` with its ``nnodes`` / ``n_gpus_per_node``).
+* a reward model runs on a vLLM engine (``reward.reward_model.rollout``, v0.7.0 on; before it a forward worker of
+  the trainer's backend, ``reward_model.micro_batch_size_per_gpu`` and on Megatron ``reward_model.megatron``), on
+  the trainer's GPUs or on a pool of its own (``reward.reward_model.enable_resource_pool`` with its ``nnodes`` /
+  ``n_gpus_per_node``, v0.6.0 on).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
-from packplace.placement.emit.verl_releases import available, for_release
+from packplace.placement.emit.verl_releases import REWARD_ENGINE, available, for_release, release_has
 from packplace.placement.model.framework import table_release
 from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
 from packplace.placement.model.memory import (
@@ -145,7 +147,7 @@ def emit_verl(view: PlanView) -> EmittedPlan:
         _dynamic_bsz(out, view.dynamic_bsz, ref is not None, megatron)
     # the loss's entropy bonus the plan's logit memory was priced with (verl's default moved from 0.001 to 0)
     out.settings["actor_rollout_ref.actor.entropy_coeff"] = view.entropy_coeff
-    _reward(s, view, train)
+    _reward(s, view, train, megatron)
     critic, critic_infer = view.get(CRITIC_TRAIN), view.get(CRITIC_INFER)
     if critic is not None:
         _trainer(out, "critic", critic, view.training["critic"], megatron, view.context_parallel.get("critic"))
@@ -331,15 +333,26 @@ def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, trai
         note.append("separate_async: rollout on its own pool, num_warmup_batches batches ahead of the trainer")
 
 
-def _reward(s: dict[str, Any], view: PlanView, train: Task) -> None:
-    """The reward model's vLLM engine and its resource pool (none for a rule reward)."""
+def _reward(s: dict[str, Any], view: PlanView, train: Task, megatron: bool) -> None:
+    """The reward model's vLLM engine and its resource pool (none for a rule reward); before the engine (a
+    release without ``reward.reward_model.rollout``, v0.7.0) its forward worker on the trainer's backend
+    (``RewardModelWorker``): micro-batch per GPU, on Megatron its tensor and pipeline parallelism, as the
+    search priced it (:func:`~packplace.placement.model.layout_rules.reward_forward_worker`)."""
     reward = view.get(REWARD)
     if reward is None or view.rule_reward:
         if view.algorithm != "dpo":
             s["reward.reward_model.enable"] = False
         return
     s["reward.reward_model.enable"] = True
-    s["reward.reward_model.rollout.tensor_model_parallel_size"] = reward.strategy.tp
+    release = table_release(view.framework_version) if view.framework_version is not None else None
+    if release_has(REWARD_ENGINE, release):
+        s[REWARD_ENGINE] = reward.strategy.tp
+    else:
+        if available("reward.reward_model.micro_batch_size_per_gpu", release, megatron):
+            s["reward.reward_model.micro_batch_size_per_gpu"] = reward.micro_batch
+        if megatron:
+            s["reward.reward_model.megatron.tensor_model_parallel_size"] = reward.strategy.tp
+            s["reward.reward_model.megatron.pipeline_model_parallel_size"] = reward.strategy.pp
     if same_gpus(reward, train):
         s["reward.reward_model.enable_resource_pool"] = False
     elif disjoint(reward, train):

@@ -101,6 +101,9 @@ AVAILABLE: dict[str, tuple[str, str]] = {
     "critic.model.target_modules": ("0.4.0", "0.8.0"),
     "critic.ppo_micro_batch_size_per_gpu": ("0.2", "0.2"),
     "reward.reward_model.enable_resource_pool": ("0.6.0", "0.6.0"),
+    "reward.reward_model.megatron.pipeline_model_parallel_size": ("", "0.1-0.7.1"),
+    "reward.reward_model.megatron.tensor_model_parallel_size": ("", "0.1-0.7.1"),
+    "reward.reward_model.micro_batch_size_per_gpu": ("0.2-0.7.1", "0.2-0.7.1"),
     "reward.reward_model.n_gpus_per_node": ("0.6.0", "0.6.0"),
     "reward.reward_model.nnodes": ("0.6.0", "0.6.0"),
     "reward.reward_model.rollout.tensor_model_parallel_size": ("0.7.0", "0.7.0"),
@@ -119,9 +122,6 @@ ABSENT_MEANS: dict[str, Any] = {"reward.reward_model.enable_resource_pool": Fals
                                 "critic.model.enable_gradient_checkpointing": False}
 #: ``{key: what the release runs instead}`` for the refusal line of a key a release lacks.
 INSTEAD: dict[str, str] = {
-    "reward.reward_model.rollout.tensor_model_parallel_size":
-        "its reward model is an FSDP or Megatron forward worker (reward_model.strategy), not the vLLM engine the "
-        "plan priced",
     "trainer.v1.trainer_mode": "it has no trainer.v1 asynchronous modes: its trainer is synchronous",
     "actor_rollout_ref.rollout.nnodes": "its rollout has no pool of its own (the hybrid engine's GPUs)",
     **{f"{model}.model.enable_gradient_checkpointing":
@@ -129,6 +129,18 @@ INSTEAD: dict[str, str] = {
        f"(null by default; full recomputes every layer)"
        for model, worker in (("actor_rollout_ref", "actor_rollout_ref.actor"), ("critic", "critic"))},
 }
+
+
+#: The keys whose first release the placement search reads (:func:`release_has`,
+#: :mod:`packplace.placement.model.layout_rules`): the asynchronous ``trainer.v1`` modes (staleness ≥ 1), a
+#: rollout pool of its own, a reward-model pool of its own, and the reward model's vLLM engine (before it the
+#: reward model is a forward worker of the trainer's backend, ``RewardModelWorker`` of ``verl/workers/
+#: fsdp_workers.py`` / ``megatron_workers.py`` mapped by ``main_ppo.py`` ``add_reward_model_worker``; v0.7.0's
+#: ``_generated_ppo_trainer.yaml`` has ``reward_model.use_reward_loop: true`` and ``reward_model.rollout``).
+ASYNC_MODES = "trainer.v1.trainer_mode"
+ROLLOUT_POOL = "actor_rollout_ref.rollout.nnodes"
+REWARD_POOL = "reward.reward_model.enable_resource_pool"
+REWARD_ENGINE = "reward.reward_model.rollout.tensor_model_parallel_size"
 
 
 def _spans(text: str) -> tuple[tuple[Release, Release | None], ...]:
@@ -157,6 +169,20 @@ def available(key: str, release: Release | None, megatron: bool) -> bool:
     if release is None or key not in _SPANS:
         return True
     return any(since <= release and (until is None or release < until) for since, until in _SPANS[key][megatron])
+
+
+def release_has(key: str, release: Release | None) -> bool:
+    """Whether ``release``'s trainer configs of both backends have ``key`` (:func:`available`; ``None``: the
+    current release): what the placement search may plan, whichever backend the plan resolves to."""
+    return available(key, release, False) and available(key, release, True)
+
+
+def introduced(key: str) -> Release:
+    """The first release both backends' configs have ``key`` from (:data:`AVAILABLE`; a key not listed:
+    :data:`CURRENT`)."""
+    if key not in _SPANS:
+        return CURRENT
+    return max(min((since for since, _ in spans), default=CURRENT) for spans in _SPANS[key])
 
 
 def first_release(key: str, release: Release, megatron: bool) -> Release | None:

@@ -21,7 +21,12 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   ``separate_async``) GPUs of its own; a reward model's vLLM engine shares the trainer's GPUs or has a
   pool of its own, without pipeline parallelism. The trainer backend (:func:`trainer_backend`): FSDP
   has no tensor, pipeline, expert or context parallelism for the trainers and forwards (it splits long
-  sequences with Ulysses); Megatron has them but shards no parameters (no ``zero3``) and has no Ulysses.
+  sequences with Ulysses); Megatron has them but shards no parameters (no ``zero3``) and has no Ulysses. Per
+  release (``policy.framework_version``, the emitter's table :mod:`packplace.placement.emit.verl_releases`:
+  :func:`verl_has`; none named: the current code): staleness 0 before the ``trainer.v1`` modes (0.9.0), no
+  rollout pool before 0.7.1, no reward pool before 0.6.0 (:func:`_verl_release_rules`), and before the reward
+  model's vLLM engine (0.7.0) the reward model a forward worker with the trainer backend's parallelism
+  (:func:`reward_forward_worker`).
 * **NeMo RL** (``examples/run_grpo.py``, ``run_ppo.py``): the reference log-probs run in the policy
   workers with the policy's layout; the values in the value workers with the value model's layout; GRPO's
   generation is colocated with the whole policy or on GPUs of its own (whole nodes on a multi-node
@@ -122,6 +127,30 @@ def _openrlhf_release(instance) -> Release | None:
     return table_release(version) if instance.framework == "openrlhf" and version is not None else None
 
 
+def _verl_release(instance) -> Release | None:
+    """:attr:`Context.verl_release` of an instance: its verl release (:func:`table_release`), else ``None``."""
+    version = getattr(instance, "framework_version", None)
+    return table_release(version) if instance.framework == "verl" and version is not None else None
+
+
+def verl_has(ctx: Context, key: str) -> bool:
+    """Whether the verl release of ``ctx`` (:attr:`Context.verl_release`; ``None``: the current code) has the
+    trainer-config ``key`` on both backends: the emitter's release table
+    (:func:`~packplace.placement.emit.verl_releases.release_has`), the one source of the release thresholds."""
+    from packplace.placement.emit.verl_releases import release_has  # the emit package imports this module
+
+    return ctx.framework != "verl" or release_has(key, ctx.verl_release)
+
+
+def reward_forward_worker(ctx: Context) -> bool:
+    """verl's reward model runs as a forward worker of the trainer's backend, not a vLLM engine: a release before
+    the reward model's engine (``reward_model.rollout``, v0.7.0: ``RewardModelWorker`` of
+    ``verl/workers/fsdp_workers.py`` / ``megatron_workers.py`` before it)."""
+    from packplace.placement.emit.verl_releases import REWARD_ENGINE
+
+    return ctx.framework == "verl" and ctx.reward_model and not verl_has(ctx, REWARD_ENGINE)
+
+
 def _megatron_splits_kv_heads(instance) -> bool:
     """:attr:`Context.megatron_splits_kv_heads` of an instance: its NeMo RL release's (no release named: ``False``)."""
     from packplace.placement.model.nemo_rl_releases import release_for  # it imports this module
@@ -164,6 +193,8 @@ class Context:
             ``False``: tp must divide them (:func:`kv_head_refusal`).
         release: The OpenRLHF release ``policy.framework_version`` names (:func:`table_release`), else ``None``
             (the current code): the release-bound rules of :func:`_openrlhf`.
+        verl_release: The verl release ``policy.framework_version`` names (:func:`table_release`), else ``None``
+            (the current code): the modes and pools the search plans (:func:`verl_has`).
         prompts: The step's prompts (``workload.batch_size``, OpenRLHF's ``--rollout_batch_size`` from v0.5.0;
             0: not known, no rule reads it).
         samples_per_prompt: ``workload.samples_per_prompt`` (0: not known, no rule reads it).
@@ -184,6 +215,7 @@ class Context:
     release: Release | None = None
     prompts: int = 0
     samples_per_prompt: int = 0
+    verl_release: Release | None = None
 
     @classmethod
     def of(cls, instance) -> Context:
@@ -199,7 +231,7 @@ class Context:
                 vertex_setting(instance, "actor").context_parallel.degree,
                 _context_parallel_models(instance), _ulysses(instance),
                 _megatron_splits_kv_heads(instance), _openrlhf_release(instance), instance.workload.batch_size,
-                instance.workload.samples_per_prompt)
+                instance.workload.samples_per_prompt, _verl_release(instance))
         return hit
 
     @property
@@ -253,6 +285,8 @@ def trainer_backend(ctx: Context, strategies: Mapping[str, Strategy] | None = No
     if strategies is None:
         return "auto"
     names = (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER) if ctx.framework == "verl" else (TRAIN, CRITIC_TRAIN)
+    if reward_forward_worker(ctx):   # verl's reward model on the trainer's backend before its vLLM engine
+        names += (REWARD,)
     for name in names:
         s = strategies.get(name)
         if s is not None and (s.pp > 1 or s.ep > 1 or (ctx.framework == "verl" and s.tp > 1)):
@@ -531,9 +565,10 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
     """Why ``ctx.framework`` cannot run vertex ``name`` (of ``kind``) with ``strategy`` (one line), or ``None``.
 
     verl: the trainers and forwards on the FSDP backend keep ``tp = pp = ep = 1``; a reward model's vLLM
-    engine has no pipeline or expert parallelism. NeMo RL: the DTensor policy has no pipeline or expert
-    parallelism; with sequence packing the policy's passes need the longest sequence, rounded up to the
-    trainer's pad multiple, within both packs
+    engine has no pipeline or expert parallelism; before it (:func:`reward_forward_worker`) the reward model is a
+    forward of the trainer's backend (FSDP: ``tp = pp = ep = 1``; Megatron: no expert parallelism). NeMo RL: the
+    DTensor policy has no pipeline or expert parallelism; with sequence packing the policy's passes need the
+    longest sequence, rounded up to the trainer's pad multiple, within both packs
     (:func:`~packplace.placement.model.sequence_packing.packing_refusal`). OpenRLHF: vLLM engines take a
     tensor-parallel size only, DeepSpeed trains without pipeline parallelism (and before v0.7.4,
     :data:`OPENRLHF_DS_TENSOR_PARALLEL`, without tensor parallelism; from it, tensor parallelism only with ZeRO
@@ -572,7 +607,7 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
             return ("OpenRLHF's DeepSpeed strategy (openrlhf/utils/deepspeed/deepspeed.py DeepspeedStrategy: ZeRO, "
                     "ring attention, --ds.tensor_parallel_size) has no expert parallelism")
         return None
-    if name == REWARD:
+    if name == REWARD and not reward_forward_worker(ctx):
         if fw == "verl" and (s.pp > 1 or s.ep > 1):
             return ("verl's reward model engine (reward.reward_model.rollout) is emitted with tensor "
                     "parallelism only")
@@ -589,6 +624,9 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
     backend = trainer_backend(ctx)
     if fw == "verl" and backend == "fsdp" and (s.tp > 1 or s.pp > 1 or s.ep > 1):
         return "verl's FSDP workers have no tensor, pipeline or expert parallelism (Ulysses sequence parallelism only)"
+    if name == REWARD and s.ep > 1:   # verl's Megatron reward worker: reward_model.megatron tp and pp only
+        return (f"verl {ctx.verl_release}'s reward model is a forward worker (RewardModelWorker) with tensor and "
+                f"pipeline parallelism only (reward_model.megatron)")
     if fw == "nemo-rl" and backend == "fsdp" and kind == "train" and (s.pp > 1 or s.ep > 1):
         return "NeMo RL's DTensor policy has no pipeline or expert parallelism"
     return kv_head_refusal(ctx, name, kind, s, kv_heads)
@@ -646,7 +684,38 @@ def _verl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int
     if reward is not None and ctx.reward_model and not _same(reward, train) and not _disjoint(reward, train):
         out.append(f"{reward.layout} shares some but not all GPUs with actor.train: verl puts the reward model on "
                    f"the trainer's pool or on a pool of its own")
+    return out + _verl_release_rules(ctx, tasks, staleness)
+
+
+def _verl_release_rules(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int]) -> list[str]:
+    """The modes and pools verl at ``ctx.verl_release`` lacks (:func:`verl_has`: the emitter's release table):
+    staleness ≥ 1 without the ``trainer.v1`` asynchronous modes, a rollout pool without
+    ``actor_rollout_ref.rollout.nnodes``, a reward-model pool without ``enable_resource_pool`` (before it
+    ``main_ppo.py`` maps the reward model to the global pool, the trainer's GPUs)."""
+    from packplace.placement.emit.verl_releases import ASYNC_MODES, REWARD_POOL, ROLLOUT_POOL, introduced
+
+    if ctx.verl_release is None:
+        return []
+    out, train, gen, reward = [], tasks[TRAIN], tasks.get(GENERATE), tasks.get(REWARD)
+    stale = max(staleness.values(), default=0)
+    if stale and not verl_has(ctx, ASYNC_MODES):
+        out.append(f"staleness {stale}: verl {ctx.verl_release}'s trainer is synchronous ({ASYNC_MODES} from "
+                   f"{introduced(ASYNC_MODES)})")
+    if gen is not None and _disjoint(gen, train) and not verl_has(ctx, ROLLOUT_POOL):
+        out.append(f"{gen.layout} on GPUs disjoint from actor.train: verl {ctx.verl_release}'s rollout has no pool "
+                   f"of its own ({ROLLOUT_POOL} from {introduced(ROLLOUT_POOL)})")
+    if reward is not None and ctx.reward_model and _disjoint(reward, train) and not verl_has(ctx, REWARD_POOL):
+        out.append(f"{reward.layout} on GPUs disjoint from actor.train: verl {ctx.verl_release} maps the reward "
+                   f"model to the trainer's pool ({REWARD_POOL} from {introduced(REWARD_POOL)})")
     return out
+
+
+def verl_most_stale(ctx: Context) -> int | None:
+    """The largest staleness verl at ``ctx.verl_release`` runs: 0 without the ``trainer.v1`` asynchronous modes,
+    else ``None`` (no limit here)."""
+    from packplace.placement.emit.verl_releases import ASYNC_MODES
+
+    return 0 if ctx.framework == "verl" and not verl_has(ctx, ASYNC_MODES) else None
 
 
 def _nemo_rl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int]) -> list[str]:
@@ -751,13 +820,51 @@ def openrlhf_most_stale(release: Release | None) -> int | None:
 def release_staleness(framework: str, version: str | None,
                       candidates: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """``optimizer.staleness_candidates`` without the values the framework release cannot run
-    (:func:`openrlhf_most_stale`; unchanged for other frameworks or without a release): the search then never
-    tries them, and the evaluator refuses a plan that has them. A model whose asked values are all above the
-    release's most keeps that most (the closest the release runs)."""
-    most = openrlhf_most_stale(table_release(version)) if framework == "openrlhf" and version is not None else None
+    (:func:`openrlhf_most_stale`; verl: 0 before its ``trainer.v1`` asynchronous modes, :func:`verl_stale_check`;
+    unchanged for other frameworks or without a release): the search then never tries them, and the evaluator
+    refuses a plan that has them. An OpenRLHF model whose asked values are all above the release's most keeps that
+    most (the closest the release runs).
+
+    Raises:
+        ConfigError: a verl model whose asked values are all above 0 at a release without the asynchronous modes
+            (:func:`verl_stale_check`).
+    """
+    most = _most_stale(framework, version, candidates)
     if most is None:
         return dict(candidates)
     return {model: tuple(t for t in values if t <= most) or (most,) for model, values in candidates.items()}
+
+
+def _most_stale(framework: str, version: str | None, candidates: Mapping[str, tuple[int, ...]]) -> int | None:
+    """The largest staleness ``framework`` at ``version`` runs (``None``: no limit): :func:`openrlhf_most_stale`,
+    or verl's (:func:`verl_stale_check`)."""
+    if version is None:
+        return None
+    if framework == "openrlhf":
+        return openrlhf_most_stale(table_release(version))
+    return 0 if verl_stale_check(framework, version, candidates) else None
+
+
+def verl_stale_check(framework: str, version: str | None, candidates: Mapping[str, tuple[int, ...]]) -> bool:
+    """Whether verl at ``version`` runs staleness 0 only (a release without the ``trainer.v1`` asynchronous modes:
+    the emitter's release table, :func:`verl_has`); ``False`` for another framework or without a release. A model
+    that asks only for values above 0 (staleness 0 is the default, so such a list is the config's own ask for an
+    asynchronous mode) is refused.
+
+    Raises:
+        ConfigError: ``[optimizer.staleness_candidates] actor: [1]: verl 0.8.0 has no trainer.v1.trainer_mode
+            (verl 0.9 on) ...``.
+    """
+    from packplace.placement.emit.verl_releases import ASYNC_MODES, introduced, release_has
+
+    if framework != "verl" or version is None or release_has(ASYNC_MODES, table_release(version)):
+        return False
+    for model, values in candidates.items():
+        if all(t > 0 for t in values):
+            raise ConfigError(f"[optimizer.staleness_candidates] {model}: {list(values)}: verl {version} has no "
+                              f"{ASYNC_MODES} (verl {introduced(ASYNC_MODES)} on): its trainer is synchronous, "
+                              f"staleness 0 only; give [0] or a framework_version from {introduced(ASYNC_MODES)}")
+    return True
 
 
 def _release_text(release: tuple[int, ...]) -> str:
@@ -774,9 +881,13 @@ def release_staleness_note(framework: str, version: str | None,
     dropped = {model: values for model, values in candidates.items() if narrowed.get(model) != values}
     if not dropped:
         return ""
-    most = openrlhf_most_stale(table_release(version))
+    most = _most_stale(framework, version, candidates)
     assert most is not None     # a narrowing implies a release with a most
-    if most == 0:
+    if framework == "verl":
+        from packplace.placement.emit.verl_releases import ASYNC_MODES, introduced
+
+        why = f"verl {version}'s trainer is synchronous: {ASYNC_MODES} comes with verl {introduced(ASYNC_MODES)}"
+    elif most == 0:
         why = (f"OpenRLHF {version} trains synchronously: asynchronous training (--async_train) comes with "
                f"{_release_text(OPENRLHF_ASYNC)}")
     else:
@@ -945,8 +1056,9 @@ def conform(instance, table, plan: Plan) -> Plan:
     block shape (and strategy where the rule says so), the fastest one that needs no more memory than its
     current one, else the one with least memory. A rollout or reward engine that shares some but not all
     of the trainer's GPUs, or that must share them (verl, staleness 0) or must not (NeMo RL, staleness ≥ 1),
-    moves onto the trainer's block, or to the first free block of its shape. An OpenRLHF staleness above what the
-    release runs (:func:`openrlhf_most_stale`) is lowered to it. OpenRLHF groups
+    moves onto the trainer's block, or to the first free block of its shape (verl's reward model onto it before
+    the release has a reward pool). An OpenRLHF or verl staleness above what the release runs
+    (:func:`openrlhf_most_stale`, :func:`verl_most_stale`) is lowered to it. OpenRLHF groups
     that share GPUs outside the allowed pairs move to free blocks, else (from v0.5.8, or no release named)
     everything colocates on the actor's block; groups whose sizes break the release's rules
     (:func:`openrlhf_sizes`) move to their fastest candidate of a size that keeps them, on a free block. The
@@ -963,7 +1075,7 @@ def conform(instance, table, plan: Plan) -> Plan:
     vertices = plan.by_vertex()
     if TRAIN not in vertices or not refusals(ctx, placed_of(instance, plan), dict(plan.staleness)):
         return plan
-    most = openrlhf_most_stale(ctx.release) if ctx.framework == "openrlhf" else None
+    most = openrlhf_most_stale(ctx.release) if ctx.framework == "openrlhf" else verl_most_stale(ctx)
     staleness = {m: t if most is None else min(t, most) for m, t in plan.staleness}
     fix = _Fixer(instance, table, vertices, staleness)
     fix.run(ctx)
@@ -1047,7 +1159,9 @@ class _Fixer:
                         same_strategy=CRITIC_TRAIN in self.vertices)
             self.same_or_disjoint(GENERATE, TRAIN, None if stale else "same", prefer_apart=bool(stale))
             if ctx.reward_model:
-                self.same_or_disjoint(REWARD, TRAIN)
+                from packplace.placement.emit.verl_releases import REWARD_POOL
+
+                self.same_or_disjoint(REWARD, TRAIN, None if verl_has(ctx, REWARD_POOL) else "same")
         elif fw == "nemo-rl":
             self.follow(REFERENCE, TRAIN, same_strategy=True)
             if ctx.algorithm == "ppo":  # one cluster: value model and generation on the policy's GPUs
