@@ -3,6 +3,7 @@ reference grouping."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -150,6 +151,14 @@ def test_a_cut_backend_returns_the_quick_packing_where_it_beats_the_reference(mo
             assert "quick packing" in result.message
         assert packplace.balance(inst, solver="reference", time_limit_s=5).objective == 11
         assert packplace.balance(inst, solver="cut_to_reference").objective == 11  # no limit: the reference held
+        # the benefit gate is unchanged: the quick packing's gain, (11 - 10) / 11 = 9.1%, lands above a 5%
+        # threshold and not above 10% (the threshold is the caller's)
+        from packplace.balance.planner import plan_balance
+
+        landed = plan_balance(inst, "cut_to_reference", 0.05, time_limit_s=5)
+        assert landed.decision.accepted and landed.decision.relative_gain == pytest.approx(1 / 11)
+        kept = plan_balance(inst, "cut_to_reference", 0.10, time_limit_s=5)
+        assert not kept.decision.accepted and kept.assignment.bins == ((0,), (1, 2, 3))
         # a reference as good as the quick packing is kept: (9, 1) | (5, 5) listed in another order
         tied = make_instance([9, 5, 5, 1], seq_len=12, data_parallel_size=2, reference_bins=[[2, 1], [3, 0]])
         result = packplace.balance(tied, solver="cut_to_reference", time_limit_s=5)
