@@ -67,7 +67,7 @@ def test_balance_refuses_a_balance_solver_named_for_a_context_parallel_config(ca
     # --solver repair had been replaced by the context_parallel default (greedy) without a word
     config = "configs/context_parallel/sft_long_tail_llama8b_4x8xh200.yaml"
     assert main(["balance", "--config", config, "--solver", "repair", "--quiet"]) == 2
-    assert capsys.readouterr().err.strip() == ("packplace balance: error: solver: unknown context_parallel solver "
+    assert capsys.readouterr().err.strip() == ("packplace balance: error: --solver: unknown context_parallel solver "
                                                "'repair'; available: cpsat, greedy, megatron, static")
     assert main(["balance", "--config", config, "--quiet", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["solver"] == "greedy"

@@ -87,7 +87,8 @@ def test_a_full_disk_keeps_the_old_file_and_is_one_line(tmp_path, capsys, monkey
     (["--out", "/nonexistent-dir/x.json"], "--out: directory '/nonexistent-dir' does not exist"),
     (["--out", "/"], "--out: '/' is a directory"),
     (["--min-gain", "nan"], "--min-gain: must be a relative gain in [0, 1), got nan"),
-    (["--time-limit", "-1"], "time_limit_s: must be a positive number of seconds, got -1.0"),
+    (["--time-limit", "-1"], "error: --time-limit: must be a positive number of seconds, got -1.0"),
+    (["--seed", "-1"], "error: --seed: must be an integer in [0, 2^31), got -1"),
 ])
 def test_output_and_argument_errors_come_before_any_work(capsys, monkeypatch, argv, fragment):
     balance_cli = importlib.import_module("packplace.balance.cli")

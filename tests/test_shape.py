@@ -180,3 +180,12 @@ def test_hf_loader_errors(tmp_path):
                         "kv_lora_rank": 512})
     with pytest.raises(ConfigError, match="num_hidden_layers: missing required field"):
         from_hf_config({"hidden_size": 8})
+
+
+@pytest.mark.parametrize("field", ["layers", "hidden_dim", "ffn_dim", "vocab_size"])
+@pytest.mark.parametrize("value", [0, -3])
+def test_a_required_size_below_one_gives_the_one_range(field, value):
+    # 0 and -3 are out of the same range, [1, 2^24]: one message for both (0 used to say ">= 1", -3 "[0, ...]")
+    spec = {"layers": 2, "hidden_dim": 64, "ffn_dim": 128, "vocab_size": 1000, field: value}
+    with pytest.raises(ConfigError, match=rf"^model\.{field}: must be an integer in \[1, 16,777,216\], got {value}$"):
+        shape_from_mapping(spec)

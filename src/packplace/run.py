@@ -629,6 +629,24 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+def check_flags(time_limit: float | None, seed: int) -> None:
+    """:func:`check_limits` for the command line: its errors name the flags (``--time-limit``, ``--seed``).
+
+    Raises:
+        ConfigError: as :func:`check_limits`, naming the flag and the value.
+    """
+    try:
+        check_limits(time_limit, seed)
+    except ConfigError as exc:
+        raise ConfigError(flag_named(str(exc), {"time_limit_s": "--time-limit", "seed": "--seed"})) from None
+
+
+def flag_named(message: str, flags: dict[str, str]) -> str:
+    """``message`` with a leading ``field:`` that ``flags`` maps replaced by its flag (``--time-limit:``)."""
+    field, colon, rest = message.partition(":")
+    return f"{flags[field]}{colon}{rest}" if colon and field in flags else message
+
+
 def check_limits(time_limit_s: float | None, seed: int) -> None:
     """Validate the two arguments every backend takes.
 

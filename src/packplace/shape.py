@@ -510,8 +510,9 @@ def _coerce(value: Any, key: str, name: str, where: str) -> Any:
     value = plain_number(value)
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHAPE_INTEGER:
-        raise ConfigError(f"{where}{key}: must be an integer in [0, {MAX_SHAPE_INTEGER:,}], got {show(value)}")
+    low = 1 if name in REQUIRED_FIELDS else 0  # a model has at least one layer, one hidden unit, ...
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_SHAPE_INTEGER:
+        raise ConfigError(f"{where}{key}: must be an integer in [{low}, {MAX_SHAPE_INTEGER:,}], got {show(value)}")
     return value
 
 

@@ -160,3 +160,26 @@ def test_a_load_that_takes_the_limit_is_named_in_the_note(tmp_path, capsys, monk
     assert balance_cli._load_note(None, 60.0, 0.0, {}, None) == ""  # no limit
     assert balance_cli._load_note(2.0, 1.95, 0.0, {"local_batch_size": 4}, None) == (
         "loading the config took 1.95 s of --time-limit 2")  # 0.05 s left: under the least share, 0.1 s
+
+
+def test_an_unknown_solver_is_refused_before_the_config_is_solved_or_found_infeasible(tmp_path, capsys):
+    # 30 tokens, 2 bins of 10: the config is infeasible (exit 1), but the unknown --solver is bad input first
+    config = tmp_path / "infeasible.yaml"
+    config.write_text("seq_len: 10\ndata_parallel_size: 2\nlocal_batch_size: 1\nsamples: {lengths: [10, 10, 10]}\n")
+    assert main(["balance", "--config", str(config), "--solver", "foo"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("packplace balance: error: --solver: unknown balance solver 'foo'; available: ")
+    assert main(["balance", "--config", str(config)]) == 1
+    assert "30 tokens cannot fit in 2 bins of seq_len 10" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("reference, why", [
+    ("[[0, 1], [2, 3], [4], [5, 0]]", "sample 0 is placed 2 times"),
+    ("[[0, 1], [2, 3], [4, 5]]", "expected 4 bins (D=2 x m=2), got 3"),
+])
+def test_a_bad_reference_is_reported_under_the_configs_own_field(tmp_path, capsys, reference, why):
+    config = tmp_path / "ref.yaml"
+    config.write_text(f"seq_len: 100\ndata_parallel_size: 2\nlocal_batch_size: 2\nreference: {reference}\n"
+                      "samples: {lengths: [10, 20, 30, 40, 50, 60]}\n")
+    assert main(["balance", "--config", str(config)]) == 2
+    assert capsys.readouterr().err.strip() == f"packplace balance: error: reference: not a feasible assignment: {why}"

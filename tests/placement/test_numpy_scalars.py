@@ -92,7 +92,7 @@ def test_config_refuses_numpy_bool_and_fraction_naming_the_field():
             build_instance(config, source=DPO)
     config["hardware"]["nodes_per_rack"] = 1
     config["models"]["actor"]["layers"] = np.int64(-1)
-    with pytest.raises(ConfigError, match=r"layers: must be an integer in \[0, .*\], got -1"):
+    with pytest.raises(ConfigError, match=r"layers: must be an integer in \[1, .*\], got -1"):
         build_instance(config, source=DPO)
 
 

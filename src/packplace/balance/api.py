@@ -23,9 +23,10 @@ DEFAULT_SOLVER = "repair"
 FINISH_SHARE = 0.8
 #: Seconds under which no finish reserve is kept: a finish that short fits in the time limit's slack.
 MIN_FINISH_RESERVE_S = 0.05
-#: From this many samples, an instance without a reference grouping under a time limit gets the quick
-#: packing (:mod:`packplace.balance.quick`) before the backend runs: the answer when the limit cuts the
-#: backend before it has one of its own.
+#: From this many samples, an instance under a time limit gets the quick packing
+#: (:mod:`packplace.balance.quick`) before the backend runs, where it has no reference grouping or the
+#: quick packing scores lower than its reference: the answer when the limit cuts the backend before it
+#: has a better one of its own.
 QUICK_PACKING_MIN_SAMPLES = 100_000
 #: Under a time limit, the share of the time left after the checks and the finish reserve that the backend
 #: leaves for the costly part of the lower bound (the ``lockstep`` layer bound's linear programs) when it
@@ -93,11 +94,9 @@ def solve_balance(
     # which the backends return on a dead end
     ensure_reference_bins_checked(instance)
     evaluator: BalanceEvaluator = run.evaluator  # built once: the backends use the run's
-    initial = instance.reference_bins if isinstance(instance.reference_bins, tuple) else None
-    fallback = None
-    if initial is None and time_limit_s is not None and len(instance.samples) >= QUICK_PACKING_MIN_SAMPLES:
-        initial = quick_packing(instance)
-        fallback = "the quick packing (worst-fit decreasing on tokens, bins dealt to ranks by cost)"
+    # the reference backend returns the reference grouping, whatever the run holds
+    reference_only = get("balance", solver).name == "reference"
+    initial, fallback = _held_answer(instance, evaluator, None if reference_only else time_limit_s)
 
     def normalize(solution: Any) -> Assignment:
         assignment = solution if isinstance(solution, Assignment) else Assignment(solution, instance.local_batch_size)
@@ -130,6 +129,26 @@ def solve_balance(
     result.params["time_limit_s"] = time_limit_s
     result.wall_s = clock() - run.started  # the whole call: checks, backend, canonical order, score
     return result
+
+
+def _held_answer(instance: BalanceInstance, evaluator: BalanceEvaluator,
+                 time_limit_s: float | None) -> tuple[Any, str | None]:
+    """The answer the run holds before the backend starts, and its name when it is the quick packing (the
+    ``fallback`` of :func:`~packplace.run.solve_with`) or None.
+
+    The reference grouping where the instance has one; under a time limit from
+    :data:`QUICK_PACKING_MIN_SAMPLES` samples on, the quick packing instead where there is no reference or
+    where the evaluator scores the quick packing strictly lower than the reference (the backends return the
+    answer held before their search when theirs scores worse, so a backend the limit cuts returns the better
+    of the two, not the reference alone). ``time_limit_s`` None (the ``reference`` backend is called with
+    None here): the reference grouping or nothing."""
+    reference = instance.reference_bins if isinstance(instance.reference_bins, tuple) else None
+    if time_limit_s is None or len(instance.samples) < QUICK_PACKING_MIN_SAMPLES:
+        return reference, None
+    quick = quick_packing(instance)
+    if quick is None or (reference is not None and evaluator.objective(quick) >= evaluator.objective(reference)):
+        return reference, None
+    return quick, "the quick packing (worst-fit decreasing on tokens, bins dealt to ranks by cost)"
 
 
 def _budget(run: Run, evaluator: BalanceEvaluator, solver: str, time_limit_s: float | None,

@@ -24,8 +24,9 @@ from packplace.errors import ConfigError
 from packplace.jsontext import json_text
 from packplace.outputs import write_atomic
 from packplace.plots import check_format, plot_rank_loads
+from packplace.registry import get
 from packplace.result import REPORT_KEY, SolveResult, command_document, gap_text
-from packplace.run import check_limits
+from packplace.run import check_flags, flag_named
 from packplace.solvers import available
 from packplace.table import check_output_file, format_objective, render_table
 from packplace.yamlio import load_yaml
@@ -152,7 +153,7 @@ def _check_arguments(args: argparse.Namespace) -> None:
     Raises:
         ConfigError: naming the argument and its value.
     """
-    check_limits(args.time_limit, args.seed)
+    check_flags(args.time_limit, args.seed)
     if args.min_gain is not None and not (math.isfinite(args.min_gain) and 0 <= args.min_gain < 1):
         raise ConfigError(f"--min-gain: must be a relative gain in [0, 1), got {args.min_gain!r}")
     if args.out is not None:  # an empty path is refused, not ignored
@@ -218,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_yaml(args.config)
     if is_context_parallel(config):
         return _run_context_parallel(args, config, started)
+    _check_solver("balance", _balance_solver(args))  # an unknown name before the config's own errors
     instance = load_config(args.config)
     load_s = time.monotonic() - started
     if args.min_gain is not None and instance.reference_bins is None:
@@ -359,6 +361,19 @@ def _print_context_parallel_plan(document: dict[str, Any]) -> None:
     print()
 
 
+def _check_solver(problem: str, solver: str) -> None:
+    """Refuse an unknown ``--solver`` name before the config's instance is built (exit 2, not the 1 of an
+    infeasible config).
+
+    Raises:
+        ConfigError: naming ``--solver`` and the solvers of ``problem``.
+    """
+    try:
+        get(problem, solver)
+    except ConfigError as exc:
+        raise ConfigError(flag_named(str(exc), {"solver": "--solver"})) from None
+
+
 def _balance_solver(args: argparse.Namespace) -> str:
     """``--solver`` for a balance config: the balance default when the flag is not given."""
     return DEFAULT_SOLVER if args.solver is None else str(args.solver)
@@ -370,9 +385,10 @@ def _run_context_parallel(args: argparse.Namespace, config: Any, started: float)
     if args.min_gain is not None or args.plot is not None:
         flag = "--min-gain" if args.min_gain is not None else "--plot"
         raise ConfigError(f"{flag}: not available for a context_parallel config")
-    instance = build_context_parallel_instance(config, source=str(args.config))
     # an explicit balance solver's name (--solver repair) is refused there, not replaced by the default
     solver = CONTEXT_PARALLEL_SOLVER if args.solver is None else args.solver
+    _check_solver("context_parallel", solver)
+    instance = build_context_parallel_instance(config, source=str(args.config))
     # A dynamic-CP plan is one JSON row per CP group (thousands at most): writing it is not worth reserving.
     limit = solve_budget(args.time_limit, time.monotonic() - started, 0.0)
     result = solve_context_parallel(instance, solver, time_limit_s=limit, seed=args.seed)

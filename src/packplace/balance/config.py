@@ -402,18 +402,24 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Bala
         samples.append(Sample(item["key"], tokens, cost, item.get("budgets") or {}))  # type: ignore[union-attr]
 
     check_group_size_use(fields["objective"], fields.get("group_size"))
-    return check_reference_bins(BalanceInstance(
-        samples if isinstance(samples, SampleTable) else tuple(samples), constraints, ranks, per_rank,
-        reference_bins=reference_bins,
-        objective=fields["objective"],
-        group_size=fields.get("group_size"),
-        padding_cost=padding,
-        equal_count=fields["equal_count"],
-        max_samples_per_bin=fields.get("max_samples_per_bin"),
-        groups=_groups(config.get("groups")),
-        name=str(name if name is not None else (Path(source).stem if source != "<dict>" else "")),
-        cost_unit=unit,
-    ))
+    try:
+        return check_reference_bins(BalanceInstance(
+            samples if isinstance(samples, SampleTable) else tuple(samples), constraints, ranks, per_rank,
+            reference_bins=reference_bins,
+            objective=fields["objective"],
+            group_size=fields.get("group_size"),
+            padding_cost=padding,
+            equal_count=fields["equal_count"],
+            max_samples_per_bin=fields.get("max_samples_per_bin"),
+            groups=_groups(config.get("groups")),
+            name=str(name if name is not None else (Path(source).stem if source != "<dict>" else "")),
+            cost_unit=unit,
+        ))
+    except ConfigError as exc:  # the config's field is `reference:`, the instance's reference_bins
+        text = str(exc)
+        if text.startswith("reference_bins:"):
+            raise ConfigError("reference:" + text.removeprefix("reference_bins:")) from None
+        raise
 
 
 def _context_parallel_cost(spec: Any) -> Any:

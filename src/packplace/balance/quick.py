@@ -1,8 +1,9 @@
 """The quick packing: a feasible answer of a large balance instance in a few numpy passes.
 
-:func:`quick_packing` is the front-end's answer of last resort for instances without a reference
-grouping (``packplace.balance(...)`` offers it to the run before the backend starts, so a backend the
-time limit cuts before it has an answer of its own still returns a feasible one). It is worst-fit
+:func:`quick_packing` is the front-end's answer of last resort for large instances under a time limit
+(``packplace.balance(...)`` offers it to the run before the backend starts, so a backend the time limit
+cuts before it has an answer of its own still returns a feasible one; where the instance has a reference
+grouping, the quick packing is offered instead of it only when the evaluator scores it strictly lower). It is worst-fit
 decreasing on tokens in rounds: the samples in decreasing token order, each round pairs the next
 (up to) D·m samples with the bins in increasing order of used tokens, largest sample to the emptiest
 bin, and defers the samples that do not fit their bin to the next round. Bins are then dealt to ranks

@@ -72,7 +72,7 @@ from packplace.placement.screen.balance_report import (
 from packplace.placement.screen.gantt import check_format, draw_gantt
 from packplace.placement.task_estimate import register_estimate
 from packplace.result import REPORT_KEY, command_document, gap_text
-from packplace.run import check_limits
+from packplace.run import check_flags
 from packplace.solvers import available
 from packplace.table import check_output_file
 
@@ -321,7 +321,7 @@ def load_for_emit(path: str, emit_for: str | None, backend: str | None) -> tuple
 def run(args: argparse.Namespace) -> int:
     """Run ``packplace place``; returns the exit code (0 ok, 1 no feasible plan). ConfigError propagates
     to the top-level CLI (one line on stderr, exit code 2)."""
-    check_limits(args.time_limit, args.seed)  # argument errors before any work
+    check_flags(args.time_limit, args.seed)  # argument errors before any work
     for path, option in ((args.out, "--out"), (args.gantt, "--gantt")):
         if path is not None:  # an empty path is refused, not ignored
             check_output_file(path, option, inputs=[args.config])
