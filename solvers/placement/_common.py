@@ -17,6 +17,8 @@ docs/performance.md.
 from __future__ import annotations
 
 import itertools
+import math
+from collections.abc import Callable
 
 from packplace.errors import ConfigError
 from packplace.placement.candidates import Candidate, gb
@@ -283,3 +285,46 @@ def synchronous_only(proposal: Proposal, instance, solver: str) -> Proposal:
             "search them")
     proposal.message = f"{proposal.message}; {note}" if proposal.message else note
     return proposal
+
+
+#: Relative difference under which a lower staleness's objective counts as the same (:func:`lower_staleness`):
+#: floating-point noise only, as the period (a max-plus cycle mean) and the synchronous step time of one plan
+#: reach the same seconds by different sums.
+STALENESS_RTOL = 1e-12
+
+
+def least_staleness(staleness: dict[str, int], choices: dict[str, tuple[int, ...]],
+                    keeps: Callable[[dict[str, int]], bool]) -> dict[str, int]:
+    """``staleness`` lowered model by model (sorted), each to the smallest of its ``choices`` (ascending)
+    below its current value that ``keeps`` accepts (``keeps`` judges a whole trial mapping: the same
+    period, the framework's rules kept). The one lowering of every solver that returns staleness: ``cpsat``
+    on its model's period (:func:`~packplace.solvers.placement.cpsat.periodic.choose_staleness`), and
+    :func:`lower_staleness` on the evaluator's objective."""
+    best = dict(staleness)
+    for model in sorted(choices):
+        for t in sorted(choices[model]):
+            if t >= best.get(model, 0):
+                break
+            trial = {**best, model: t}
+            if keeps(trial):
+                best = trial
+                break
+    return best
+
+
+def lower_staleness(ev: PlacementEvaluator, plan: Plan, choices: dict[str, tuple[int, ...]]) -> tuple[Plan, float]:
+    """``plan`` with each model's staleness lowered (:func:`least_staleness`) to the least value whose plan
+    the evaluator scores no worse than ``plan`` up to :data:`STALENESS_RTOL` (a stale plan that is no faster
+    than its synchronous twin is returned synchronous), and that plan's objective."""
+    objective = ev.step_time(plan)
+    if not plan.staleness or not math.isfinite(objective):
+        return plan, objective
+
+    def keeps(trial: dict[str, int]) -> bool:
+        return ev.step_time(Plan.build(plan.vertices, trial)) <= objective * (1 + STALENESS_RTOL)
+
+    stale = least_staleness(dict(plan.staleness), choices, keeps)
+    if stale == dict(plan.staleness):
+        return plan, objective
+    lowered = Plan.build(plan.vertices, {m: t for m, t in stale.items() if t})
+    return lowered, ev.step_time(lowered)

@@ -45,6 +45,7 @@ from packplace.progress import report
 from packplace.registry import register
 from packplace.result import FEASIBLE, UNKNOWN, Proposal
 from packplace.run import Run
+from packplace.solvers.placement._common import lower_staleness
 from packplace.solvers.placement.concurrent import partition_search
 
 #: Default wall-clock budget (seconds) when ``time_limit_s`` is None.
@@ -692,6 +693,8 @@ class _Annealing:
         check = search.ev.step_time(best)  # the returned plan is feasible and its time is the evaluator's
         if check != best_time:
             raise RuntimeError(f"anneal: internal error, best plan re-scores to {check!r}, not {best_time!r}")
+        # the least staleness that keeps the objective (a stale plan no faster than its synchronous twin: synchronous)
+        best, best_time = lower_staleness(search.ev, best, search.stale_values)
         improvement = 1.0 - best_time / self.warm_time
         stale = {m: t for m, t in best.staleness if t}
         kind = f"asynchronous period with staleness {stale}" if stale else "synchronous step time"

@@ -647,6 +647,22 @@ def flag_named(message: str, flags: dict[str, str]) -> str:
     return f"{flags[field]}{colon}{rest}" if colon and field in flags else message
 
 
+#: Least share of a command's ``--time-limit`` the solve is given, however long the load took (``balance`` and
+#: ``place`` both count their limit from the command line's start, :func:`solve_budget`).
+MIN_SOLVE_SHARE = 0.05
+
+
+def solve_budget(limit: float | None, spent_s: float, write_s: float) -> float | None:
+    """The solver's time limit, seconds: what is left of the command's ``limit`` once ``spent_s`` (the
+    wall time since the command line started: importing, loading, validating) and ``write_s`` (writing
+    the answer, ``packplace.balance.cli.write_cost``) are taken off, at least :data:`MIN_SOLVE_SHARE` of ``limit``;
+    ``None`` (the solver's default) when no limit was given."""
+    if limit is None:
+        return None
+    left = limit - spent_s - write_s
+    return max(MIN_SOLVE_SHARE * limit, left)
+
+
 def check_limits(time_limit_s: float | None, seed: int) -> None:
     """Validate the two arguments every backend takes.
 

@@ -108,6 +108,22 @@ def test_dynamic_cp_sizes_are_the_groups_megatron_creates_that_tile_the_ranks():
                 assert set(dynamic_cp_sizes(ranks, low)) <= protocol.group_sizes_megatron_creates(ranks, low)
     with pytest.raises(ConfigError, match="^min_cp_size: 16 is above the 8 DP x CP ranks$"):
         dynamic_cp_sizes(8, 16)
+    assert dynamic_cp_sizes(6, 6) == (6,)   # not a power of two, but the whole DP x CP group exists
+
+
+@pytest.mark.parametrize(("ranks", "low"), [(4, 3), (8, 3), (8, 5), (8, 6), (12, 3), (6, 3)])
+def test_a_min_cp_size_megatron_has_no_process_group_for_is_refused(ranks, low):
+    # Megatron's scheduler would hand short sequences exactly `low` ranks, a group size it never creates
+    assert low not in protocol.group_sizes_megatron_creates(ranks, low)
+    with pytest.raises(ConfigError, match=rf"^min_cp_size: {low} is not a valid group size: Megatron-Core creates "
+                                          rf"dynamic-CP process groups only of powers of two and of the whole "
+                                          rf"{ranks} DP x CP ranks$"):
+        dynamic_cp_sizes(ranks, low)
+
+
+def test_the_scheduler_refuses_min_cp_size_three_on_four_ranks():
+    with pytest.raises(ValueError, match="^min_cp_size: 3 is not a valid group size"):
+        PackplaceDynamicCPScheduler(4, 2, 2, None, min_cp_size=3)
 
 
 # -- the scheduler slot ---------------------------------------------------------------------------------------

@@ -81,7 +81,10 @@ def test_entries_that_are_not_id_length_pairs_or_bad_lengths_are_refused_in_one_
     for entries, message in (([4, 3], r"sample_id_seqlens\[0\]: must be a \(sample id, sequence length\) pair, got 4"),
                              ([(0, "x"), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be a number, got 'x'"),
                              ([(0, 4.5), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be an integer, got 4\.5"),
-                             ([(0, -1), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be >= 0, got -1")):
+                             ([(0, -1), (1, 3)], r"^sample_id_seqlens\[0\]\[1\]: must be >= 0, got -1"),
+                             ([(5, 1), (6, 2), (5, 3)], r"^sample_id_seqlens\[2\]\[0\]: duplicate sample id 5 \(also "
+                                                        r"sample_id_seqlens\[0\]\[0\]\)$"),
+                             ([([1], 1), (2, 2)], r"^sample_id_seqlens\[0\]\[0\]: a sample id must be hashable, ")):
         with pytest.raises(ConfigError, match=message):
             scheduler.get_groups_and_subsamples(entries)
     assert scheduler.get_groups_and_subsamples([(7, 4), (9, 3)]) == [[[0, 1]]]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packplace.lazy import lazy_module
+from packplace.solvers.placement._common import least_staleness
 from packplace.solvers.placement.cpsat.chunk import add_chunk
 from packplace.solvers.placement.cpsat.model import (
     Locator,
@@ -174,20 +175,17 @@ def model_period(tables: ModelTables, instance, choice: list[Option],
 
 def choose_staleness(tables: ModelTables, instance, choice: list[Option], staleness: dict[str, int],
                      period: int, keeps: Callable[[dict[str, int]], bool] | None = None) -> dict[str, int]:
-    """The least staleness per model (in sorted model order, each at its smallest allowed value) that
-    keeps the model period at ``period`` and at least one value ≥ 1, and that ``keeps`` accepts (None: any; the
-    backend's: the framework's layout rules still kept, as a verl rollout apart needs the actor stale)."""
-    best = dict(staleness)
-    for model, values in staleness_choices(instance).items():
-        for t in values:
-            if t >= best[model]:
-                break
-            trial = {**best, model: t}
-            if (any(trial.values()) and model_period(tables, instance, choice, trial)[0] <= period
-                    and (keeps is None or keeps(trial))):
-                best = trial
-                break
-    return best
+    """The least staleness per model (:func:`~packplace.solvers.placement._common.least_staleness`: in sorted
+    model order, each at its smallest allowed value) that keeps the model period at ``period`` and at least
+    one value ≥ 1, and that ``keeps`` accepts (None: any; the backend's: the framework's layout rules still
+    kept, as a verl rollout apart needs the actor stale). :func:`~.solve.solve` then lowers the answer's
+    staleness once more on the evaluator's objective (a stale plan no faster than its synchronous twin is
+    returned synchronous)."""
+    def keeps_period(trial: dict[str, int]) -> bool:
+        return (any(trial.values()) and model_period(tables, instance, choice, trial)[0] <= period
+                and (keeps is None or keeps(trial)))
+
+    return least_staleness(staleness, staleness_choices(instance), keeps_period)
 
 
 @dataclass

@@ -39,6 +39,7 @@ Performance: docs/performance.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Mapping
@@ -55,7 +56,7 @@ from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Propos
 from packplace.run import OutOfTime, Run
 from packplace.solvers._ortools import ORTOOLS_IMPORT_S as ORTOOLS_IMPORT_S  # the placement build's own name
 from packplace.solvers._ortools import load_ortools as shared_load_ortools
-from packplace.solvers.placement._common import no_plan_found
+from packplace.solvers.placement._common import lower_staleness, no_plan_found
 from packplace.solvers.placement.cpsat.chunk import plan_chunk
 from packplace.solvers.placement.cpsat.model import build_model
 from packplace.solvers.placement.cpsat.periodic import (
@@ -401,7 +402,24 @@ def solve(instance, run: Run, *, num_workers: int = 1,
     exact = _ExactPlacement(instance, run.default(DEFAULT_TIME_LIMIT_S), max_gpus, top_k, tuple(hint_solvers))
     proposal = _phases(exact, num_workers, log_search, cp_parameters)
     proposal.info.update(exact.hint_phase.info())
-    return proposal
+    return _least_staleness(proposal, exact.ev, instance)
+
+
+def _least_staleness(proposal: Proposal, ev: Any, instance: Any) -> Proposal:
+    """``proposal`` with its plan's staleness lowered where the evaluator scores the lower one no worse
+    (:func:`~packplace.solvers.placement._common.lower_staleness`; the model requires one staleness ≥ 1, so a
+    stale plan can tie its synchronous twin), the note saying so."""
+    plan = proposal.solution
+    if plan is None or not plan.staleness:
+        return proposal
+    lowered, objective = lower_staleness(ev, plan, staleness_choices(instance))
+    if lowered == plan:
+        return proposal
+    note = (f"staleness lowered from {dict(plan.staleness)} to {dict(lowered.staleness)}: the evaluator scores it "
+            f"no worse ({objective:.6f} s)")
+    proposal.message = f"{proposal.message}; {note}" if proposal.message else note
+    proposal.info["staleness_lowered_from"] = dict(plan.staleness)
+    return dataclasses.replace(proposal, solution=lowered)
 
 
 def _phases(exact: _ExactPlacement, num_workers: int, log_search: bool,

@@ -26,7 +26,7 @@ from packplace.outputs import write_atomic
 from packplace.plots import check_format, plot_rank_loads
 from packplace.registry import get
 from packplace.result import REPORT_KEY, SolveResult, command_document, gap_text
-from packplace.run import check_flags, flag_named
+from packplace.run import MIN_SOLVE_SHARE, check_flags, flag_named, solve_budget
 from packplace.solvers import available
 from packplace.table import check_output_file, format_objective, render_table
 from packplace.yamlio import load_yaml
@@ -50,8 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--time-limit", type=float, default=None, metavar="S",
-        help="time limit in seconds for the whole call, checks and score included (default: the solver's own; "
-             "cpsat 10 s, the heuristics run to completion); the solver gets at least 1 ms and its answer is "
+        help="time limit in seconds, counted as in place from packplace's command-line entry (after Python's "
+             "start-up and packplace's own import): importing the command, parsing the arguments, loading the "
+             "config, the checks and the score all count (default: the solver's own; "
+             "cpsat 10 s, the heuristics run to completion); the solve gets at least 5%% of it and its answer is "
              "still scored, so a limit shorter than that runs over; loading the config counts against it but is "
              "not cut (local_batch_size: auto searches for its count whole: give the count to skip it; the note "
              "says so where the load took the limit)",
@@ -109,27 +111,12 @@ def result_json(result: SolveResult, instance: BalanceInstance, instance_name: s
     })
 
 
-#: Least share of ``--time-limit`` the solve is given, however long the load took.
-MIN_SOLVE_SHARE = 0.05
-
-
 def write_cost(instance: BalanceInstance, documents: int) -> float:
     """Seconds set aside for writing ``documents`` JSON documents of an answer (the ``--out`` file, the
     ``--json`` document): each as long as the finish of an answer measured on the instance
     (:meth:`~packplace.balance.evaluator.BalanceEvaluator.finish_cost`: its canonical order builds as
     many Python objects as a document's lists, and its JSON text is the document's bulk)."""
     return documents * BalanceEvaluator(instance).finish_cost() if documents else 0.0
-
-
-def solve_budget(limit: float | None, spent_s: float, write_s: float) -> float | None:
-    """The solver's time limit, seconds: what is left of the command's ``limit`` once ``spent_s`` (the
-    wall time since the command line started: importing, loading, validating) and ``write_s`` (writing
-    the answer, :func:`write_cost`) are taken off, at least :data:`MIN_SOLVE_SHARE` of ``limit``;
-    ``None`` (the solver's default) when no limit was given."""
-    if limit is None:
-        return None
-    left = limit - spent_s - write_s
-    return max(MIN_SOLVE_SHARE * limit, left)
 
 
 def _load_note(limit: float | None, load_s: float, write_s: float, config: Any, instance: BalanceInstance) -> str:

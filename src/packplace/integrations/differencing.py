@@ -26,6 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from packplace.run import clock
+
+#: Merges of :func:`differencing_partitions_until` between two clock readings (a merge costs O(k log k): the
+#: reading's own cost is negligible beside 64 of them, and the overrun past a deadline is at most 64 merges).
+CLOCK_EVERY = 64
+
 
 class _TopFirst:
     """Heap tie-break between states of equal spread: the state whose top subset is larger pops first."""
@@ -40,7 +46,18 @@ class _TopFirst:
 
 
 def differencing_partitions(values: Sequence[Any], k: int, equal_size: bool) -> list[list[int]]:
-    """verl's own partition: the largest differencing method with verl's tie rules.
+    """verl's own partition: the largest differencing method with verl's tie rules (no deadline:
+    :func:`differencing_partitions_until`)."""
+    parts = differencing_partitions_until(values, k, equal_size, None)
+    assert parts is not None   # no deadline: never cut
+    return parts
+
+
+def differencing_partitions_until(values: Sequence[Any], k: int, equal_size: bool,
+                                  deadline: float | None) -> list[list[int]] | None:
+    """verl's own partition: the largest differencing method with verl's tie rules, or None where the
+    clock (:func:`packplace.run.clock`) passes ``deadline`` first (read every :data:`CLOCK_EVERY` start states
+    and merges).
 
     Items enter in ascending (value, index) order, each as a state of k subsets (one holding the
     item); with ``equal_size`` they enter k at a time, one per subset. A subset is the list
@@ -54,9 +71,10 @@ def differencing_partitions(values: Sequence[Any], k: int, equal_size: bool) -> 
         values: Item values, shape (n,): ints (summed exactly) or floats.
         k: Number of parts, 1 <= k <= n.
         equal_size: Items enter k at a time (the caller ensures k divides n).
+        deadline: A :func:`packplace.run.clock` reading to stop at (None: run to the end).
 
     Returns:
-        k lists of indices in the final state's subset order, each sorted ascending.
+        k lists of indices in the final state's subset order, each sorted ascending; None when cut.
     """
     ordered = sorted(zip(values, range(len(values))))
     heap: list[tuple[Any, _TopFirst, int, list[list[Any]]]] = []
@@ -70,10 +88,14 @@ def differencing_partitions(values: Sequence[Any], k: int, equal_size: bool) -> 
             push([[value, 1, [i]] for value, i in ordered[start:start + k]], start)
     else:
         for position, (value, i) in enumerate(ordered):
+            if deadline is not None and position % CLOCK_EVERY == 0 and clock() >= deadline:
+                return None   # each start state holds k subsets: building them is most of the pass at large k
             push([[value, 1, [i]]] + [[0, 0, []] for _ in range(k - 1)], position)
     heapq.heapify(heap)
     order = len(heap)
     while len(heap) > 1:
+        if deadline is not None and order % CLOCK_EVERY == 0 and clock() >= deadline:
+            return None
         first = heapq.heappop(heap)[3]
         second = heapq.heappop(heap)[3]
         for i in range(k):
@@ -105,15 +127,17 @@ def largest_sum(values: Sequence[Any], parts: Sequence[Sequence[int]]) -> Any:
     return max(part_sums(values, parts))
 
 
-def refine_equal_size(values: Sequence[Any], parts: Sequence[Sequence[int]], max_rounds: int) -> list[list[int]]:
+def refine_equal_size(values: Sequence[Any], parts: Sequence[Sequence[int]], max_rounds: int,
+                      deadline: float | None = None) -> list[list[int]]:
     """Swap items between the heaviest part and lighter ones while that lowers the pair's larger sum.
 
     Each round takes the heaviest part H (lowest index on ties) and the other parts by increasing
     sum; for the first part L with an improving swap, it exchanges the pair (a in H, b in L) whose
     difference ``d = v_a - v_b`` (0 < d < S_H - S_L) is closest to half the gap, found by bisection
     over L's sorted values; that lowers max(S_H, S_L) strictly. Sizes are unchanged and no part ends
-    above the old S_H, so the largest sum never grows. Stops when H has no improving swap or after
-    ``max_rounds`` swaps (deterministic: no clock). Integer values whose sums fit in int64 and float
+    above the old S_H, so the largest sum never grows. Stops when H has no improving swap, after
+    ``max_rounds`` swaps, or once the clock passes ``deadline`` (read before each round; None: no clock, so
+    deterministic). Integer values whose sums fit in int64 and float
     values are searched with numpy; the answer is kept only if its exact largest sum
     (:func:`largest_sum`) is not above the input's, else the input parts are returned.
 
@@ -121,6 +145,7 @@ def refine_equal_size(values: Sequence[Any], parts: Sequence[Sequence[int]], max
         values: Item values, shape (n,): ints (exact arithmetic) or floats.
         parts: A partition of range(n) into non-empty parts.
         max_rounds: Upper bound on swaps.
+        deadline: A :func:`packplace.run.clock` reading to stop at (None: none).
 
     Returns:
         The refined parts, each sorted ascending, in the order given.
@@ -134,6 +159,8 @@ def refine_equal_size(values: Sequence[Any], parts: Sequence[Sequence[int]], max
     members = [np.asarray(part, dtype=np.int64) for part in parts]
     sums: list[Any] = part_sums(values, parts) if array is None else [array[m].sum().item() for m in members]
     for _ in range(max_rounds):
+        if deadline is not None and clock() >= deadline:
+            break
         heavy = max(range(len(members)), key=sums.__getitem__)  # the first maximum: lowest index on ties
         swapped = False
         for light in sorted(range(len(members)), key=sums.__getitem__):  # stable: ties by index

@@ -332,17 +332,29 @@ class PackplacePackingScheduler:
             sample_id_seqlens: (global sample id, sequence length) pairs of the global batch.
 
         Raises:
-            ConfigError: an entry that is not a (sample id, length) pair, a bad length
+            ConfigError: an entry that is not a (sample id, length) pair, a sample id given twice (named:
+                Megatron's ``data_schedule_utils._get_global_seqlens_and_ids`` numbers the samples 0..n-1, so a
+                repeated id is a caller's error that its schedulers pass on silently, and its routing by id,
+                ``dict(global_id_seqlens)``, would then drop one), an unhashable id, a bad length
                 (:meth:`rank_packs`).
         """
         if isinstance(sample_id_seqlens, (str, bytes, dict)) or not hasattr(sample_id_seqlens, "__iter__"):
             raise ConfigError(f"sample_id_seqlens: must be a sequence of (sample id, sequence length) pairs, "
                               f"got {show(sample_id_seqlens)}")
         lengths = []
+        first_at: dict[Any, int] = {}
         for i, entry in enumerate(sample_id_seqlens):
             if not isinstance(entry, (tuple, list)) or len(entry) != 2:
                 raise ConfigError(f"sample_id_seqlens[{i}]: must be a (sample id, sequence length) pair, "
                                   f"got {show(entry)}")
+            try:
+                seen = first_at.setdefault(entry[0], i)
+            except TypeError:
+                raise ConfigError(f"sample_id_seqlens[{i}][0]: a sample id must be hashable, "
+                                  f"got {show(entry[0])}") from None
+            if seen != i:   # Megatron numbers the batch's samples 0..n-1 (``_get_global_seqlens_and_ids``)
+                raise ConfigError(f"sample_id_seqlens[{i}][0]: duplicate sample id {show(entry[0])} (also "
+                                  f"sample_id_seqlens[{seen}][0])")
             lengths.append(entry[1])
         if not lengths:
             raise ConfigError("sample_id_seqlens: no samples to pack")

@@ -116,13 +116,22 @@ def dynamic_cp_sizes(ranks: int, min_cp_size: int = 1) -> tuple[int, ...]:
     full DP×CP group), ascending (``create_dynamic_dp_cp_groups``, ``get_dynamic_data_context_parallel_groups``).
 
     Raises:
-        ConfigError: ``ranks`` or ``min_cp_size`` not a positive integer, ``min_cp_size`` above ``ranks``.
+        ConfigError: ``ranks`` or ``min_cp_size`` not a positive integer, ``min_cp_size`` above ``ranks``, or
+            neither a power of two nor ``ranks``: Megatron's ``DefaultDynamicCPScheduler`` gives a sequence that
+            needs fewer ranks a group of exactly ``min_cp_size`` (``data_schedule_utils.dcp_gpus_needed``), and
+            ``create_dynamic_dp_cp_groups`` creates no process group of that size, so its executor finds none
+            (``get_dynamic_data_context_parallel_groups``: a ``KeyError``); refused here before any plan.
     """
     for name, value in (("ranks", ranks), ("min_cp_size", min_cp_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ConfigError(f"{name}: must be an integer >= 1, got {show(value)}")
     if min_cp_size > ranks:
         raise ConfigError(f"min_cp_size: {min_cp_size} is above the {ranks} DP x CP ranks")
+    if min_cp_size & (min_cp_size - 1) and min_cp_size != ranks:
+        # Megatron's scheduler gives a short sequence exactly min_cp_size ranks (``dcp_gpus_needed``:
+        # max(min_cp_size, a power of two)), and there is no process group of that size to run it on
+        raise ConfigError(f"min_cp_size: {min_cp_size} is not a valid group size: Megatron-Core creates dynamic-CP "
+                          f"process groups only of powers of two and of the whole {ranks} DP x CP ranks")
     sizes = {ranks}
     size = 1
     while size < ranks:

@@ -13,6 +13,7 @@ from packplace.balance.evaluator import BalanceEvaluator
 from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError
 from packplace.integrations.arguments import BalanceTerms, callers_terms, number_list, positive_integer
+from packplace.run import clock
 
 #: Default backend of the adapters: LPT then pair repair (fast, usually optimal or near it).
 DEFAULT_SOLVER = "repair"
@@ -56,7 +57,9 @@ def partition(
         k: Number of parts, 1 <= k <= n.
         equal_count: Part sizes differ by at most one.
         solver: A balance backend (``packplace.solvers.available("balance")``), default ``repair``.
-        time_limit_s, seed, **options: Passed to the backend.
+        time_limit_s: Seconds for the whole call from its entry (None: no limit): the backend gets it, and
+            the differencing method what is left of it (skipped when nothing is).
+        seed, **options: Passed to the backend.
         with_proof: Also return whether the answer's largest sum equals the evaluator's lower bound
             (rounded up for integer weights), i.e. is proven optimal.
 
@@ -70,6 +73,7 @@ def partition(
     Raises:
         ConfigError: bad weights, k < 1 or k > n, an unknown solver or option.
     """
+    started = clock()
     values = number_list(weights, "weights")
     k = positive_integer(k, "k")
     n = len(values)
@@ -82,7 +86,12 @@ def partition(
                                  equal_count=equal_count, name="partition")
     evaluator = BalanceEvaluator(instance)
     candidates = []
-    result = solve_balance(instance, solver, time_limit_s=time_limit_s, seed=seed, **options)
+    def left() -> float | None:
+        return None if time_limit_s is None else time_limit_s - (clock() - started)
+
+    # the backend gets what building the instance left of the limit (at least a millisecond: an answer)
+    result = solve_balance(instance, solver, time_limit_s=None if time_limit_s is None else max(left() or 0.0, 1e-3),
+                           seed=seed, **options)
     if result.solution is not None:
         candidates.append(result.solution.bins)
     bound = evaluator.lower_bound("makespan")
@@ -103,9 +112,11 @@ def partition(
     proven = result.solution is not None and proves(result.solution.bins)
     if (also_differencing and not proven and solver not in ("karmarkar_karp", "kk")
             and (not equal_count or n % k == 0)):
-        kk = solve_balance(instance, "karmarkar_karp", time_limit_s=time_limit_s, seed=seed)
-        if kk.solution is not None:
-            candidates.append(kk.solution.bins)
+        rest = left()
+        if rest is None or rest > 0:   # the method gets what the backend left of the limit, if anything
+            kk = solve_balance(instance, "karmarkar_karp", time_limit_s=rest, seed=seed)
+            if kk.solution is not None:
+                candidates.append(kk.solution.bins)
     if not candidates:   # a time limit cut every backend before it had an answer
         candidates.append(snake_deal(instance.costs, k))
     best = min(candidates, key=largest)

@@ -54,14 +54,16 @@ from packplace.balance.instance import make_instance
 from packplace.errors import ConfigError, PackplaceError, show
 from packplace.integrations.differencing import (
     differencing_partitions,
+    differencing_partitions_until,
     largest_sum,
     part_sums,
     refine_equal_size,
 )
 from packplace.integrations.micro_batches import micro_batch_partitions
-from packplace.integrations.partition import DEFAULT_SOLVER, partition
+from packplace.integrations.partition import DEFAULT_SOLVER, partition, snake_deal
 from packplace.integrations.rows import is_tensordict, is_torch_tensor, take_rows
 from packplace.registry import get as get_solver
+from packplace.run import check_limits, clock
 
 #: Exact float64 integers end here: above it, packplace's float model may mis-rank integer answers.
 _EXACT_FLOAT = 2**53
@@ -121,9 +123,17 @@ def get_seqlen_balanced_partitions(
     """Partition indices of ``seqlen_list`` into ``k_partitions`` parts with balanced sums.
 
     ``equal_size`` (k must divide n, as in verl): verl's answer refined by part-size-preserving swaps
-    (:func:`~packplace.integrations.differencing.refine_equal_size`, 2k + 16 rounds). Otherwise
-    packplace's ``solver`` answer (:func:`~packplace.integrations.partition.partition`), replaced by
-    verl's when that is exactly better. Either way the largest part sum is never above verl's.
+    (:func:`~packplace.integrations.differencing.refine_equal_size`, 2k + 16 rounds); ``solver`` and
+    ``seed`` are not used there. Otherwise packplace's ``solver`` answer
+    (:func:`~packplace.integrations.partition.partition`), replaced by verl's when that is exactly better.
+    Either way the largest part sum is never above verl's, unless ``time_limit_s`` cuts verl's pass.
+
+    ``time_limit_s`` bounds the whole call from its entry: the backend gets what is left after the input
+    checks, verl's pass what the backend left (it reads the clock every 64 start states and merges, and a
+    cut pass is dropped: the backend's answer is kept); on the ``equal_size`` path verl's pass and the
+    refinement run on the same deadline, and a cut pass is replaced by the snake deal
+    (:func:`~packplace.integrations.partition.snake_deal`) before the refinement. Not bounded: the input
+    checks and the backend's own overrun of its limit (:func:`~packplace.balance.api.solve_balance`).
 
     Args:
         seqlen_list: Per-item values to balance (sequence lengths or workloads), shape (n,), >= 0;
@@ -132,15 +142,19 @@ def get_seqlen_balanced_partitions(
         equal_size: Truthy: every part gets the same number of items (n / k; k must divide n). bools,
             ints and None are accepted.
         solver: packplace balance backend for the other paths (default ``repair``).
-        time_limit_s, seed: Passed to the backend.
+        time_limit_s: Seconds for the whole call (above; None: no limit).
+        seed: Passed to the backend.
 
     Returns:
         ``k_partitions`` lists of indices, each sorted ascending and non-empty, every index once.
 
     Raises:
         ConfigError: n < k, bad values (:func:`as_values`), k < 1, a bad ``equal_size``, ``equal_size`` with k
-            not dividing n (verl raises ``AssertionError`` there), an unknown solver.
+            not dividing n (verl raises ``AssertionError`` there), an unknown solver, a bad ``time_limit_s`` or
+            ``seed``.
     """
+    check_limits(time_limit_s, seed)
+    deadline = None if time_limit_s is None else clock() + time_limit_s   # the whole call, from its entry
     equal = _flag(equal_size, "equal_size")
     get_solver("balance", solver)   # an unknown name is an error on every path
     values = as_values(seqlen_list)
@@ -154,14 +168,18 @@ def get_seqlen_balanced_partitions(
     if equal and not divisible:
         raise ConfigError(f"seqlen_list: {n} items do not split into k_partitions={k} parts of equal size "
                           f"(equal_size; {n} % {k} = {n % k}; verl refuses them too)")
-    if equal:
-        theirs = differencing_partitions(values, k, True)
-        return refine_equal_size(values, theirs, 2 * k + 16)
+    if equal:   # verl's pass, else (cut by the limit) the snake deal, then the refinement until the deadline
+        theirs = differencing_partitions_until(values, k, True, deadline)
+        if theirs is None:
+            theirs = snake_deal(np.asarray(values, dtype=np.float64), k)
+        return refine_equal_size(values, theirs, 2 * k + 16, deadline)
     exact_in_float = sum(values) < _EXACT_FLOAT
-    parts, proven = partition(values, k, solver=solver, time_limit_s=time_limit_s, seed=seed, with_proof=True)
+    parts, proven = partition(values, k, solver=solver, time_limit_s=None if deadline is None else
+                              max(deadline - clock(), 1e-3), seed=seed, with_proof=True)
     if not proven or not exact_in_float:
-        theirs = differencing_partitions(values, k, False)
-        if largest_sum(values, theirs) < largest_sum(values, parts):
+        # verl's own answer in what the backend left of the limit; cut (or no time left): the backend's answer
+        theirs = differencing_partitions_until(values, k, False, deadline)
+        if theirs is not None and largest_sum(values, theirs) < largest_sum(values, parts):
             return theirs
     return parts
 

@@ -22,6 +22,7 @@ import math
 import os
 import re
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,7 +73,7 @@ from packplace.placement.screen.balance_report import (
 from packplace.placement.screen.gantt import check_format, draw_gantt
 from packplace.placement.task_estimate import register_estimate
 from packplace.result import REPORT_KEY, command_document, gap_text
-from packplace.run import check_flags
+from packplace.run import check_flags, solve_budget
 from packplace.solvers import available
 from packplace.table import check_output_file
 
@@ -101,10 +102,14 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help=f"one of {', '.join(available('placement'))}; default concurrent; with --check the "
                         f"whole plan checked is this solver's alone (default: greedy, then concurrent)")
     p.add_argument("--time-limit", type=float, default=None, dest="time_limit", metavar="S",
-                   help="time limit in seconds for the whole call, the candidate table and bound included "
-                        "(default: the solver's own; anneal 30 s, cpsat 60 s); where they use it up, the solver "
-                        "still builds its first plan, past the limit if need be (with --check each solver gets at "
-                        "least 1 ms)")
+                   help="time limit in seconds, counted as in balance from packplace's command-line entry (after "
+                        "Python's start-up and packplace's own import): importing the command, parsing the "
+                        "arguments, loading the config, the candidate table, the checks and the bound all count "
+                        "(the solve gets at least 5%% of it; default: the solver's own; anneal 30 s, cpsat 60 s); the "
+                        "candidate table must be built first: a limit too short for it ends the call with no plan, "
+                        "status unknown (exit 1), and the message says how far the build got; once the table is "
+                        "built, where the checks and bound use the limit up the solver still builds its first plan, "
+                        "past the limit if need be (with --check each solver gets at least 1 ms)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default=None, help="write the plan with explicit GPU ids as JSON")
     p.add_argument("--gantt", default=None, help="write a Gantt chart (PNG/SVG/PDF; needs matplotlib)")
@@ -331,10 +336,20 @@ def run(args: argparse.Namespace) -> int:
         check_format(args.gantt)
     instance, planned_for = load_for_emit(args.config, getattr(args, "emit", None),
                                           getattr(args, "trainer_backend", None))
+    # --time-limit counts from the command line's start, as balance's does (loading the config included)
+    args.time_left = solve_budget(args.time_limit, time.monotonic() - getattr(args, "started_at", time.monotonic()),
+                                  0.0)
     if getattr(args, "check", False):
         return run_check(args, instance)
-    result = api.solve_placement(instance, args.solver or api.DEFAULT_SOLVER, time_limit_s=args.time_limit,
+    result = api.solve_placement(instance, args.solver or api.DEFAULT_SOLVER, time_limit_s=args.time_left,
                                  seed=args.seed)
+    if args.time_limit is not None:   # the command's limit; the call's share of it is the solve's
+        result.params["time_limit_s"] = args.time_limit
+        result.info["solve_time_limit_s"] = args.time_left
+        if result.hit_time_limit:
+            said = (f"--time-limit {args.time_limit:g} counts from the command's start: the call got the "
+                    f"{args.time_left:.3g} s left after start-up and loading the config")
+            result.message = f"{result.message}; {said}" if result.message else said
     print(format_table(instance, result))
     if planned_for:
         print(f"note: {planned_for}")
@@ -383,7 +398,8 @@ def run_check(args: argparse.Namespace, instance) -> int:
                           ("--compare-balance", getattr(args, "compare_balance", False) or None)):
         if value is not None:
             raise ConfigError(f"{option}: --check plans nothing to write or compare; drop one of them")
-    limit = api.CHECK_TIME_LIMIT_S if args.time_limit is None else max(args.time_limit, 1e-3)
+    left = getattr(args, "time_left", args.time_limit)
+    limit = api.CHECK_TIME_LIMIT_S if left is None else max(left, 1e-3)
     check = api.check_instance(instance, time_limit_s=limit, solver=getattr(args, "solver", None),
                                seed=getattr(args, "seed", 0))
     print(f"check: {check.verdict}: {check.message}")

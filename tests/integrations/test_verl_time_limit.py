@@ -1,0 +1,102 @@
+"""``time_limit_s`` of the verl drop-in ``get_seqlen_balanced_partitions`` bounds the whole call: verl's own
+pass runs on what the backend left and is dropped when cut, on both paths. Timed on the ``work_clock``
+fixture (a clock that moves only with readings and the work a test charges), never on the wall clock."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from packplace.integrations import differencing, verl
+from packplace.integrations.differencing import (
+    differencing_partitions,
+    differencing_partitions_until,
+    largest_sum,
+    refine_equal_size,
+)
+from packplace.integrations.partition import snake_deal
+from packplace.run import clock
+
+
+def workloads(n: int, seed: int = 0) -> list[int]:
+    lengths = np.clip(np.random.default_rng(seed).lognormal(7, 1, n).astype(int), 1, 32768).tolist()
+    return [24576 * s + s * s for s in lengths]
+
+
+def spy_pass(monkeypatch, charge_s: float, clock_fake) -> list:
+    """Record what verl's pass returns (None: cut), after charging ``charge_s`` fake seconds."""
+    outcomes: list = []
+    real = differencing_partitions_until
+
+    def spied(values, k, equal_size, deadline):
+        clock_fake.now += charge_s
+        parts = real(values, k, equal_size, deadline)
+        outcomes.append(parts)
+        return parts
+
+    monkeypatch.setattr(verl, "differencing_partitions_until", spied)
+    return outcomes
+
+
+def test_the_pass_reads_the_clock_and_is_dropped_past_its_deadline(work_clock):
+    values = workloads(2048)
+    start = work_clock.now
+    # every reading moves the fake clock 1 µs: the pass reads it every 64 start states, so 2048 states
+    # take 32 readings; a deadline 10 readings away cuts it, one far away does not
+    assert differencing_partitions_until(values, 8, False, clock() + 10e-6) is None
+    assert differencing_partitions_until(values, 8, False, clock() + 1.0) == differencing_partitions(values, 8, False)
+    assert differencing_partitions_until(values, 8, True, None) == differencing_partitions(values, 8, True)
+    assert work_clock.now - start < 1e-3   # readings only: no fake second was charged
+
+
+def test_limit_spent_by_the_backend_keeps_its_answer_without_verls_pass(work_clock, monkeypatch):
+    values = workloads(4096)
+    outcomes = spy_pass(monkeypatch, 0.0, work_clock)
+    backend: list = []
+    real_partition = verl.partition
+
+    def slow_partition(*args, **kwargs):
+        answer = real_partition(*args, **kwargs)
+        backend.append(answer[0])
+        work_clock.now += 5.0   # the backend used the whole limit (and more)
+        return answer[0], False  # not proven: verl's pass would run if time were left
+
+    monkeypatch.setattr(verl, "partition", slow_partition)
+    parts = verl.get_seqlen_balanced_partitions(values, 16, False, time_limit_s=2.0)
+    assert outcomes == [None]            # verl's pass started past the deadline: cut at its first reading
+    assert parts == backend[0]
+    assert sorted(i for part in parts for i in part) == list(range(4096))
+
+
+def test_time_left_runs_verls_pass_and_keeps_the_better_answer(work_clock, monkeypatch):
+    values = workloads(4096)
+    outcomes = spy_pass(monkeypatch, 0.0, work_clock)
+    monkeypatch.setattr(verl, "partition", lambda values, k, **_: (snake_deal(np.asarray(values, float), k), False))
+    parts = verl.get_seqlen_balanced_partitions(values, 16, False, time_limit_s=2.0)
+    theirs = differencing_partitions(values, 16, False)
+    assert outcomes == [theirs]
+    assert largest_sum(values, theirs) < largest_sum(values, snake_deal(np.asarray(values, float), 16))
+    assert parts == theirs
+
+
+def test_equal_size_path_runs_on_the_deadline_too(work_clock, monkeypatch):
+    values = workloads(1024)
+    k = 8
+    unlimited = verl.get_seqlen_balanced_partitions(values, k, True)
+    assert unlimited == refine_equal_size(values, differencing_partitions(values, k, True), 2 * k + 16)
+    outcomes = spy_pass(monkeypatch, 5.0, work_clock)   # something before the pass used up the limit
+    parts = verl.get_seqlen_balanced_partitions(values, k, True, time_limit_s=1.0)
+    assert outcomes == [None]
+    # the cut pass is replaced by the snake deal, and the refinement (past the deadline) swaps nothing
+    assert parts == snake_deal(np.asarray(values, dtype=np.float64), k)
+    assert [len(part) for part in parts] == [1024 // k] * k
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "1"])
+def test_a_bad_time_limit_is_refused_naming_it(bad):
+    with pytest.raises(ValueError, match="time_limit_s"):
+        verl.get_seqlen_balanced_partitions([3, 1, 2, 2], 2, True, time_limit_s=bad)
+
+
+def test_clock_every_is_the_documented_reading_interval():
+    assert differencing.CLOCK_EVERY == 64
