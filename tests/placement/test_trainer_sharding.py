@@ -99,3 +99,18 @@ def test_an_fsdp_trainer_prices_no_step_end_gradient_allreduce():
     # Megatron-Core's distributed optimizer reduces once per step
     assert runs_gradient_allreduce(build_instance(_config("verl", "megatron", {})).training["actor"])
     assert runs_gradient_allreduce(TrainingOptions(sharding="none"))
+
+
+def test_the_emitters_refuse_a_sharding_neither_backend_runs():
+    # an instance built past the config (training options replaced): the emitter refuses zero2, naming the field
+    import dataclasses
+
+    from packplace.placement.emit import emit
+    from tests.placement.test_emit import BOTH, GRPO, Plan, load_config, vp
+    instance = load_config(GRPO)
+    instance = dataclasses.replace(instance, training={"actor": TrainingOptions(sharding="zero2")})
+    plan = Plan.build({"actor.generate": vp(4, 1, 4, 256, *BOTH), "reference.infer": vp(16, 1, 1, 32, *BOTH),
+                       "reward.infer": vp(16, 1, 1, 64, *BOTH), "actor.train": vp(16, 1, 1, 8, *BOTH)})
+    for framework in ("verl", "nemo-rl"):
+        with pytest.raises(ConfigError, match=rf"^training.actor.sharding: 'zero2' is not a sharding {framework}'s"):
+            emit(instance, plan, framework)
