@@ -1189,7 +1189,9 @@ def _training(section: dict[str, Any], models: tuple[str, ...], policy: Mapping[
     (``actor: {...}``, ``critic: {...}``), a model's own entry winning. Returns the memory options per
     model and the :data:`BALANCE_FIELDS` per model (key ``""``: the common setting). ``sharding`` is the
     trainer's (``policy``'s ``framework`` and ``trainer_backend``; none: a bare trainer,
-    :func:`~packplace.placement.model.stages.resolved_sharding`): its own where unset.
+    :func:`~packplace.placement.model.stages.resolved_sharding`): its own where unset. Under verl's or NeMo RL's
+    ``trainer_backend: auto`` a model set to ``zero3`` keeps the trainer on its FSDP workers (one backend for the
+    plan): the other model's unset is ``zero3`` too, and its ``none`` / ``zero1`` is refused.
 
     Raises:
         ConfigError: a sharding the trainer cannot run, naming ``training.sharding`` (or
@@ -1199,6 +1201,10 @@ def _training(section: dict[str, Any], models: tuple[str, ...], policy: Mapping[
                            extra=models, label=_label("training"), **_FORMATS)
     out = {}
     trainer = (policy["framework"], policy["trainer_backend"]) if policy is not None else ("none", "auto")
+    own_sharding = [o.get("sharding") for o in (section.get(m) for m in models) if isinstance(o, Mapping)]
+    if trainer[0] in ("verl", "nemo-rl") and trainer[1] == "auto" and "zero3" in (common.get("sharding"),
+                                                                                 *own_sharding):
+        trainer = (trainer[0], "fsdp")   # a zero3 model keeps the trainer on FSDP: the others' unset is zero3 too
     balance = {"": _balance_setting(common)}
     for model in models:
         own = section.get(model) or {}
@@ -1213,28 +1219,8 @@ def _training(section: dict[str, Any], models: tuple[str, ...], policy: Mapping[
         field = f"training.{model}.sharding" if given.get("sharding") is not None else "training.sharding"
         merged["sharding"] = resolved_sharding(merged.get("sharding"), trainer[0], trainer[1], field)
         out[model] = TrainingOptions(**merged)
-    _check_one_backend(out, trainer)
     return out, balance
 
-
-def _check_one_backend(training: Mapping[str, TrainingOptions], trainer: tuple[str, str]) -> None:
-    """Under verl's or NeMo RL's ``trainer_backend: auto`` the trained models' shardings pick one backend: ``zero3``
-    its FSDP / DTensor workers, ``none`` / ``zero1`` its Megatron ones
-    (:func:`~packplace.placement.model.stages.trainer_sharding`); a mix runs neither.
-
-    Raises:
-        ConfigError: ``training.<role>.sharding`` naming both values.
-    """
-    framework, backend = trainer
-    if framework not in ("verl", "nemo-rl") or backend != "auto":
-        return
-    fsdp = sorted(role for role, o in training.items() if o.sharding == "zero3")
-    megatron = sorted(role for role, o in training.items() if o.sharding != "zero3")
-    if fsdp and megatron:
-        raise ConfigError(f"training.{megatron[0]}.sharding: {training[megatron[0]].sharding!r} with "
-                          f"training.{fsdp[0]}.sharding 'zero3' under policy.trainer_backend auto: {framework} runs "
-                          f"zero3 on its FSDP workers and none / zero1 on its Megatron workers, one backend for the "
-                          f"plan; set zero3 for both, or none / zero1 for both")
 
 
 #: Deprecated names and what replaces them (they still work, with a DeprecationWarning).
