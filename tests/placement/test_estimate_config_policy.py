@@ -123,7 +123,7 @@ def test_config_refuses_megatron_fields_without_effect() -> None:
     """``training.actor.moe_router_dtype`` with ``trainer_backend: fsdp`` and under OpenRLHF, and on a dense
     actor, are refused at load naming the field; under ``auto`` it is accepted."""
     load_setup_mapping(_config(moe_router_dtype="fp32"))   # auto: accepted
-    cfg = _config(bias_activation_fusion=True)
+    cfg = _config(bias_activation_fusion=True, sharding="zero3")   # the DTensor policy's own
     cfg["policy"]["trainer_backend"] = "fsdp"
     with pytest.raises(ConfigError, match=r"\[training.actor\] bias_activation_fusion: True can have no effect: "
                                           r"trainer_backend fsdp"):

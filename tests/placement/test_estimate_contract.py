@@ -590,18 +590,19 @@ def test_a_context_parallel_recompute_is_the_vertex_of_the_groups_micro_batches(
     ("openrlhf", {"dp": 4}), ("deepspeed-chat", {"dp": 2}),
 ])
 def test_an_unset_sharding_is_places_default_in_estimate_too(framework, degrees):
-    # estimate and place price the same setup when neither is told a sharding: place's training.<role>.sharding
-    # default (DEFAULT_TRAINING, docs/config-reference.md: zero1 for every framework) is estimate's. estimate
-    # had defaulted framework none to sharding none, the bare loop (Qwen2.5-1.5B, dp 4, 2,048 tokens on H100:
-    # 0.1387 s against place's vertex of 0.1679 s)
+    # estimate and place price the same setup when neither is told a sharding: the trainer's own
+    # (stages.trainer_sharding: OpenRLHF --zero_stage 2, DeepSpeed-Chat --actor_zero_stage 0, else zero1 under
+    # trainer_backend auto) is both's. estimate had defaulted framework none to sharding none, the bare loop
+    # (Qwen2.5-1.5B, dp 4, 2,048 tokens on H100: 0.1387 s against place's vertex of 0.1679 s)
+    own = {"openrlhf": "zero2", "deepspeed-chat": "none"}.get(framework, "zero1")
     e, vertex, cost, shape = _pair(DENSE, framework, sharding=None, **degrees)
-    assert e.inputs["sharding"] == cost.for_role("actor").options(shape).sharding == DEFAULT_TRAINING.sharding
+    assert e.inputs["sharding"] == cost.for_role("actor").options(shape).sharding == own
     assert DEFAULT_TRAINING.sharding == "zero1"
     assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
     dp, tp = degrees.get("dp", 1), degrees.get("tp", 1)
     assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * cost.adam_seconds(shape, dp, 1, tp), rel=REL)
     if (framework, degrees) == ("none", {"dp": 4}):
         assert e.time_s == pytest.approx(0.1679, abs=5e-5)
-    # estimate's default is the one place reads: an explicit zero1 is the same estimate
-    assert estimate(shape, "h100-sxm", "train", seq_len=2048, framework=framework, sharding="zero1",
+    # estimate's default is the one place reads: the explicit value is the same estimate
+    assert estimate(shape, "h100-sxm", "train", seq_len=2048, framework=framework, sharding=own,
                     recompute="none", **degrees).time_s == e.time_s

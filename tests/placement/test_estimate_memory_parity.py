@@ -74,6 +74,8 @@ def _pair(framework, backend, sharding, dp=1, tp=1, pp=1, mb=1, cp=1, workspace=
                      hardware=hardware)
     except ConfigError:
         return None
+    if backend == "fsdp":   # verl's FSDP workers and NeMo RL's DTensor policy run zero3 only, which place refuses
+        return None         # to price otherwise (stages.trainer_sharding) and estimate does not price
     gpus = dp * cp * tp * pp
     config = _config(framework, backend, sharding, gpus, dp * cp * mb * pp, recompute, cp, workspace)
     return e.memory, _vertex_bytes(config, Strategy(dp * cp, pp, tp, 1), mb)
@@ -103,7 +105,7 @@ def test_the_estimate_peak_is_place_s_vertex_and_the_parts_add_up():
     # the sample reaches every framework, sharding, backend, CP and workspace setting the grid holds legally
     assert {p[0] for p in priced} == set(FRAMEWORKS)
     assert {p[1] for p in priced} == {"none", "zero1", "zero2"}
-    assert {p[2] for p in priced} == {"auto", "megatron", "fsdp"}
+    assert {p[2] for p in priced} == {"auto", "megatron"}   # the FSDP / DTensor workers: under auto at tp = pp = 1
     assert {p[3] for p in priced} == {False, True} and {p[4] for p in priced} == {False, True}
     assert len(priced) >= 40 and {p[5] for p in priced} == {"none", "full"}
 
@@ -145,7 +147,7 @@ def test_the_bare_loop_holds_its_gradients_from_the_first_backward_with_two_micr
     ("megatron", 2, 1, 1, 2048, 6000, 6000),
     ("megatron", 2, 1, 2, 1500, 4096, 4096),   # context parallelism: each GPU holds its share of the pack
     ("auto", 2, 2, 1, 1500, 4096, 4096),       # auto picks Megatron-Core at pp 2
-    ("fsdp", 2, 1, 1, 1500, 4096, 4096),       # the DTensor workers pad the pack to train_mb_tokens
+    ("auto", 2, 1, 1, 1500, 4096, 4096),       # auto keeps the DTensor workers, which pad the pack to train_mb_tokens
 ])
 def test_a_nemo_rl_pack_is_charged_as_place_charges_it(backend, dp, pp, cp, seq_len, pack, tokens):
     # Qwen2.5-1.5B, NeMo RL 0.7.0, zero1: estimate had priced a Megatron pack at its sequences' tokens (3,000 of

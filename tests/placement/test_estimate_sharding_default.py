@@ -1,29 +1,51 @@
 """``estimate``'s training state sharding follows the layout its time is priced from: a training pass with Adam
-defaults to ``place``'s ``training.<role>.sharding`` default (``DEFAULT_TRAINING``, ``zero1``) whatever the
-framework, ``none`` included, whose Adam step takes each rank's ``1/dp`` share; ``none`` takes the whole state, in
-time as in memory (with framework ``none``: the bare PyTorch loop, asked for by ``sharding="none"``); a pass
-without an optimizer keeps ``none``."""
+defaults to the trainer's own, as ``place`` resolves an unset ``training.<role>.sharding``
+(``stages.trainer_sharding``), and a value the trainer cannot run is refused; ``zero1``'s Adam step takes each
+rank's ``1/dp`` share, ``none`` the whole state, in time as in memory (with framework ``none``: the bare PyTorch
+loop, asked for by ``sharding="none"``); a pass without an optimizer keeps ``none``."""
 
 import pytest
 
+from packplace.errors import ConfigError
 from packplace.placement.model.memory import DEFAULT_TRAINING
 from packplace.placement.task_estimate import estimate
 
 P_1_5B = estimate("qwen2.5-1.5b", "h100-sxm", "infer").inputs["params"]
 
 
-@pytest.mark.parametrize("kwargs", [{"framework": "nemo-rl"}, {"framework": "verl"}, {"framework": "openrlhf"},
-                                    {"framework": "deepspeed-chat"}, {"trainer_backend": "megatron"},
-                                    {"framework": "none"}, {}])
-def test_a_trainer_priced_as_place_defaults_to_places_sharding(kwargs):
+# the trainer's own where unset (stages.trainer_sharding), as place resolves training.<role>.sharding: verl and
+# NeMo RL under auto zero1 (Megatron-Core's distributed optimizer), OpenRLHF --zero_stage 2, DeepSpeed-Chat
+# --actor_zero_stage 0, framework none zero1
+@pytest.mark.parametrize("kwargs, default", [({"framework": "nemo-rl"}, "zero1"), ({"framework": "verl"}, "zero1"),
+                                             ({"framework": "openrlhf"}, "zero2"),
+                                             ({"framework": "deepspeed-chat"}, "none"),
+                                             ({"trainer_backend": "megatron"}, "zero1"),
+                                             ({"framework": "nemo-rl", "trainer_backend": "megatron"}, "zero1"),
+                                             ({"framework": "none"}, "zero1"), ({}, "zero1")])
+def test_a_trainer_priced_as_place_defaults_to_its_own_sharding(kwargs, default):
     assert DEFAULT_TRAINING.sharding == "zero1"
     e = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, **kwargs)
-    assert e.inputs["sharding"] == "zero1"
-    # the Adam state (fp32 weights, both moments: 12 bytes a parameter) split over dp = 4, as the time's Adam step;
-    # verl's FSDP workers (tp 1: auto is fsdp) keep fp32 parameters, which are the master: the two moments, 8 bytes
-    adam = 8.0 if kwargs == {"framework": "verl"} else 12.0
-    assert e.memory["optimizer"] == pytest.approx(adam * P_1_5B / 4, rel=1e-9)
-    assert e.memory == estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, sharding="zero1", **kwargs).memory
+    assert e.inputs["sharding"] == default
+    if default != "none":
+        # the Adam state (fp32 weights, both moments: 12 bytes a parameter) split over dp = 4, as the Adam step;
+        # verl's FSDP workers (tp 1: auto is fsdp) keep fp32 parameters, which are the master: the two moments, 8 bytes
+        adam = 8.0 if kwargs == {"framework": "verl"} else 12.0
+        assert e.memory["optimizer"] == pytest.approx(adam * P_1_5B / 4, rel=1e-9)
+    assert e.memory == estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, sharding=default, **kwargs).memory
+
+
+
+@pytest.mark.parametrize("framework", ["nemo-rl", "verl"])
+def test_megatron_core_refuses_zero2_and_the_fsdp_workers_keep_the_given_layout(framework):
+    # Megatron-Core's distributed optimizer shards no gradients: zero2 is refused there, naming the trainer and
+    # what it runs
+    with pytest.raises(ConfigError, match=rf"sharding: 'zero2' is not a sharding {framework}'s Megatron workers "
+                                          r"run: they run zero1 \(Megatron-Core's distributed optimizer\) or none"):
+        estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework=framework, trainer_backend="megatron",
+                 sharding="zero2")
+    # the FSDP / DTensor workers run zero3, which estimate does not price: the given layout, unset zero1
+    fsdp = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework=framework, trainer_backend="fsdp")
+    assert fsdp.inputs["sharding"] == "zero1"
 
 
 def test_a_pass_without_an_optimizer_keeps_none_and_the_bare_loop_is_asked_for():
@@ -57,10 +79,10 @@ def test_none_prices_the_whole_adam_step_where_zero1_prices_a_share(kwargs):
 
 
 def test_zero2_is_priced_as_place_prices_it():
-    zero1 = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework="nemo-rl")
-    zero2 = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework="nemo-rl", sharding="zero2")
-    assert zero2.time_s == zero1.time_s                        # place's Adam share is the same
-    assert zero2.inputs["sharding"] == "zero2" and zero2.memory["optimizer"] == zero1.memory["optimizer"]
+    zero1 = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework="openrlhf", sharding="zero1")
+    zero2 = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, framework="openrlhf")
+    assert zero2.inputs["sharding"] == "zero2"
+    assert zero2.memory["optimizer"] == zero1.memory["optimizer"]    # the Adam state: 1/dp under both
 
 
 def test_the_command_line_defaults_to_zero1_with_a_framework(capsys):

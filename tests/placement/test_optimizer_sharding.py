@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from packplace.errors import ConfigError
 from packplace.placement.candidates import vertex_parts
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.memory import TrainingOptions, train_state_bytes
@@ -111,7 +112,9 @@ def test_training_state_of_1e9_parameters_at_dp_8(options, expected):
 
 @pytest.mark.parametrize("sharding", ["none", "zero1", "zero2"])
 def test_estimates_parts_add_up_to_the_peak_it_checks_and_hold_the_state(sharding):
-    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=8, framework="nemo-rl", sharding=sharding)
+    # zero2: NeMo RL runs none of its workers with it (stages.trainer_sharding), framework none's trainer does
+    framework = "none" if sharding == "zero2" else "nemo-rl"
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=8, framework=framework, sharding=sharding)
     p = e.inputs["params"]
     assert sum(e.memory[name] for name in MEMORY_PARTS) == pytest.approx(e.memory["peak_bytes"], rel=1e-12)
     assert e.fits == (sum(e.memory[name] for name in MEMORY_PARTS) <= e.capacity_bytes)
@@ -134,6 +137,14 @@ def test_estimates_parts_add_up_to_the_peak_it_checks_and_hold_the_state(shardin
 def test_estimates_peak_is_what_place_charges_the_training_vertex(framework, degrees, mb, recompute, sharding):
     dp, pp, tp = (degrees.get(k, 1) for k in ("dp", "pp", "tp"))
     gpus = dp * pp * tp
+    if sharding == "zero2" and framework in ("verl", "nemo-rl"):
+        # neither their FSDP nor their Megatron workers run it (stages.trainer_sharding): both refuse it
+        with pytest.raises(ConfigError, match=rf"^training.sharding: 'zero2' is not a sharding {framework}'s"):
+            _instance("zero2", framework=framework)
+        with pytest.raises(ConfigError, match=rf"^sharding: 'zero2' is not a sharding {framework}'s Megatron"):
+            estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=2048, framework=framework, sharding=sharding,
+                     trainer_backend="megatron", **degrees)
+        return
     instance = build_instance({
         "hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": gpus},
         "models": {"actor": dict(DENSE), "reward": "rule"},

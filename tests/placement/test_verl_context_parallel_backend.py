@@ -56,7 +56,7 @@ def test_fsdp_refuses_verls_context_parallelism_when_the_config_loads():
         build_instance(_config("fsdp", context_parallel=1, dynamic_context_parallel=True))
     # zero3 keeps the trainer on FSDP (the Megatron workers shard no parameters): refused under auto too
     with pytest.raises(ConfigError, match=r"^\[training\] context_parallel: 2 \(actor\) with \[training\] sharding "
-                                          r"zero3 .*: use sharding zero1 or zero2, or context_parallel 1"):
+                                          r"zero3 .*: use sharding zero1 or none, or context_parallel 1"):
         build_instance(_config("auto", sharding="zero3"))
     # without context parallelism FSDP (and zero3) load, on FSDP
     plain = build_instance(_config("fsdp", context_parallel=1))
@@ -189,8 +189,8 @@ def test_the_trainer_backend_flag_lifts_the_megatron_zero3_refusal(tmp_path, cap
     path = tmp_path / "verl_zero3_megatron.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert main(["place", "--config", str(path), "--solver", "greedy"]) == 2
-    assert capsys.readouterr().err.startswith("packplace place: error: [policy] trainer_backend: megatron: verl's "
-                                              "Megatron workers shard no parameters")
+    assert capsys.readouterr().err.startswith("packplace place: error: training.actor.sharding: 'zero3' is not a "
+                                              "sharding verl's Megatron workers run: they run zero1")
     for flag in ("fsdp", "auto"):
         assert main(["place", "--config", str(path), "--solver", "greedy", "--trainer-backend", flag,
                      "--emit", "verl"]) == 0
@@ -200,4 +200,5 @@ def test_the_trainer_backend_flag_lifts_the_megatron_zero3_refusal(tmp_path, cap
     cfg["training"]["actor"]["context_parallel"] = 2
     path.write_text(yaml.safe_dump(cfg))
     assert main(["place", "--config", str(path), "--solver", "greedy", "--trainer-backend", "megatron"]) == 2
-    assert "trainer_backend: megatron: verl's Megatron workers" in capsys.readouterr().err
+    assert "training.actor.sharding: 'zero3' is not a sharding verl's Megatron workers run" in \
+        capsys.readouterr().err

@@ -125,7 +125,10 @@ from packplace.placement.model.pass_memory import (
     uses_autocast,
 )
 from packplace.placement.model.sequence_packing import PackedPasses, SequencePacking, pad_multiple, padded_length
-from packplace.placement.model.stages import stage_gemm_share
+from packplace.placement.model.stages import (
+    resolved_sharding,
+    stage_gemm_share,
+)
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
@@ -576,8 +579,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`; micro_batches: :func:`_micro_batches`.
         sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
             autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
-            Unset: :func:`default_sharding` (``zero1``, ``place``'s ``training.<role>.sharding`` default, for a training
-            pass with Adam, else ``none``); the Adam step takes the layout's share (:func:`check_trainer_sharding`).
+            Unset: the trainer's own for a training pass with Adam, as ``place`` resolves an unset
+            ``training.<role>.sharding`` (:func:`check_trainer_sharding`); else ``none``. A value the trainer
+            cannot run is refused; the Adam step takes the layout's share of the state.
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees (every task but train per replica:
             ``dp`` only where it counts, :func:`_check_replica_dp`); framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"``: the knob model); default the preset's own.
@@ -622,7 +626,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     _check_strategy(shape, tp, pp, dp, ep, cp, framework=framework, task=task)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version,
                                       kv(shape))
-    sharding = check_trainer_sharding(sharding, task, optimizer)
+    sharding = check_trainer_sharding(sharding, task, optimizer, framework, backend.name)
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
     pack = (None if pack_tokens is None else _pack_pricing(shape, task, framework_version, int(pack_tokens),
             train_mb_tokens, micro_batch, int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend))
@@ -1169,16 +1173,31 @@ def default_sharding(task: str, optimizer: str) -> str:
     return DEFAULT_TRAINING.sharding if task == "train" and optimizer == "adam" else "none"
 
 
-def check_trainer_sharding(sharding: str | None, task: str, optimizer: str) -> str:
-    """The sharding :func:`estimate` prices: ``sharding``, or unset :func:`default_sharding`. A given sharding
-    is priced from one layout, time and memory alike, as ``place`` prices ``training.<role>.sharding``: the Adam
+def check_trainer_sharding(sharding: str | None, task: str, optimizer: str, framework: str = "none",
+                           backend: str = "none") -> str:
+    """The sharding :func:`estimate` prices: ``sharding``, or unset :func:`default_sharding` (a pass without
+    training state) or, for a ``train`` pass with Adam, the trainer's own, as ``place`` resolves an unset
+    ``training.<role>.sharding`` (:func:`~packplace.placement.model.stages.resolved_sharding` of ``framework`` on
+    ``backend``, the resolved trainer backend's name: verl and NeMo RL ``zero1`` on Megatron-Core, OpenRLHF
+    ``zero2``, DeepSpeed-Chat ``none``, framework ``none`` ``zero1``). verl's FSDP workers and NeMo RL's DTensor
+    policy run ``zero3``, whose per-micro-batch gathers :func:`estimate` does not price: there it prices the
+    given layout, unset ``zero1``, as before (``place`` prices their ``zero3``), refusing one neither of the
+    framework's backends runs (``zero2``). A given sharding is priced from one
+    layout, time and memory alike, as ``place`` prices ``training.<role>.sharding``: the Adam
     step on each rank's ``1/dp`` share of the state under ``zero1`` / ``zero2`` and on all of it under ``none``
     (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`), the memory of that layout, and NeMo RL's
     optimizer round trip of the state the rank holds (:func:`~packplace.placement.estimate_trainer.release_terms`).
+
+    Raises:
+        ConfigError: ``sharding: ...`` a value the trainer cannot run on ``backend``
+            (:func:`~packplace.placement.model.stages.resolved_sharding`: ``zero2`` on verl's or NeMo RL's
+            workers).
     """
-    if sharding is None:
-        return default_sharding(task, optimizer)
-    return sharding
+    if task != "train" or optimizer != "adam":
+        return default_sharding(task, optimizer) if sharding is None else sharding
+    if backend == "fsdp":   # zero3 unpriced here: the given layout if one of the trainer's backends runs it
+        return resolved_sharding(sharding, framework, "auto", field="sharding")
+    return resolved_sharding(sharding, framework, backend, field="sharding")
 
 
 def _logit_bytes(framework: str, framework_version: str | None, task: str,

@@ -38,6 +38,7 @@ from packplace.placement.emit.common import (
 )
 from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
 from packplace.placement.model.memory import TrainingOptions, forced_sequence_parallel, resolved_training
+from packplace.placement.model.stages import resolved_sharding
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
            "dpo": "examples/run_dpo.py"}
@@ -142,6 +143,9 @@ def _context_parallel(out: EmittedPlan, prefix: str, task: Task, setting: tuple[
 def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions, megatron: bool) -> None:
     """DTensor or Megatron parallelism, sharding, offload and recompute of one trained model."""
     s: dict[str, Any] = out.settings
+    # one neither backend runs: refused (stages.trainer_sharding)
+    resolved_sharding(options.sharding, "nemo-rl", "auto", f"training.{'actor' if prefix == 'policy' else 'critic'}"
+                                                           f".sharding")
     if megatron:
         s[f"{prefix}.dtensor_cfg.enabled"] = False
         s[f"{prefix}.megatron_cfg.enabled"] = True
@@ -174,7 +178,7 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         s[f"{prefix}.dtensor_cfg.lora_cfg.enabled"] = True
         s[f"{prefix}.dtensor_cfg.lora_cfg.dim"] = options.lora_rank
         s[f"{prefix}.dtensor_cfg.lora_cfg.match_all_linear"] = True
-    if options.sharding != "zero3":
+    if options.sharding != "zero3":   # trainer_backend auto on a DTensor layout (an explicit fsdp is refused)
         out.notes.append(f"{task.name} sharding {options.sharding}: the DTensor {prefix} is FSDP2 (ZeRO-3), no "
                          f"more memory than planned, more all-gathers per step")
 

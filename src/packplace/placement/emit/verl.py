@@ -54,6 +54,7 @@ from packplace.placement.model.memory import (
     forced_sequence_parallel,
     resolved_training,
 )
+from packplace.placement.model.stages import resolved_sharding
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
 #: What a DAPO plan leaves to the user: its loss and sampling settings are not placement.
@@ -221,6 +222,8 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
                                 f"FSDP workers have Ulysses sequence parallelism, not Megatron context parallelism "
                                 f"(set policy.trainer_backend: megatron)")
     model_key = "actor_rollout_ref.model" if prefix.startswith("actor") else "critic.model"
+    role = "actor" if prefix.startswith("actor") else "critic"   # one neither backend runs: refused
+    resolved_sharding(options.sharding, "verl", "auto", f"training.{role}.sharding")
     if megatron:
         s[f"{prefix}.megatron.tensor_model_parallel_size"] = task.strategy.tp
         s[f"{prefix}.megatron.pipeline_model_parallel_size"] = task.strategy.pp
@@ -242,7 +245,7 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
                                 f"+{prefix}.megatron.override_ddp_config.grad_reduce_in_fp32=False (verl v0.5.0 on)")
     else:
         fsdp = "actor_rollout_ref.actor.fsdp_config" if prefix.startswith("actor") else "critic.fsdp"
-        if options.sharding != "zero3":
+        if options.sharding != "zero3":   # trainer_backend auto on a 1-D layout (an explicit fsdp is refused)
             out.notes.append(f"{task.name} sharding {options.sharding}: verl's FSDP workers shard parameters, "
                              f"gradients and optimizer state (ZeRO-3): no more memory than planned, more "
                              f"all-gathers per step")

@@ -392,7 +392,7 @@ def config_refusals(ctx: Context) -> list[str]:
                         f"with context parallelism, have no Ulysses)", "drop ulysses_sequence_parallel_size")
         elif ctx.backend == "auto":
             why, fix = ("[training] sharding zero3 (verl's Megatron workers, the ones with context parallelism, "
-                        "shard no parameters)", "use sharding zero1 or zero2")
+                        "shard no parameters)", "use sharding zero1 or none")
         out.append(f"[training] context_parallel: {models} with {why}: verl's FSDP workers split long sequences "
                    f"with Ulysses sequence parallelism ([policy] ulysses_sequence_parallel_size), not context "
                    f"parallelism, which its Megatron workers run (megatron.context_parallel_size): {fix}, or "

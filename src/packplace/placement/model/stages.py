@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from packplace.errors import ConfigError
 from packplace.placement.model.counts import check_counts
 from packplace.placement.problem.models import ModelSpec
 
@@ -69,6 +70,64 @@ def state_bytes_per_param(fp32_params: bool, fp32_grad_buffer: bool) -> tuple[fl
     if fp32_params:
         return 4.0, 4.0, ADAM_BYTES - 4.0
     return 2.0, 4.0 if fp32_grad_buffer else 2.0, float(ADAM_BYTES)
+
+
+def trainer_sharding(framework: str, backend: str) -> tuple[str, tuple[str, ...]]:
+    """``(default, runnable)``: the ``training.<role>.sharding`` a trainer of ``framework`` on ``backend``
+    (``policy.trainer_backend``: ``fsdp``, ``megatron`` or ``auto``; DeepSpeed's and the bare trainer's ignore it)
+    runs where the config leaves it unset, and the values it can run at all.
+
+    - verl and NeMo RL on ``fsdp``: ``zero3`` only. verl's FSDP workers shard parameters, gradients and optimizer
+      state (``verl/workers/fsdp_workers.py`` ``get_sharding_strategy``: ``FULL_SHARD``, or ``HYBRID_SHARD`` on
+      the 2-D mesh of ``fsdp_size``, v0.4.0-v0.7.0; FSDP2 ``fully_shard``), hybrid sharding being ``zero3`` with
+      ``fsdp_size``; NeMo RL's DTensor policy wraps every layer in FSDP2 ``fully_shard``
+      (``nemo_rl/models/dtensor/parallelize.py`` ``_parallelize_model``, v0.4.0-v0.7.0).
+    - verl and NeMo RL on ``megatron``: ``zero1`` (Megatron-Core's distributed optimizer: verl
+      ``ppo_megatron_trainer.yaml`` ``actor.megatron.use_distributed_optimizer: true``, v0.4.0-v0.7.0; NeMo RL
+      ``examples/configs/grpo_math_1B.yaml`` ``policy.megatron_cfg.optimizer.use_distributed_optimizer: true``,
+      v0.4.0-v0.7.0) or ``none`` (``use_distributed_optimizer: false``); neither shards the gradients or the
+      parameters.
+    - verl and NeMo RL under ``auto``: ``zero1`` unset; ``zero3`` keeps the trainer on its FSDP / DTensor workers
+      and ``none`` / ``zero1`` on its Megatron ones
+      (:func:`~packplace.placement.model.layout_rules.trainer_backend`); ``zero2`` neither runs.
+    - OpenRLHF: every DeepSpeed ZeRO stage, ``zero2`` unset (``openrlhf/cli/train_ppo_ray.py`` ``--zero_stage`` /
+      ``--ds.zero_stage`` ``default=2``, v0.6.0-v0.11.0); DeepSpeed-Chat: every stage, ``none`` unset
+      (``training/step3_rlhf_finetuning/main.py`` ``--actor_zero_stage`` / ``--critic_zero_stage``
+      ``default=0``).
+    - Framework ``none`` (a bare loop, Megatron-LM, a user's own trainer): every value, ``zero1`` unset."""
+    if framework in ("verl", "nemo-rl"):
+        if backend == "fsdp":
+            return "zero3", ("zero3",)
+        if backend == "megatron":
+            return "zero1", ("none", "zero1")
+        return "zero1", ("none", "zero1", "zero3")
+    if framework == "openrlhf":
+        return "zero2", SHARDING
+    if framework == "deepspeed-chat":
+        return "none", SHARDING
+    return "zero1", SHARDING
+
+
+def resolved_sharding(sharding: str | None, framework: str, backend: str, field: str = "training.sharding") -> str:
+    """``sharding``, or unset (``None``) the trainer's own (:func:`trainer_sharding` of ``framework`` on
+    ``backend``).
+
+    Raises:
+        ConfigError: a value the trainer cannot run, naming ``field``, the value, the trainer and what it runs
+            instead (``training.actor.sharding: 'zero1' is not a sharding verl's FSDP workers run: ...``).
+    """
+    default, runnable = trainer_sharding(framework, backend)
+    if sharding is None:
+        return default
+    if sharding in SHARDING and sharding not in runnable:
+        workers = {"fsdp": "FSDP workers" if framework == "verl" else "DTensor policy (FSDP2)",
+                   "megatron": "Megatron workers"}.get(backend, "trainer (FSDP or Megatron workers)")
+        runs = {"fsdp": "zero3 (parameters, gradients and optimizer state sharded; hybrid with fsdp_size)",
+                "megatron": "zero1 (Megatron-Core's distributed optimizer) or none"}.get(
+            backend, "zero3 on its FSDP workers or zero1 / none on its Megatron workers")
+        raise ConfigError(f"{field}: {sharding!r} is not a sharding {framework}'s {workers} run: they run {runs}; "
+                          f"set one of {', '.join(runnable)} (or leave it unset: {default})")
+    return sharding
 
 
 def megatron_requires_sequence_parallel(tp: int, ep: int) -> bool:

@@ -68,6 +68,7 @@ from packplace.placement.model.layout_rules import (
 from packplace.placement.model.memory import OFFLOAD, RECOMPUTE, ROUTER_DTYPES, SHARDING, TrainingOptions, lora_params
 from packplace.placement.model.nemo_rl_releases import release_for
 from packplace.placement.model.sequence_packing import packing_refusal
+from packplace.placement.model.stages import resolved_sharding
 from packplace.placement.problem.graph import (
     RL_ALGORITHMS,
     StepGraph,
@@ -257,8 +258,10 @@ POLICY_FIELDS: dict[str, Field] = {
 #: Options of ``[training]`` (for every trained model, or per model under ``actor:`` / ``critic:``);
 #: formulas and sources in :mod:`packplace.placement.model.memory` and :mod:`packplace.placement.model.training_time`.
 TRAINING_FIELDS: dict[str, Field] = {
-    "sharding": Field("enum", choices=SHARDING, default="zero1",
-                      meaning="training state sharding over data parallel ranks (zero3 = FSDP full shard)"),
+    "sharding": Field("enum", choices=SHARDING, default=None,
+                      meaning="training state sharding over data parallel ranks (zero3 = FSDP full shard); unset: the "
+                              "trainer's own (verl / NeMo RL FSDP zero3, Megatron or auto zero1, OpenRLHF zero2, "
+                              "DeepSpeed-Chat none, else zero1)"),
     "recompute": Field("enum", choices=RECOMPUTE, default="selective",
                        meaning="activation recomputation (selective: the attention core; full: every layer)"),
     "offload": Field("enum", choices=OFFLOAD, default="none",
@@ -899,7 +902,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     models = {role: _model(role, models_cfg[role], source) for role in required}
     models["reference"] = models["actor"]
     _check_release_model_type(policy, models["actor"])
-    training, balance = _training(_section(config, "training", required=False), spec.trainable_models)
+    training, balance = _training(_section(config, "training", required=False), spec.trainable_models, policy)
     _check_training_models(training, models, policy)
     workload = _workload(_section(config, "workload"))
     _check_model_len(engine, models["actor"], workload)
@@ -1190,14 +1193,28 @@ def _balance_setting(values: dict[str, Any]) -> BalanceSetting:
     return BalanceSetting(values["balance"], values["balance_objective"], cp)
 
 
-def _training(section: dict[str, Any], models: tuple[str, ...]
+def _training(section: dict[str, Any], models: tuple[str, ...], policy: Mapping[str, Any] | None = None
               ) -> tuple[dict[str, TrainingOptions], dict[str, BalanceSetting]]:
     """``[training]``: options of :data:`TRAINING_FIELDS` for every trained model and/or per model
     (``actor: {...}``, ``critic: {...}``), a model's own entry winning. Returns the memory options per
-    model and the :data:`BALANCE_FIELDS` per model (key ``""``: the common setting)."""
+    model and the :data:`BALANCE_FIELDS` per model (key ``""``: the common setting). ``sharding`` is the
+    trainer's (``policy``'s ``framework`` and ``trainer_backend``; none: a bare trainer,
+    :func:`~packplace.placement.model.stages.resolved_sharding`): its own where unset. Under verl's or NeMo RL's
+    ``trainer_backend: auto`` a model set to ``zero3`` keeps the trainer on its FSDP workers (one backend for the
+    plan): the other model's unset is ``zero3`` too, and its ``none`` / ``zero1`` is refused.
+
+    Raises:
+        ConfigError: a sharding the trainer cannot run, naming ``training.sharding`` (or
+            ``training.<role>.sharding`` where the model's own entry sets it), the value and what it runs.
+    """
     common = check_section({k: v for k, v in section.items() if k not in models}, TRAINING_FIELDS, "[training]",
                            extra=models, label=_label("training"), **_FORMATS)
     out = {}
+    trainer = (policy["framework"], policy["trainer_backend"]) if policy is not None else ("none", "auto")
+    own_sharding = [o.get("sharding") for o in (section.get(m) for m in models) if isinstance(o, Mapping)]
+    if trainer[0] in ("verl", "nemo-rl") and trainer[1] == "auto" and "zero3" in (common.get("sharding"),
+                                                                                 *own_sharding):
+        trainer = (trainer[0], "fsdp")   # a zero3 model keeps the trainer on FSDP: the others' unset is zero3 too
     balance = {"": _balance_setting(common)}
     for model in models:
         own = section.get(model) or {}
@@ -1209,8 +1226,11 @@ def _training(section: dict[str, Any], models: tuple[str, ...]
             merged.pop(name, None)
         if merged.get("fsdp_size") is None:     # unset: the state shards over every data-parallel rank
             merged["fsdp_size"] = 0
+        field = f"training.{model}.sharding" if given.get("sharding") is not None else "training.sharding"
+        merged["sharding"] = resolved_sharding(merged.get("sharding"), trainer[0], trainer[1], field)
         out[model] = TrainingOptions(**merged)
     return out, balance
+
 
 
 #: Deprecated names and what replaces them (they still work, with a DeprecationWarning).
