@@ -108,8 +108,10 @@ def test_the_kept_state_beside_the_engine_follows_the_dtype():
 def test_the_setting_is_refused_where_no_trainer_reads_it():
     with pytest.raises(ConfigError, match=r"\[training.actor\] fp32_params: True can have no effect: only verl"):
         build_instance(_config(framework="openrlhf", backend="auto", fp32_params=True))
+    megatron = _config(backend="megatron", fp32_params=False)
+    megatron["training"]["sharding"] = "zero1"   # Megatron-Core's distributed optimizer: verl's Megatron workers
     with pytest.raises(ConfigError, match="fp32_params: False can have no effect: trainer_backend megatron"):
-        build_instance(_config(backend="megatron", fp32_params=False))
+        build_instance(megatron)
     with pytest.raises(ConfigError, match="fp32_params: .* for task infer"):
         estimate("qwen2.5-1.5b", "h100-sxm", "infer", framework="verl", fp32_params=True)
     with pytest.raises(ConfigError, match="fp32_params: True can have no effect: only verl"):
@@ -120,20 +122,22 @@ def test_the_setting_is_refused_where_no_trainer_reads_it():
 @pytest.mark.parametrize("given, weights, gradients, adam", [(None, 4.0, 4.0, 8.0), (True, 4.0, 4.0, 8.0),
                                                               (False, 2.0, 2.0, 12.0)])
 def test_estimate_prices_the_pass_as_place_prices_the_vertex(given, weights, gradients, adam):
-    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=2048, dp=4, framework="verl", sharding="zero2",
-                 trainer_backend="fsdp", fp32_params=given)
+    # zero1 under trainer_backend auto at tp 1 (verl's FSDP workers priced at the layout both estimate and place
+    # take; place refuses all but zero3 on an explicit fsdp backend, which estimate does not price)
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=2048, dp=4, framework="verl", sharding="zero1",
+                 trainer_backend="auto", fp32_params=given)
     p = e.inputs["params"]
-    # zero2: whole weights, gradients and Adam state over the 4 ranks
+    # zero1: whole weights and gradients, the Adam state over the 4 ranks
     assert e.memory["weights"] == pytest.approx(weights * p, rel=1e-12)
-    assert e.memory["gradients"] == pytest.approx(gradients * p / 4, rel=1e-12)
+    assert e.memory["gradients"] == pytest.approx(gradients * p, rel=1e-12)
     assert e.memory["optimizer"] == pytest.approx(adam * p / 4, rel=1e-12)
     assert e.inputs["fp32_params"] is given
     config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 4},
               "models": {"actor": dict(MODEL_PRESETS["qwen2.5-1.5b"]), "reward": "rule"},
               "workload": {"batch_size": 4, "samples_per_prompt": 1, "context_length": 2047,
                            "generation_length": 1},
-              "policy": {"algorithm": "grpo", "framework": "verl", "trainer_backend": "fsdp"},
-              "training": {"recompute": "selective", "sharding": "zero2"}}
+              "policy": {"algorithm": "grpo", "framework": "verl", "trainer_backend": "auto"},
+              "training": {"recompute": "selective", "sharding": "zero1"}}
     if given is not None:
         config["training"]["fp32_params"] = given
     cand = get_evaluator(build_instance(config)).table.lookup("actor.train", Strategy(4, 1, 1, 1), 1, (1, 1, 4))
@@ -158,7 +162,7 @@ def test_the_command_line_flag_the_config_default_and_the_breakdown_line(capsys,
 
     from packplace.cli import main
     base = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--task", "train", "--framework", "verl",
-            "--dp", "4", "--sharding", "zero2"]
+            "--dp", "4", "--sharding", "zero1"]
     assert main(base) == 0
     text = capsys.readouterr().out
     assert "4 + 4 + 8 bytes a parameter" in text and "weights        6.17 GB" in text   # 4 x 1.54e9
@@ -170,7 +174,7 @@ def test_the_command_line_flag_the_config_default_and_the_breakdown_line(capsys,
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(config))
     # the role's own training.actor.fp32_params is the flag's default, as place reads it
-    assert main(["estimate", "--model", f"{path}:actor", "--task", "train", "--dp", "8", "--sharding", "zero2",
+    assert main(["estimate", "--model", f"{path}:actor", "--task", "train", "--dp", "8", "--sharding", "zero1",
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"]["fp32_params"] is False and doc["memory"]["weights"] == pytest.approx(2.0 * P)
