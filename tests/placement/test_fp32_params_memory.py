@@ -13,6 +13,7 @@ import pytest
 from packplace.errors import ConfigError
 from packplace.placement.emit import emit
 from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model.framework import infer_weight_bytes
 from packplace.placement.model.memory import TrainingOptions, lora_params, resolved_training, train_state_bytes
 from packplace.placement.model.stages import state_bytes_per_param, trainer_fp32_params
 from packplace.placement.problem.config import build_instance
@@ -220,3 +221,25 @@ def test_nemo_rl_dtensor_under_optimizer_offload_keeps_fp32_weights_and_gradient
     assert train_state_bytes(P, layer, 8, fp32) == pytest.approx(8 * P / 8 + 2 * layer)
     assert train_state_bytes(P, layer, 8, bf16) == pytest.approx(4 * P / 8 + 2 * layer)
     assert cand.resident_bytes == pytest.approx(8 * P / 8 + 2 * layer)
+
+
+def test_verl_reference_weights_are_fp32_from_0_6_0_and_bf16_before():
+    # the generated ppo_trainer.yaml sets ref.fsdp_config.model_dtype: fp32 from v0.6.0; before, the ref worker
+    # (role "ref", _is_actor false) loads in bf16; the Megatron reference and other roles stay bf16
+    assert infer_weight_bytes("verl", "0.5.0", "reference", False) == 2.0
+    assert infer_weight_bytes("verl", "0.6.0", "reference", False) == 4.0
+    assert infer_weight_bytes("verl", None, "reference", False) == 4.0
+    assert infer_weight_bytes("verl", "0.7.0", "reference", True) == 2.0
+    assert infer_weight_bytes("verl", "0.7.0", "reward", False) == 2.0
+    assert infer_weight_bytes("nemo-rl", "0.6.0", "reference", False) == 2.0
+    resident = {}
+    for version in ("0.5.0", "0.6.0"):
+        config = _config("none")
+        config["policy"]["framework_version"] = version
+        table = get_evaluator(build_instance(config)).table
+        cands = [c for c in table.all["reference.infer"] if c.strategy == Strategy(8, 1, 1, 1)]
+        assert cands
+        resident[version] = sorted({c.resident_bytes for c in cands})
+    # the reference's shard of the 8-way ZeRO-3 group: 2 bytes a parameter over 8 ranks, then 4
+    assert resident["0.5.0"] == pytest.approx([2 * P / 8])
+    assert resident["0.6.0"] == pytest.approx([4 * P / 8])
