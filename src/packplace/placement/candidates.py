@@ -1402,7 +1402,9 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
                                lora_rank=options.lora_rank if kind == "train" else 0,
                                gradient_allreduce=kind != "train" or runs_gradient_allreduce(options))
     if weight_swap:
-        parts["weight_swap"] = reference_swap_seconds(cost, model, pp, tp, ep) / (dp if sharded else 1)
+        megatron = kernels(pp, tp, ep) == "megatron"   # the policy's Megatron state dict is bf16, DTensor's fp32
+        fp32 = bool(resolved_training(shard_options, cost.framework.name, megatron).fp32_params)
+        parts["weight_swap"] = reference_swap_seconds(cost, model, pp, tp, ep, fp32) / (dp if sharded else 1)
     if kind == "generate" and options.lora_rank and cost.framework.refit == "in_place":
         parts["lora_fuse"] = hybrid_lora_fuse_seconds(cost, model, options.lora_rank, tp,
                                                       generate_calls(cost, dp, micro_batch),
