@@ -12,6 +12,7 @@ Every key emitted at a release must be in that release's list; the emitter's ava
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import warnings
 from pathlib import Path
@@ -221,3 +222,29 @@ def test_verl_runs_a_reference_exactly_when_the_plan_prices_one(algorithm, relea
     no_grpo = [line for line in out.refusals if line.startswith(f"algorithm {algorithm}: verl v0.1 has no adv_")]
     assert bool(no_grpo) == (algorithm != "ppo" and release == "v0.1")
     assert_keys_of(out, release)
+
+
+@functools.cache
+def _ppo_plan() -> Plan:
+    plan = api.solve_placement(load_config(PPO), "greedy", seed=0).solution
+    assert plan is not None
+    return plan
+
+
+@pytest.mark.parametrize("release", verl_releases.KEY_LIST_RELEASES)
+def test_the_bf16_model_dtype_is_written_under_each_trainers_own_section_at_every_release(release):
+    config = load_yaml(PPO)
+    config["policy"].update(framework="verl", trainer_backend="fsdp")
+    config.setdefault("training", {})
+    for role in ("actor", "critic"):
+        config["training"][role] = {**config["training"].get(role, {}), "fp32_params": False}
+    instance = build_instance(config)
+    out = at(instance, _ppo_plan(), release)   # the shipped config's plan, emitted with the dtype set
+    dtypes = {key.lstrip("+"): value for key, value in out.settings.items() if key.endswith(".model_dtype")}
+    section = "critic.fsdp" if table_release(release) >= (0, 8, 0) else "critic.model.fsdp_config"
+    critic = f"{section}.model_dtype"
+    assert dtypes == {"actor_rollout_ref.actor.fsdp_config.model_dtype": "bf16", critic: "bf16"}
+    if table_release(release) >= (0, 6, 0):   # the key is in the config from v0.6.0; ++ adds it before
+        assert set(dtypes) <= set(LISTS[release]["configs"]["fsdp"])
+    # the critic's offload flags sit in the same section as its dtype
+    assert critic.replace("model_dtype", "param_offload") in out.settings

@@ -13,11 +13,12 @@ import pytest
 from packplace.errors import ConfigError
 from packplace.placement.emit import emit
 from packplace.placement.evaluator import get_evaluator
+from packplace.placement.model.framework import infer_weight_bytes
 from packplace.placement.model.memory import TrainingOptions, lora_params, resolved_training, train_state_bytes
 from packplace.placement.model.stages import state_bytes_per_param, trainer_fp32_params
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
-from packplace.placement.task_estimate import MODEL_PRESETS, estimate
+from packplace.placement.task_estimate import MODEL_PRESETS, _state_lines, estimate
 
 #: Qwen3-8B (config.json of Qwen/Qwen3-8B)
 QWEN3_8B = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "intermediate_size": 12288,
@@ -46,7 +47,9 @@ def _train(config: dict):
 
 def test_the_rule_and_its_bytes_per_parameter():
     assert trainer_fp32_params("verl", False) and not trainer_fp32_params("verl", True)
-    for framework in ("nemo-rl", "openrlhf", "deepspeed-chat", "none"):
+    # NeMo RL's DTensor workers load the policy in fp32; its Megatron workers keep bf16 beside the fp32 master
+    assert trainer_fp32_params("nemo-rl", False) and not trainer_fp32_params("nemo-rl", True)
+    for framework in ("openrlhf", "deepspeed-chat", "none"):
         assert not trainer_fp32_params(framework, False)
     assert state_bytes_per_param(True, False) == state_bytes_per_param(True, True) == (4.0, 4.0, 8.0)
     assert state_bytes_per_param(False, False) == (2.0, 2.0, 12.0)
@@ -55,7 +58,9 @@ def test_the_rule_and_its_bytes_per_parameter():
     # Megatron-Core keeps bf16 parameters beside its fp32 master whatever the option says (auto may resolve there)
     assert resolved_training(TrainingOptions(fp32_params=True), "verl", True).fp32_params is False
     assert resolved_training(TrainingOptions(fp32_params=False), "verl", False).fp32_params is False
-    assert resolved_training(TrainingOptions(), "nemo-rl", False).fp32_params is False
+    assert resolved_training(TrainingOptions(), "nemo-rl", False).fp32_params is True
+    assert resolved_training(TrainingOptions(), "nemo-rl", True).fp32_params is False
+    assert resolved_training(TrainingOptions(), "openrlhf", False).fp32_params is False
 
 
 @pytest.mark.parametrize("offload, resident_per_param, before_per_param", [
@@ -115,7 +120,12 @@ def test_the_setting_is_refused_where_no_trainer_reads_it():
     with pytest.raises(ConfigError, match="fp32_params: .* for task infer"):
         estimate("qwen2.5-1.5b", "h100-sxm", "infer", framework="verl", fp32_params=True)
     with pytest.raises(ConfigError, match="fp32_params: True can have no effect: only verl"):
-        estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="nemo-rl", fp32_params=True)
+        estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="openrlhf", fp32_params=True)
+    with pytest.raises(ConfigError, match="fp32_params: False can have no effect: NeMo RL's DTensor workers always"):
+        estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="nemo-rl", trainer_backend="fsdp", fp32_params=False)
+    with pytest.raises(ConfigError, match="fp32_params: True can have no effect: trainer_backend megatron keeps "
+                                          "nemo-rl's"):
+        build_instance(_config(framework="nemo-rl", backend="megatron", fp32_params=True))
     build_instance(_config(backend="auto", fp32_params=True))   # auto may run FSDP: accepted
 
 
@@ -178,3 +188,62 @@ def test_the_command_line_flag_the_config_default_and_the_breakdown_line(capsys,
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"]["fp32_params"] is False and doc["memory"]["weights"] == pytest.approx(2.0 * P)
+
+
+@pytest.mark.parametrize("given", [None, True])
+def test_nemo_rl_dtensor_prices_fp32_weights_and_gradients_in_estimate_and_place(given):
+    # zero2 over 4 ranks: whole fp32 weights (4 bytes), a quarter of the fp32 gradients (4) and of the moments (8)
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=2048, dp=4, framework="nemo-rl", sharding="zero2",
+                 trainer_backend="fsdp", fp32_params=given)
+    p = e.inputs["params"]
+    assert e.memory["weights"] == pytest.approx(4.0 * p, rel=1e-12)
+    assert e.memory["gradients"] == pytest.approx(1.0 * p, rel=1e-12)
+    assert e.memory["optimizer"] == pytest.approx(2.0 * p, rel=1e-12)
+    assert "NeMo RL's DTensor workers load the policy in float32" in _state_lines(e.inputs)[0]
+    # the Megatron policy keeps bf16 parameters and gradients beside the distributed optimizer's 12 bytes
+    m = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=2048, dp=4, framework="nemo-rl",
+                 trainer_backend="megatron")
+    assert (m.memory["weights"], m.memory["gradients"]) == pytest.approx((2.0 * p, 2.0 * p), rel=1e-12)
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 4},
+              "models": {"actor": dict(MODEL_PRESETS["qwen2.5-1.5b"]), "reward": "rule"},
+              "workload": {"batch_size": 4, "samples_per_prompt": 1, "context_length": 2047,
+                           "generation_length": 1},
+              "policy": {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": "fsdp"},
+              "training": {"recompute": "selective", "sharding": "zero2"}}
+    if given is not None:
+        config["training"]["fp32_params"] = given
+    cand = get_evaluator(build_instance(config)).table.lookup("actor.train", Strategy(4, 1, 1, 1), 1, (1, 1, 4))
+    assert e.memory["peak_bytes"] == pytest.approx(cand.resident_bytes + cand.transient_bytes, rel=1e-9)
+
+
+def test_nemo_rl_dtensor_under_optimizer_offload_keeps_fp32_weights_and_gradients():
+    # ZeRO-3 over 8 with the Adam moments on the host: 4 + 4 bytes a parameter over 8 ranks (bf16 would be 2 + 2)
+    _, cand = _train(_config("optimizer", framework="nemo-rl"))
+    fp32 = resolved_training(TrainingOptions(sharding="zero3", offload="optimizer"), "nemo-rl", False)
+    bf16 = replace(fp32, fp32_params=False)
+    layer = 192_946_432   # one Qwen3-8B block, gathered bf16 either way
+    assert train_state_bytes(P, layer, 8, fp32) == pytest.approx(8 * P / 8 + 2 * layer)
+    assert train_state_bytes(P, layer, 8, bf16) == pytest.approx(4 * P / 8 + 2 * layer)
+    assert cand.resident_bytes == pytest.approx(8 * P / 8 + 2 * layer)
+
+
+def test_verl_reference_weights_are_fp32_from_0_6_0_and_bf16_before():
+    # the generated ppo_trainer.yaml sets ref.fsdp_config.model_dtype: fp32 from v0.6.0; before, the ref worker
+    # (role "ref", _is_actor false) loads in bf16; the Megatron reference and other roles stay bf16
+    assert infer_weight_bytes("verl", "0.5.0", "reference", False) == 2.0
+    assert infer_weight_bytes("verl", "0.6.0", "reference", False) == 4.0
+    assert infer_weight_bytes("verl", None, "reference", False) == 4.0
+    assert infer_weight_bytes("verl", "0.7.0", "reference", True) == 2.0
+    assert infer_weight_bytes("verl", "0.7.0", "reward", False) == 2.0
+    assert infer_weight_bytes("nemo-rl", "0.6.0", "reference", False) == 2.0
+    resident = {}
+    for version in ("0.5.0", "0.6.0"):
+        config = _config("none")
+        config["policy"]["framework_version"] = version
+        table = get_evaluator(build_instance(config)).table
+        cands = [c for c in table.all["reference.infer"] if c.strategy == Strategy(8, 1, 1, 1)]
+        assert cands
+        resident[version] = sorted({c.resident_bytes for c in cands})
+    # the reference's shard of the 8-way ZeRO-3 group: 2 bytes a parameter over 8 ranks, then 4
+    assert resident["0.5.0"] == pytest.approx([2 * P / 8])
+    assert resident["0.6.0"] == pytest.approx([4 * P / 8])

@@ -430,3 +430,19 @@ def test_forced_ratio_is_refused_outside_nemo_rl_grpo_with_one_optimizer_step():
     with pytest.raises(ConfigError, match=r"^\[training.actor\] optimizer_steps: 4 with policy.force_on_policy_ratio"):
         build_instance(config)
     assert build_instance({**config, "training": {"actor": {"optimizer_steps": 1}}}).force_on_policy_ratio
+
+
+def test_the_dtensor_policy_swaps_its_fp32_reference_shard():
+    # the DTensor workers load the policy in float32, so use_reference_model copies 4 bytes a parameter: twice
+    # the Megatron policy's bf16 shard (Qwen3-30B-A3B at EP 8 above: 2 x 10,329,944,064 bytes, three copies)
+    instance, _, _ = load_setup(NEMO_30B_ON)
+    model, cost = instance.models["reference"], cost_model(instance)
+    assert reference_swap_seconds(cost, model, 1, 1, 8, fp32=True) == pytest.approx(3 * 2 * 10_329_944_064 / 50e9)
+    # the GKE Llama-3.1-8B row runs the DTensor policy (trainer_backend fsdp, zero3 over 16): its swap part is
+    # three copies of the fp32 shard 4P/16 at the B200 host bandwidth
+    gke, plan, _ = load_setup(os.path.join(VALIDATION, "gke_blog_nemo_rl_grpo_llama3.1-8b_2x8xb200.yaml"))
+    vp = dict(plan.vertices)["reference.infer"]
+    gke_cost = cost_model(gke)
+    parts = vertex_parts(gke, gke_cost, "reference.infer", vp.strategy, vp.micro_batch, vp.allocation.extent)
+    params = gke.models["reference"].params
+    assert parts["weight_swap"] == pytest.approx(3 * 4 * params / 16 / gke_cost.hw.host_bandwidth, rel=1e-12)

@@ -47,6 +47,7 @@ from packplace.placement.model.framework import (
     fp32_gradient_accumulation,
     generate_calls,
     hybrid_lora_fuse_seconds,
+    infer_weight_bytes,
     inference_owner,
     pass_padding,
     profile,
@@ -1401,7 +1402,9 @@ def _parts(cost: CostModel, model: ModelSpec, kind: str, options: TrainingOption
                                lora_rank=options.lora_rank if kind == "train" else 0,
                                gradient_allreduce=kind != "train" or runs_gradient_allreduce(options))
     if weight_swap:
-        parts["weight_swap"] = reference_swap_seconds(cost, model, pp, tp, ep) / (dp if sharded else 1)
+        megatron = kernels(pp, tp, ep) == "megatron"   # the policy's Megatron state dict is bf16, DTensor's fp32
+        fp32 = bool(resolved_training(shard_options, cost.framework.name, megatron).fp32_params)
+        parts["weight_swap"] = reference_swap_seconds(cost, model, pp, tp, ep, fp32) / (dp if sharded else 1)
     if kind == "generate" and options.lora_rank and cost.framework.refit == "in_place":
         parts["lora_fuse"] = hybrid_lora_fuse_seconds(cost, model, options.lora_rank, tp,
                                                       generate_calls(cost, dp, micro_batch),
@@ -1547,7 +1550,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
             stages = _candidate_stage_memory(instance, cost, model, kind, strategy, mb, old_log_prob, sharded,
                                              offloaded, options, weight_swap, live_len, continuous,
                                              context_parallel_split(instance, name, strategy.dp), shard_options,
-                                             enumerated=True)
+                                             enumerated=True, role=instance.graph.vertex(name).model)
             res, tra = stage_peaks(stages)
             try:
                 if cost.packing is not None:    # packing a chunk is the one long step inside a candidate
@@ -1638,7 +1641,7 @@ def engine_fit_at(instance, name: str, gmu: float) -> tuple[Strategy, float, flo
                 continue
             res, tra = _candidate_memory(variant, cost, model, "generate", strategy, mb, *settings,
                                          context_parallel_split(variant, name, strategy.dp),
-                                         inference_shard_options(variant, name))
+                                         inference_shard_options(variant, name), role=variant.graph.vertex(name).model)
             tra, pool = _engine_held(cost, strategy, res, tra, limit)
             if _start_refusal(cost, model, strategy, pool) is not None:
                 continue
@@ -1677,12 +1680,13 @@ def _candidate_memory(instance, cost: CostModel, model: ModelSpec, kind: str, st
                       weight_swap: bool, live_len: float, continuous: bool,
                       context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
                       shard_options: TrainingOptions = DEFAULT_TRAINING,
-                      logprob_batch: int | None = None, enumerated: bool = False) -> tuple[float, float]:
+                      logprob_batch: int | None = None, enumerated: bool = False,
+                      role: str = "") -> tuple[float, float]:
     """``(resident, transient)`` bytes per GPU of one candidate, the largest of each over its pipeline stages
     (:func:`~packplace.placement.model.memory.stage_peaks` of :func:`_candidate_stage_memory`, same arguments)."""
     return stage_peaks(_candidate_stage_memory(instance, cost, model, kind, strategy, mb, old_log_prob, sharded,
                                                offloaded, options, weight_swap, live_len, continuous,
-                                               context_parallel, shard_options, logprob_batch, enumerated))
+                                               context_parallel, shard_options, logprob_batch, enumerated, role))
 
 
 def _candidate_stage_memory(instance, cost: CostModel, model: ModelSpec, kind: str, strategy: Strategy, mb: int,
@@ -1690,13 +1694,14 @@ def _candidate_stage_memory(instance, cost: CostModel, model: ModelSpec, kind: s
                             weight_swap: bool, live_len: float, continuous: bool,
                             context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
                             shard_options: TrainingOptions = DEFAULT_TRAINING,
-                            logprob_batch: int | None = None, enumerated: bool = False
+                            logprob_batch: int | None = None, enumerated: bool = False, role: str = ""
                             ) -> tuple[tuple[float, float], ...]:
     """Per pipeline stage, ``(resident, transient)`` bytes per GPU of one candidate (:func:`build_vertex_candidates`,
     with the vertex's settings resolved; ``context_parallel``: a trainer's :func:`context_parallel_split`;
     ``shard_options``: :func:`inference_shard_options`, the shard group of a ``sharded`` forward's weights;
     ``logprob_batch``: the sequences of a trainer's old-log-prob forward where they are not its micro-batch
-    ``mb``, :func:`loop_trainer_memory`; ``enumerated``: as :func:`_parts`)."""
+    ``mb``, :func:`loop_trainer_memory`; ``enumerated``: as :func:`_parts`; ``role``: the vertex's model role, whose
+    ``infer`` weights :func:`~packplace.placement.model.framework.infer_weight_bytes` prices)."""
     w = instance.workload
     dp, pp, tp, ep = strategy.dp, strategy.pp, strategy.tp, strategy.ep
     concurrency = cost._engine_concurrency_unchecked if enumerated else cost.engine_concurrency
@@ -1738,6 +1743,8 @@ def _candidate_stage_memory(instance, cost: CostModel, model: ModelSpec, kind: s
                                  max_out_tokens=w.context_length + w.generation_length,
                                  zero3_fetch=None if cost.framework.zero3_fetch is None
                                  else cost.framework.zero3_fetch[0],
+                                 weight_bytes=infer_weight_bytes(instance.framework, version, role,
+                                                                 kernels(pp, tp, ep) == "megatron"),
                                  fp32_grad_partitions=fp32_gradient_accumulation(instance.framework, version))
     if weight_swap:
         # NeMo RL keeps the reference's weights on the host (reference_state_dict) and copies them into the
@@ -1803,7 +1810,7 @@ def loop_trainer_memory(instance, cost: CostModel, name: str, cand: Candidate, b
     _, tra = _candidate_memory(instance, cost, model, vertex.kind, cand.strategy, cand.micro_batch,
                                *_memory_settings(instance, name),
                                context_parallel_split(instance, name, cand.strategy.dp),
-                               inference_shard_options(instance, name), logprob_batch=batch)
+                               inference_shard_options(instance, name), logprob_batch=batch, role=vertex.model)
     tra = max(tra, cand.transient_bytes)
     fits = cand.fits and candidate_fits(cand.resident_bytes, tra, None, memory_budget(instance, vertex.kind),
                                         float(instance.hardware.memory_per_gpu))
@@ -1871,7 +1878,8 @@ def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
             legal = True
             res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, *settings,
                                          context_parallel_split(instance, name, strategy.dp),
-                                         inference_shard_options(instance, name))
+                                         inference_shard_options(instance, name),
+                                         role=instance.graph.vertex(name).model)
             pool = None
             if kind == "generate":   # the engine's pool and what it holds beside it, as the table prices it
                 tra, pool = _engine_held(cost, strategy, res, tra, limit)

@@ -1852,8 +1852,8 @@ def _setting_flags(p) -> None:
                    help="train on verl's FSDP workers: fp32 parameters and gradients beside the two Adam moments "
                         "(4 + 4 + 8 bytes per parameter; false: bf16 ones beside a 12-byte master and moments), as "
                         "training.<role>.fp32_params (verl fsdp_config.model_dtype); default: the config's with "
-                        "--model CONFIG.yaml:ROLE, else the trainer's (verl FSDP true; every other trainer is priced "
-                        "false)")
+                        "--model CONFIG.yaml:ROLE, else the trainer's (verl FSDP and NeMo RL DTensor true, NeMo RL "
+                        "refusing false; every other trainer is priced false)")
     p.add_argument("--sequence-parallel", default=None, dest="sequence_parallel", choices=("true", "false"),
                    help="train / infer with tp > 1: Megatron sequence parallelism, as "
                         "training.<role>.sequence_parallel (false: the norms and linear inputs whole on every TP "
@@ -2016,7 +2016,8 @@ def format_estimate(result: Estimate) -> str:
 
 def _state_lines(inputs: Mapping[str, Any]) -> list[str]:
     """For a training pass whose trainer keeps fp32 parameters (``fp32_params`` as given, resolved as ``place``
-    resolves it, :func:`~packplace.placement.model.memory.resolved_training`: verl's FSDP workers), the line that
+    resolves it, :func:`~packplace.placement.model.memory.resolved_training`: verl's FSDP workers, NeMo RL's
+    DTensor workers), the line that
     says what its weights, gradients and optimizer parts hold; none otherwise."""
     if inputs.get("task") != "train" or "trainer_backend_resolved" not in inputs:
         return []
@@ -2024,6 +2025,9 @@ def _state_lines(inputs: Mapping[str, Any]) -> list[str]:
                                 inputs["trainer_backend_resolved"] == "megatron")
     if not options.fp32_params:
         return []
+    if inputs["framework"] == "nemo-rl":
+        return ["  (weights and gradients fp32, optimizer the two fp32 Adam moments: 4 + 4 + 8 bytes a parameter, "
+                "NeMo RL's DTensor workers load the policy in float32; the gathered layer bf16)"]
     return ["  (weights and gradients fp32, optimizer the two fp32 Adam moments: 4 + 4 + 8 bytes a parameter, "
             "verl's FSDP fsdp_config.model_dtype; the gathered layer bf16; --fp32-params false prices bf16)"]
 

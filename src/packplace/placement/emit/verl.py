@@ -256,8 +256,8 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
         if options.fp32_params is False:   # priced bf16: verl loads a trained model in fp32 unless model_dtype says
             # (stages.FP32_PARAMS_TRAINERS); ++ adds the key where the release's config lacks it (before v0.6.0)
             # and sets it where it has one
-            dtype = "actor_rollout_ref.actor.fsdp_config" if prefix.startswith("actor") else "critic.model.fsdp_config"
-            s[f"++{dtype}.model_dtype"] = "bf16"
+            # 0.9.1's names (the critic's sharding options left its model in 0.8.0: verl_releases.RENAMED)
+            s[f"++{fsdp}.model_dtype"] = "bf16"
     s[f"{model_key}.enable_gradient_checkpointing"] = options.recompute == "full"
     if options.lora_rank:
         # PEFT adapters on every linear of the blocks (verl's ``all-linear``), as the plan's LoRA

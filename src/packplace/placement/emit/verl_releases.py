@@ -156,10 +156,12 @@ _SPANS = {key: (_spans(fsdp), _spans(megatron)) for key, (fsdp, megatron) in AVA
 
 
 def name_at(key: str, release: Release) -> str:
-    """``key`` (a 0.9.1 name) as ``release`` names it (:data:`RENAMED`)."""
+    """``key`` (a 0.9.1 name, with or without Hydra's ``+`` / ``++`` prefix, which it keeps) as ``release`` names it
+    (:data:`RENAMED`)."""
+    bare = key.lstrip("+")
     for new, (old, since) in RENAMED.items():
-        if key.startswith(new) and release < since:
-            return old + key[len(new):]
+        if bare.startswith(new) and release < since:
+            return key[:len(key) - len(bare)] + old + bare[len(new):]
     return key
 
 

@@ -916,6 +916,29 @@ def table_release(text: str) -> Release:
     return parse_version(text).leads_to()
 
 
+#: The first verl release whose FSDP reference loads in fp32: the generated ``ppo_trainer.yaml`` sets
+#: ``actor_rollout_ref.ref.fsdp_config.model_dtype: fp32`` from v0.6.0 (v0.6.0, v0.6.1, v0.7.0; in the key lists
+#: ``tests/data/frameworks/verl-<release>.json`` from v0.6.0) and ``verl/workers/fsdp_workers.py``
+#: ``_build_model_optimizer(role="ref", fsdp_config=self.config.ref.fsdp_config)`` loads the model in it. Before,
+#: the ref config has no ``model_dtype`` and the default is ``torch.float32 if self._is_actor else torch.bfloat16``
+#: with ``_is_actor`` false for the reference worker's role ``ref`` (v0.4.0 line 198, v0.5.0 line 248): bf16.
+VERL_FP32_REFERENCE_SINCE = Release((0, 6, 0))
+
+
+def infer_weight_bytes(framework: str, version: str | None, role: str, megatron: bool) -> float:
+    """Bytes a parameter of the weights an ``infer`` vertex of ``role`` keeps resident (its shard, or its whole
+    replica): 4 for verl's FSDP reference from :data:`VERL_FP32_REFERENCE_SINCE` (``version`` ``None``: the current
+    release), whose fp32 shard FSDP's ``MixedPrecision`` still gathers as bf16 units for the forward, else 2 (bf16;
+    verl's Megatron reference builds in bf16).
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`table_release`).
+    """
+    if framework != "verl" or role != "reference" or megatron:
+        return 2.0
+    return 4.0 if version is None or table_release(version) >= VERL_FP32_REFERENCE_SINCE else 2.0
+
+
 def version_defaults(framework: str, version: str | None) -> VersionDefaults | None:
     """The defaults of ``framework`` at release ``version`` (:data:`FRAMEWORK_VERSIONS`: the last entry whose
     ``since`` is at or before it); ``None`` when ``version`` is ``None`` (the profile's current defaults).

@@ -69,6 +69,7 @@ from packplace.placement.model.dp_balance import vertex_setting
 from packplace.placement.model.framework import Release, parse_version, table_release
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
 from packplace.placement.model.sequence_packing import packing_refusal
+from packplace.placement.model.stages import FP32_PARAMS_TRAINERS
 from packplace.placement.problem.plan import Plan, Strategy, VertexPlan
 
 GENERATE, TRAIN, REFERENCE = "actor.generate", "actor.train", "reference.infer"
@@ -477,22 +478,25 @@ def sequence_parallel_refusal(value: Any, framework: str, backend: str) -> str |
 
 
 def fp32_params_refusal(value: Any, framework: str, backend: str) -> str | None:
-    """Why ``training.<role>.fp32_params`` set to ``value`` can have no effect, or ``None``: only an FSDP trainer
-    whose config chooses the dtype it loads the trained model in reads it, verl's (``fsdp_config.model_dtype``,
-    :data:`~packplace.placement.model.stages.FP32_PARAMS_TRAINERS`); Megatron-Core (verl ``trainer_backend:
-    megatron``), DeepSpeed's ZeRO and a bare loop keep bf16 parameters beside an fp32 master of their own, and every
-    other trainer is priced so (NeMo RL's DTensor workers load the policy in fp32 too, with no setting to change it:
-    not priced yet). Under
+    """Why ``training.<role>.fp32_params`` set to ``value`` can have no effect, or ``None``: the FSDP trainers that
+    keep fp32 parameters (:data:`~packplace.placement.model.stages.FP32_PARAMS_TRAINERS`) read it, verl's as its
+    config's choice (``fsdp_config.model_dtype``), NeMo RL's DTensor workers only as ``true``, the dtype they always
+    load the policy in (no setting changes it); Megatron-Core (``trainer_backend: megatron``), DeepSpeed's ZeRO and a
+    bare loop keep bf16 parameters beside an fp32 master of their own, and every other trainer is priced so. Under
     ``trainer_backend: auto`` a strategy that resolves to Megatron-Core prices it off
     (:func:`~packplace.placement.model.memory.resolved_training`). ``value`` ``None`` (unset) is always accepted."""
     if value is None:
         return None
-    if framework != "verl":
-        return (f"only verl's FSDP workers are priced with a chosen parameter dtype (fsdp_config.model_dtype); "
-                f"{framework}'s trainer is priced with bf16 parameters beside an fp32 master; drop it")
+    if framework not in FP32_PARAMS_TRAINERS:
+        return (f"only verl's FSDP workers (fsdp_config.model_dtype) and NeMo RL's DTensor workers (always fp32) are "
+                f"priced with fp32 parameters; {framework}'s trainer is priced with bf16 parameters beside an fp32 "
+                f"master; drop it")
     if backend == "megatron":
-        return ("trainer_backend megatron keeps verl's trainer on Megatron-Core (bf16 parameters beside the "
-                "distributed optimizer's fp32 master); drop it or use trainer_backend auto or fsdp")
+        return (f"trainer_backend megatron keeps {framework}'s trainer on Megatron-Core (bf16 parameters beside the "
+                f"distributed optimizer's fp32 master); drop it or use trainer_backend auto or fsdp")
+    if framework == "nemo-rl" and not value:
+        return ("NeMo RL's DTensor workers always load the policy in float32 (nemo_rl/models/automodel/setup.py, "
+                "dtensor_policy_worker.py: no setting changes it); drop it")
     return None
 
 

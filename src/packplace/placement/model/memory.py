@@ -552,7 +552,7 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
                   context_parallel: ContextParallelSplit = NO_CONTEXT_PARALLEL,
                   fused_kernels: bool = False, fused_swiglu: bool = False, zero3_fetch: Zero3Prefetch | None = None,
                   router_dtype: str = "bf16", max_out_tokens: int | None = None,
-                  fp32_grad_partitions: bool = False) -> tuple[tuple[float, float], ...]:
+                  fp32_grad_partitions: bool = False, weight_bytes: float = 2.0) -> tuple[tuple[float, float], ...]:
     """Per pipeline stage ``i`` (first to last), its ``(resident, transient)`` bytes per GPU.
 
     Args:
@@ -585,6 +585,7 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
         logit_bytes: The framework's logit bytes per vocabulary entry per token of a training or log-prob
             pass (:func:`~packplace.placement.model.framework.trainer_logit_bytes`; ``None``: 10 / 12).
         offload_between_passes: ``options.offload`` brings the state back per pass (verl, :func:`_stage_train_state`).
+        weight_bytes: An ``infer`` pass's resident bytes a parameter (2; verl's fp32 FSDP reference 4, gathered bf16).
         context_parallel: A ``train`` / ``infer`` vertex's context parallelism (:class:`ContextParallelSplit`, what it
             splits and what not; ``generate`` ignores it). ``bare_loop``: :func:`_bare_loop_gradients`.
         fused_kernels, fused_swiglu, router_dtype: A Megatron-Core ``train`` vertex (:func:`_train_vertex_transient`).
@@ -627,7 +628,7 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
                 offload_between_passes, zero3_fetch, fp32_grad_partitions)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
-            resident = 2.0 * params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else 2.0 * p
+            resident = weight_bytes * (params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else p)
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp, ep=ep, cp=cp.ring,
                                     kv_cache=framework == "none", logit_bytes=logit_bytes, score_bytes=scores,
                                     sequence_parallel=bool(options.sequence_parallel))

@@ -238,13 +238,15 @@ def skips_old_log_prob(framework: str, version: str | None, force_on_policy_rati
     return release is not None and release.forced_ratio_skips_logprob
 
 
-def reference_swap_seconds(cost, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> float:
+def reference_swap_seconds(cost, model: ModelSpec, pp: int, tp: int, ep: int = 1, fp32: bool = False) -> float:
     """Seconds of the reference-weight swap around one reference log-prob pass in the policy workers:
     :data:`REFERENCE_SWAP_COPIES` copies of the GPU's bf16 weight shard
     (:meth:`~packplace.placement.model.cost.CostModel.layout_shard_bytes` of ``(pp, tp, ep)``:
     ``2P/(tp·pp)``, the routed experts counted ``1/ep``) at ``host_bandwidth`` (each GPU over its own PCIe
-    link)."""
-    return REFERENCE_SWAP_COPIES * cost.layout_shard_bytes(model, (pp, tp, ep)) / cost.hw.host_bandwidth
+    link); twice the bytes with ``fp32``: the DTensor workers' state dict is their fp32 parameters
+    (:data:`~packplace.placement.model.stages.FP32_PARAMS_TRAINERS`), which ``use_reference_model`` copies."""
+    shard = cost.layout_shard_bytes(model, (pp, tp, ep)) * (2.0 if fp32 else 1.0)
+    return REFERENCE_SWAP_COPIES * shard / cost.hw.host_bandwidth
 
 
 def optimizer_state_bytes(model: ModelSpec, dp: int, pp: int, tp: int,

@@ -50,14 +50,25 @@ def trainer_defaults(framework: str, megatron: bool) -> tuple[bool, bool]:
 #: in ``MixedPrecision(param_dtype=bf16, reduce_dtype=fp32, buffer_dtype=fp32)`` (the defaults of
 #: ``fsdp_config.mixed_precision``, same lines): the sharded parameters and their gradients stay fp32, the gathered
 #: units are cast to bf16 for compute, and ``torch.optim.AdamW`` keeps its two moments in the parameters' dtype.
-FP32_PARAMS_TRAINERS = ("verl",)
+#: NeMo RL's DTensor policy workers (its ``trainer_backend`` ``fsdp``; never its Megatron workers, which build the
+#: model through Megatron-Bridge in ``policy.precision``), with no setting to change it: "Always load the model in
+#: float32 to keep master weights in float32" (``torch_dtype=torch.float32``) in ``DTensorPolicyWorker.__init__``
+#: (``nemo_rl/models/policy/dtensor_policy_worker.py`` v0.3.0-v0.4.0, ``policy/workers/dtensor_policy_worker.py``
+#: v0.5.0-v0.7.0) and ``DTensorPolicyWorkerV2.__init__`` (``dtensor_policy_worker_v2.py`` v0.4.0-v0.5.0); from
+#: v0.6.0 ``nemo_rl/models/automodel/setup.py`` ``validate_and_prepare_config`` ("Always load in float32 for
+#: master weights", the model config's ``torch_dtype``), which ``setup_model_and_optimizer`` loads the model in
+#: (v0.7.0 also turns off Automodel's cast back to the checkpoint's dtype,
+#: ``_disable_automodel_checkpoint_dtype_restore``, "to keep fp32 master weights for the optimizer"). FSDP2's
+#: ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)`` (``policy.precision``) gathers bf16 units
+#: for compute and reduces the fp32 gradients of the fp32 shard.
+FP32_PARAMS_TRAINERS = ("verl", "nemo-rl")
 
 
 def trainer_fp32_params(framework: str, megatron: bool) -> bool:
     """Whether a trainer of ``framework`` keeps fp32 parameters where its config leaves it unset: the FSDP trainers
-    of :data:`FP32_PARAMS_TRAINERS` (verl's); never on Megatron-Core (bf16 parameters beside the distributed
-    optimizer's fp32 master), DeepSpeed's ZeRO (bf16 partitions beside the fp32 master) or a bare PyTorch loop
-    (fp32 master under autocast, priced by its own layout)."""
+    of :data:`FP32_PARAMS_TRAINERS` (verl's, NeMo RL's DTensor workers); never on Megatron-Core (bf16 parameters
+    beside the distributed optimizer's fp32 master), DeepSpeed's ZeRO (bf16 partitions beside the fp32 master) or a
+    bare PyTorch loop (fp32 master under autocast, priced by its own layout)."""
     return not megatron and framework in FP32_PARAMS_TRAINERS
 
 
