@@ -125,7 +125,9 @@ def test_the_setting_is_refused_where_no_trainer_reads_it():
         estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="nemo-rl", trainer_backend="fsdp", fp32_params=False)
     with pytest.raises(ConfigError, match="fp32_params: True can have no effect: trainer_backend megatron keeps "
                                           "nemo-rl's"):
-        build_instance(_config(framework="nemo-rl", backend="megatron", fp32_params=True))
+        build_instance({**megatron, "policy": {"algorithm": "grpo", "framework": "nemo-rl",
+                                               "trainer_backend": "megatron"},
+                        "training": {"sharding": "zero1", "offload": "none", "actor": {"fp32_params": True}}})
     build_instance(_config(backend="auto", fp32_params=True))   # auto may run FSDP: accepted
 
 
@@ -192,12 +194,13 @@ def test_the_command_line_flag_the_config_default_and_the_breakdown_line(capsys,
 
 @pytest.mark.parametrize("given", [None, True])
 def test_nemo_rl_dtensor_prices_fp32_weights_and_gradients_in_estimate_and_place(given):
-    # zero2 over 4 ranks: whole fp32 weights (4 bytes), a quarter of the fp32 gradients (4) and of the moments (8)
-    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=2048, dp=4, framework="nemo-rl", sharding="zero2",
-                 trainer_backend="fsdp", fp32_params=given)
+    # zero1 under auto at tp 1 (the DTensor workers at the layout both estimate and place take): whole fp32 weights
+    # (4 bytes) and gradients (4), a quarter of the moments (8)
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=2048, dp=4, framework="nemo-rl", sharding="zero1",
+                 trainer_backend="auto", fp32_params=given)
     p = e.inputs["params"]
     assert e.memory["weights"] == pytest.approx(4.0 * p, rel=1e-12)
-    assert e.memory["gradients"] == pytest.approx(1.0 * p, rel=1e-12)
+    assert e.memory["gradients"] == pytest.approx(4.0 * p, rel=1e-12)
     assert e.memory["optimizer"] == pytest.approx(2.0 * p, rel=1e-12)
     assert "NeMo RL's DTensor workers load the policy in float32" in _state_lines(e.inputs)[0]
     # the Megatron policy keeps bf16 parameters and gradients beside the distributed optimizer's 12 bytes
@@ -208,8 +211,8 @@ def test_nemo_rl_dtensor_prices_fp32_weights_and_gradients_in_estimate_and_place
               "models": {"actor": dict(MODEL_PRESETS["qwen2.5-1.5b"]), "reward": "rule"},
               "workload": {"batch_size": 4, "samples_per_prompt": 1, "context_length": 2047,
                            "generation_length": 1},
-              "policy": {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": "fsdp"},
-              "training": {"recompute": "selective", "sharding": "zero2"}}
+              "policy": {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": "auto"},
+              "training": {"recompute": "selective", "sharding": "zero1"}}
     if given is not None:
         config["training"]["fp32_params"] = given
     cand = get_evaluator(build_instance(config)).table.lookup("actor.train", Strategy(4, 1, 1, 1), 1, (1, 1, 4))
