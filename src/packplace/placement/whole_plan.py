@@ -142,8 +142,8 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
     (which proves nothing).
 
     A group of ``k`` tasks whose blocks hold more than ``(k - 1) · G`` GPUs together (on a ``G``-GPU
-    cluster) shares a GPU: some GPU lies in every block. There it needs at least, per model, its largest
-    resident bytes plus the largest transient bytes (lower bounds of what the evaluator counts). A choice of
+    cluster) shares a GPU: some GPU lies in every block. There it needs at least :func:`_shared_bytes` (the
+    evaluator's largest phase over those tasks alone: a lower bound of what it counts). A choice of
     candidates (one memory-feasible candidate per task) with such a group over ``memory_per_gpu`` fits in no
     plan. First every group of 2 to ``max_group`` tasks is tried on its own (all choices of the group
     refuted: a proof naming the group); then every choice for all the tasks at once, by a depth-first search
