@@ -297,7 +297,7 @@ def test_cpsat_unbuilt_runs_the_standalone_anneal_from_its_hint_in_the_time_left
     # the hint and standalone anneal's; e_max 600 ends the anneal on its own rule well inside the time left, so the
     # two runs are the same search (on the work clock, deadlines a count of evaluator calls). Here anneal beats the
     # hint: 173.5051 -> 160.6654 s (1 x 4); on 3 x 4 the hint is 33.5698 s since a sleeping engine's weights count
-    # only in its own phase (34.5740 s before, which anneal beat from e_max 4000: 33.5105 s), and anneal does not
+    # only in its own phase (46.3605 s before, which anneal beat from e_max 4000: 43.1930 s), and anneal does not
     # beat it; on 3 x 2 the anneal hint reaches 66.5468 s
     # itself (its warm start takes the greedy and concurrent hints instead of searching them again), which the anneal
     # from it does not beat (it had from the 69.0819 s hint)
