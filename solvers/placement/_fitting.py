@@ -5,9 +5,11 @@ candidate of its block's shape and, where that plan does not fit, asks :func:`fi
 **Why the least-memory plan is not enough.** The evaluator's memory on a GPU range covered by the same
 vertices (:meth:`~packplace.placement.evaluator.PlacementEvaluator._memory_segments`) is
 
-    sum over models of the largest resident bytes of its vertices there
+    the largest, over the vertices there, of the phase while that vertex runs:
+    sum over models of the largest resident bytes of its vertices there (a sleeping vLLM engine's only in its
+    own phase)
     + the kept bytes of every vertex there
-    + the largest transient-less-kept bytes of any vertex there
+    + the running vertex's transient-less-kept bytes
 
 (a hybrid engine on its trainer's GPUs: no resident bytes of its own, its weights among its transient bytes
 where it does not share the trainer's tensors). Each candidate's transient bytes are already its peak over its
@@ -91,12 +93,14 @@ def _segments(ev: PlacementEvaluator, ranges: list[tuple[int, int]]) -> list[tup
 
 def _over(ev: PlacementEvaluator, segments, chosen: list, floors: list[tuple[float, float, float]]) -> bool:
     """Whether some segment's memory lower bound (chosen candidates' terms, the others' floors) exceeds the
-    GPU."""
+    GPU: the evaluator's per-phase rule (:meth:`~packplace.placement.evaluator.PlacementEvaluator._phase_bytes`,
+    each term at least the floor, the trainer's state beside a running engine left out), its largest phase."""
     cap = ev.capacity * (1 + _SLACK)
     vm = ev.vertex_model
     for covering, hybrid in segments:
-        resident: dict[int, float] = {}
-        kept = excess = 0.0
+        awake: dict[int, float] = {}
+        kept = 0.0
+        terms = {}
         for i in covering:
             c = chosen[i]
             r, k, e = floors[i] if c is None else _terms(c)
@@ -106,12 +110,15 @@ def _over(ev: PlacementEvaluator, segments, chosen: list, floors: list[tuple[flo
                 if c is not None and t is not None and not (
                         ev.shares_weights[i] and (t.strategy.tp, t.strategy.pp) == (c.strategy.tp, c.strategy.pp)):
                     e += c.resident_bytes
-            elif r > resident.get(vm[i], 0.0):
-                resident[vm[i]] = r
-            if e > excess:
-                excess = e
-        if sum(resident.values()) + kept + excess > cap:
-            return True
+            elif not ev.sleeps[i] and r > awake.get(vm[i], 0.0):
+                awake[vm[i]] = r
+            terms[i] = (r, e)
+        base = sum(awake.values())
+        for i in covering:
+            r, e = terms[i]
+            own = base + max(0.0, r - awake.get(vm[i], 0.0)) if ev.sleeps[i] and i not in hybrid else base
+            if own + kept + e > cap:
+                return True
     return False
 
 

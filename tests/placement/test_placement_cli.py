@@ -102,6 +102,9 @@ def test_table_memory_columns_are_own_footprint_and_gpu_peak(capsys):
     result = packplace.place(inst, "greedy")
     text = cli.format_table(inst, result)
     assert "own GB" in text and "GPU peak GB" in text and "own GB: the vertex's peak per GPU" in text
+    # the fullest GPUs, and the task whose phase peaks there
+    fullest = next(x for x in text.splitlines() if x.startswith("fullest GPUs: GPUs "))
+    assert " GB needed while " in fullest and " runs, " in fullest
     table = get_evaluator(inst).table
     peak = max(get_evaluator(inst).score(result.solution).gpu_memory_peak)
     for name, vp in result.solution.vertices:

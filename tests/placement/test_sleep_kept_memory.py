@@ -95,9 +95,9 @@ def test_nemo_rl_colocated_8b_adds_the_sleeping_engines_outside_bytes_to_the_tra
     # 8.4 GB of it with the engine's bytes gone)
     assert 80e9 - peak == pytest.approx(0.10e9, abs=0.05e9)
     assert inst.hardware.memory_per_gpu - peak == pytest.approx(5.04e9, abs=0.05e9)
-    assert ev.fullest_gpus(plan) == ("GPUs (0, 0, 0)..(0, 1, 7): 79.9 GB needed, 84.9 GB available (actor.generate "
-                                     "8.32 GB kept while it sleeps, actor.train 8.47 GB resident + 63.1 GB while it "
-                                     "runs)")
+    assert ev.fullest_gpus(plan) == ("GPUs (0, 0, 0)..(0, 1, 7): 79.9 GB needed while actor.train runs, 84.9 GB "
+                                     "available (actor.generate 8.32 GB kept while it sleeps, actor.train 8.47 GB "
+                                     "resident + 63.1 GB while it runs)")
     assert ev.vertex_memory(plan) == {n: pytest.approx(peak) for n in ev.names}
 
 

@@ -75,12 +75,14 @@ def test_fullest_gpus_names_the_stage_of_each_peak():
     ev._resolve = lambda plan: res   # type: ignore[method-assign]
     try:
         cap = f"{ev.capacity / GB:.3g}"
-        assert ev.fullest_gpus(None) == (f"GPUs (0, 0, 0)..(0, 0, 3): 60 GB needed, {cap} GB available "
+        assert ev.fullest_gpus(None) == (f"GPUs (0, 0, 0)..(0, 0, 3): 60 GB needed while actor.train runs, "
+                                         f"{cap} GB available "
                                          "(reference.infer 10 GB resident, actor.train 30 GB resident (pipeline "
                                          "stage 0) + 20 GB while it runs (pipeline stage 1))")
         # the reference's transient the larger: named without a stage (it has one)
         res[1] = (_staged(ref, ((10 * GB, 25 * GB),)), 0, 4)
-        assert ev.fullest_gpus(None) == (f"GPUs (0, 0, 0)..(0, 0, 3): 65 GB needed, {cap} GB available "
+        assert ev.fullest_gpus(None) == (f"GPUs (0, 0, 0)..(0, 0, 3): 65 GB needed while reference.infer "
+                                         f"runs, {cap} GB available "
                                          "(reference.infer 10 GB resident + 25 GB while it runs, "
                                          "actor.train 30 GB resident (pipeline stage 0))")
     finally:

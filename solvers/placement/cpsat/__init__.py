@@ -3,9 +3,10 @@ candidates let a model be stale, of the asynchronous (periodic) step.
 
 Model: one Boolean per option (candidate × aligned origin) of each vertex, exactly one per vertex; each vertex is a
 rectangle in time × linear GPU ids, one per block it may take (``AddNoOverlap2D``); vertices sharing GPUs run in
-topological order; data edges wait for the transfer between the two blocks; memory per GPU segment (resident per
-model + the kept bytes of every sleeping engine there + the largest transient beyond its own kept bytes) fits
-``memory_per_gpu``; the objective is the step time (makespan and publication terms) or the period. Modules:
+topological order; data edges wait for the transfer between the two blocks; memory per GPU segment and phase
+(resident per model, a sleeping engine's only in its own phase, + the kept bytes of every sleeping engine there +
+the running task's transient beyond its own kept bytes) fits ``memory_per_gpu``; the objective is the step time
+(makespan and publication terms) or the period. Modules:
 :mod:`.tables` (options, integer tables), :mod:`.pruning` (dominance pruning of candidates and of chunk options),
 :mod:`.chunk` (OpenRLHF's micro-rollout chunk), :mod:`.rules` (the frameworks' layout rules between tasks),
 :mod:`.model` (synchronous model), :mod:`.periodic` (asynchronous model), :mod:`.solve` (the backend: hint,

@@ -14,8 +14,9 @@
 * **Chunk**: where the evaluator times the experience forwards at OpenRLHF's micro-rollout chunk, the
   actor training and forward options are candidates as run at a set of chunks, one chunk true
   (:mod:`~packplace.solvers.placement.cpsat.chunk`).
-* **Memory** per GPU segment: ``Σ_models max resident + Σ kept + max (transient − kept) ≤ memory_per_gpu`` in
-  KiB (kept: a sleeping engine's bytes that stay beside the other tasks, the evaluator's rule).
+* **Memory** per GPU segment and phase: ``Σ_models max resident + Σ kept + max (transient − kept) ≤
+  memory_per_gpu`` in KiB (kept: a sleeping engine's bytes that stay beside the other tasks; a sleeping engine's
+  resident weights only in its own phase: the evaluator's rule).
 
 The building blocks (:func:`add_occupancy`, :func:`add_memory_rows`, :class:`Locator`,
 :func:`add_data_edges`) are shared with :mod:`~packplace.solvers.placement.cpsat.periodic`.
@@ -30,7 +31,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packplace.lazy import lazy_module
-from packplace.placement.candidates import keeps_train_state, shared_weights_trainer, train_state_kept
+from packplace.placement.candidates import (
+    keeps_train_state,
+    shared_weights_trainer,
+    sleeps_between_calls,
+    train_state_kept,
+)
 from packplace.solvers.placement.cpsat.chunk import add_chunk
 from packplace.solvers.placement.cpsat.rules import add_layout_rules
 from packplace.solvers.placement.cpsat.tables import MEMORY_UNIT, ModelTables, deadline_check, serial_horizon
@@ -108,75 +114,96 @@ def add_occupancy(m: cp_model.CpModel, tables: ModelTables, x: list[list[Any]],
 
 def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[list[Any]],
                     segments: list[tuple[int, int]], check) -> None:
-    """Per GPU segment: ``Σ_models max resident + Σ_vertices kept + max (transient − kept) ≤ memory_per_gpu``
-    (KiB, each term rounded down and the capacity up: a relaxation; the evaluator re-checks in bytes). The kept
-    bytes (:attr:`~packplace.placement.candidates.Candidate.kept_bytes`, a sleeping engine's graphs, NCCL
-    buffers and own CUDA context) are the evaluator's: additive over the vertices on the segment, and a
-    running engine's whole transient bytes counted once. An engine beside which part of its trainer's state
-    stays (verl, OpenRLHF) counts that state with its resident bytes where both are on the segment
+    """Per GPU segment and phase: ``Σ_models max resident + Σ_vertices kept + transient ≤ memory_per_gpu``
+    (KiB, each term rounded down and the capacity up: a relaxation; the evaluator re-checks in bytes), the
+    evaluator's per-phase rule (:meth:`~packplace.placement.evaluator.PlacementEvaluator._phase_bytes`), exact
+    up to the rounding. One row for the phases of the vertices that stay awake (the largest ``transient − kept``
+    of any of them, every sleeping engine's resident bytes left out) and one per vLLM engine that sleeps between
+    its calls (:func:`~packplace.placement.candidates.sleeps_between_calls`), its own phase: its resident bytes
+    in its model's term and its own running term (where it is not on the segment the row is implied by the
+    first). The kept bytes (:attr:`~packplace.placement.candidates.Candidate.kept_bytes`, a sleeping engine's
+    graphs, NCCL buffers and own CUDA context) are the evaluator's: additive over the vertices on the segment,
+    and a running engine's whole transient bytes counted once. An engine beside which part of its trainer's
+    state stays (verl, OpenRLHF) counts that state with its resident bytes where both are on the segment
     (:func:`_with_kept_state`)."""
     opts, n = tables.options, len(tables.names)
     capacity = math.ceil(instance.hardware.memory_per_gpu / MEMORY_UNIT)
     vertex_model = [v.model for v in instance.graph.vertices]
-    models = sorted(set(vertex_model))
     # a hybrid engine (its model's training state stays resident) holds its weights only while it generates:
     # they count with its transient bytes, or not at all where it may share its trainer's tensors (the
     # evaluator's rule, exact on its trainer's GPUs at the trainer's (pp, tp), a relaxation elsewhere)
     adds = [train_state_kept(instance, name) for name in instance.graph.names]
     shared = [shared_weights_trainer(instance, name) is not None for name in instance.graph.names]
+    sleeps = [sleeps_between_calls(instance, name) for name in instance.graph.names]
     trainers = {u.model: j for j, u in enumerate(instance.graph.vertices) if u.kind == "train"}
     state_of = [trainers[vertex_model[v]] if keeps_train_state(instance, name) else -1
                 for v, name in enumerate(instance.graph.names)]
     for s, (a, b) in enumerate(segments):
         check("memory rows, segment %d of %d", s + 1, len(segments))
-        resident_terms, worst = [], 0
-        model_resident: dict[str, Any] = {}
-        for model_name in models:
-            exprs, most, forced = [], 0, False
-            for v in range(n):
-                if vertex_model[v] != model_name:
-                    continue
-                pairs = [(int(o.cand.resident_bytes // MEMORY_UNIT), lit) for o, lit in zip(opts[v], x[v])
-                         if o.lo <= a and b <= o.hi]
-                if adds[v]:
-                    continue  # its weights are transient (below)
-                if pairs:
-                    exprs.append(sum(c * lit for c, lit in pairs))
-                    most = max([most] + [c for c, _ in pairs])
-                    forced = forced or state_of[v] >= 0
-            if len(exprs) == 1 and not forced:
-                resident_terms.append(exprs[0])
-            elif exprs:
-                r = m.NewIntVar(0, most, f"resident[{model_name},{s}]")
-                for e in exprs:
-                    m.Add(r >= e)
-                resident_terms.append(r)
-                model_resident[model_name] = r
-            worst += most
-        most_t, t_exprs, kept_terms = 0, [], []
+        here = [[(o, lit) for o, lit in zip(opts[v], x[v]) if o.lo <= a and b <= o.hi] for v in range(n)]
+        most_resident: dict[str, int] = {}   # per model, its largest resident bytes there (every phase's bound)
         for v in range(n):
-            weights = adds[v] and not shared[v]
-            here = [(o, lit) for o, lit in zip(opts[v], x[v]) if o.lo <= a and b <= o.hi]
-            pairs = [(int((o.cand.transient_excess + (o.cand.resident_bytes if weights else 0.0)) // MEMORY_UNIT),
-                      lit) for o, lit in here]
-            kept = [(int(o.cand.kept_bytes // MEMORY_UNIT), lit) for o, lit in here if o.cand.kept_bytes > 0]
-            if kept:   # one option per vertex: the sum is its kept bytes here
-                kept_terms.append(sum(c * lit for c, lit in kept))
-                worst += max(c for c, _ in kept)
-            if pairs:
-                t_exprs.append(sum(c * lit for c, lit in pairs))
-                most_t = max([most_t] + [c for c, _ in pairs])
-            if pairs and state_of[v] >= 0:
-                expr, bound = _with_kept_state(here, opts[state_of[v]], x[state_of[v]], a, b,
-                                               model_resident[vertex_model[v]])
-                t_exprs.append(expr)
-                most_t = max(most_t, bound)
-        if worst + most_t <= capacity:
+            for o, _ in here[v] if not adds[v] else ():
+                most_resident[vertex_model[v]] = max(most_resident.get(vertex_model[v], 0),
+                                                     int(o.cand.resident_bytes // MEMORY_UNIT))
+        worst = sum(most_resident.values()) + sum(
+            max((int(o.cand.kept_bytes // MEMORY_UNIT) for o, _ in here[v]), default=0) for v in range(n))
+        kept_terms = [sum(int(o.cand.kept_bytes // MEMORY_UNIT) * lit for o, lit in here[v] if o.cand.kept_bytes > 0)
+                      for v in range(n) if any(o.cand.kept_bytes > 0 for o, _ in here[v])]
+        rows = []
+        for phase in [-1] + [v for v in range(n) if sleeps[v] and here[v]]:
+            awake = [v for v in range(n) if not adds[v] and (not sleeps[v] or v == phase)]
+            resident_terms, model_resident = _resident_terms(m, s, phase, vertex_model, awake, here, state_of)
+            most_t, t_exprs = 0, []
+            for v in ([u for u in range(n) if not sleeps[u]] if phase < 0 else [phase]):
+                weights = adds[v] and not shared[v]
+                pairs = [(int((o.cand.transient_excess + (o.cand.resident_bytes if weights else 0.0)) // MEMORY_UNIT),
+                          lit) for o, lit in here[v]]
+                if pairs:
+                    t_exprs.append(sum(c * lit for c, lit in pairs))
+                    most_t = max([most_t] + [c for c, _ in pairs])
+                if pairs and state_of[v] >= 0:
+                    expr, bound = _with_kept_state(here[v], opts[state_of[v]], x[state_of[v]], a, b,
+                                                   model_resident[vertex_model[v]])
+                    t_exprs.append(expr)
+                    most_t = max(most_t, bound)
+            rows.append((resident_terms, most_t, t_exprs, phase))
+        if worst + max(row[1] for row in rows) <= capacity:
             continue  # cannot overflow whatever is chosen
-        transient = m.NewIntVar(0, most_t, f"transient[{s}]")
-        for e in t_exprs:
-            m.Add(transient >= e)
-        m.Add(sum(resident_terms) + sum(kept_terms) + transient <= capacity)
+        for resident_terms, most_t, t_exprs, phase in rows:
+            transient = m.NewIntVar(0, most_t, f"transient[{s},{phase}]")
+            for e in t_exprs:
+                m.Add(transient >= e)
+            m.Add(sum(resident_terms) + sum(kept_terms) + transient <= capacity)
+
+
+def _resident_terms(m: cp_model.CpModel, s: int, phase: int, vertex_model: list[str], awake: list[int],
+                    here: list[list[tuple[Any, Any]]], state_of: list[int]) -> tuple[list[Any], dict[str, Any]]:
+    """The resident terms of segment ``s`` in ``phase`` (-1: the awake vertices' phases; else that sleeping
+    engine's): per model the largest resident bytes (KiB) of its ``awake`` vertices' options on the segment
+    (``here``), a bare sum where one vertex of the model is there, else a variable at least each; and those
+    variables by model (one is made for a model with an engine of ``state_of``, which :func:`_with_kept_state`
+    reads)."""
+    terms: list[Any] = []
+    model_resident: dict[str, Any] = {}
+    for model_name in sorted(set(vertex_model)):
+        exprs, most, forced = [], 0, False
+        for v in awake:
+            if vertex_model[v] != model_name or not here[v]:
+                continue
+            pairs = [(int(o.cand.resident_bytes // MEMORY_UNIT), lit) for o, lit in here[v]]
+            exprs.append(sum(c * lit for c, lit in pairs))
+            most = max([most] + [c for c, _ in pairs])
+            forced = forced or state_of[v] >= 0
+        if len(exprs) == 1 and not forced:
+            terms.append(exprs[0])
+        elif exprs:
+            r = m.NewIntVar(0, most, f"resident[{model_name},{s},{phase}]")
+            for e in exprs:
+                m.Add(r >= e)
+            terms.append(r)
+            model_resident[model_name] = r
+    return terms, model_resident
 
 
 def _with_kept_state(here: list, trainer_opts: list, trainer_x: list, a: int, b: int,

@@ -1042,6 +1042,25 @@ def train_state_kept(instance, vertex: str) -> bool:
     return any(u.kind == "train" and u.model == v.model for u in instance.graph.vertices)
 
 
+def sleeps_between_calls(instance, vertex: str) -> bool:
+    """Whether ``vertex`` is a vLLM rollout engine with weights of its own (not a hybrid engine of
+    :func:`train_state_kept`), which its framework puts to sleep between generate calls where it shares GPUs with
+    other tasks (:func:`_sleep_kept`, the frameworks that already price its :attr:`Candidate.kept_bytes`):
+    ``LLM.sleep(level=1)`` offloads its weights to the host and discards its KV cache, so while another task runs
+    there it holds only its kept bytes
+    (:func:`~packplace.placement.model.memory.engine_sleep_kept_bytes`), not its resident weights. verl: the
+    rollout sharding managers' ``__exit__`` (``verl/workers/sharding_manager/fsdp_vllm.py``: ``sleep(level=1)``
+    under ``rollout.free_cache_engine``, true by default; ``megatron_vllm.py``: ``offload_model_weights()`` on
+    its vLLM 0.5.4 / 0.6.3, else ``sleep(level=1)``); NeMo RL: its colocated vLLM worker is built with
+    ``enable_sleep_mode=True`` and put to sleep after each generation; OpenRLHF: ``batch_vllm_engine_call(
+    self.vllm_engines, "sleep")`` after the rollout under ``--vllm_enable_sleep``, which ``place --emit openrlhf``
+    sets for every plan whose engine shares GPUs. The evaluator, the CP-SAT memory rows, the whole-plan proof and
+    greedy's memory screen charge its weights only in its own phase on each GPU range."""
+    v = instance.graph.vertex(vertex)
+    return (v.kind == "generate" and instance.engine.engine_generation is not None
+            and not train_state_kept(instance, vertex))
+
+
 def keeps_train_state(instance, vertex: str) -> bool:
     """Whether ``vertex`` is a rollout engine that keeps weights of its own while some of its model's training
     state stays beside it on the GPUs they share

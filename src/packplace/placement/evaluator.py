@@ -43,6 +43,7 @@ from packplace.placement.candidates import (
     needs_old_log_prob,
     sequences_together,
     shared_weights_trainer,
+    sleeps_between_calls,
     train_state_kept,
     vertex_parts,
 )
@@ -256,6 +257,8 @@ class PlacementEvaluator:
                               for n, v in zip(self.names, graph.vertices)]
         #: per vertex: the hybrid engine generates with its trainer's own parameter tensors (shared_weights_trainer)
         self.shares_weights = [shared_weights_trainer(instance, n) is not None for n in self.names]
+        #: per vertex: a vLLM engine that sleeps while the other tasks on its GPUs run (sleeps_between_calls)
+        self.sleeps = [sleeps_between_calls(instance, n) for n in self.names]
         self.capacity = instance.hardware.memory_per_gpu
         #: per vertex: the bytes per GPU it may use on its own (the rollout engine's budget for generation)
         self.own_budget = [memory_budget(instance, v.kind) for v in graph.vertices]
@@ -743,12 +746,17 @@ class PlacementEvaluator:
         return max(period, max(dur)), steps
 
     def _memory_segments(self, res: list) -> list[tuple[int, int, float]]:
-        """``(lo, hi, bytes)`` for each maximal id range covered by the same set of vertices: per model the
-        largest resident bytes of its vertices there, plus every vertex's kept bytes there
+        """``(lo, hi, bytes)`` for each maximal id range covered by the same set of vertices: the largest over
+        the vertices that run there of what the range holds while each runs (:meth:`_phase_bytes`). A vLLM
+        engine that sleeps between its calls (:func:`~packplace.placement.candidates.sleeps_between_calls`) holds
+        its weights only in its own phase; while another vertex runs it keeps its kept bytes alone. In each
+        phase: per model the largest resident bytes of its vertices there (the sleeping engines' only in their
+        own phase: weights a model's tasks share count once), plus every vertex's kept bytes there
         (:attr:`~packplace.placement.candidates.Candidate.kept_bytes`: a sleeping vLLM engine's CUDA graphs,
         NCCL buffers and own CUDA context stay beside whatever else runs, so they add across vertices), plus
         the largest transient bytes less the vertex's own kept bytes (while the engine itself runs its whole
-        held bytes count once: ``kept + (transient − kept)``).
+        held bytes count once: ``kept + (transient − kept)``) of the running vertex. Never more than the count
+        with every engine's weights resident in every phase.
 
         A hybrid engine (an engine whose model's training state stays resident,
         :func:`~packplace.placement.candidates.train_state_kept`) on its trainer's GPUs holds no weights of
@@ -771,26 +779,40 @@ class PlacementEvaluator:
         than any one stage holds there, beside any other task."""
         points = sorted({x for _, lo, hi in res for x in (lo, hi)})
         out = []
-        vm = self.vertex_model
         for k in range(len(points) - 1):
             a, b = points[k], points[k + 1]
             here = [i for i, (_, lo, hi) in enumerate(res) if lo <= a and b <= hi]
-            if not here:
-                continue
-            resident: dict[int, float] = {}
-            hybrid = {i: self._hybrid_weights(res, i, a, b) for i in here}
-            for i in here:
-                if hybrid[i] is None and res[i][0].resident_bytes > resident.get(vm[i], 0.0):
-                    resident[vm[i]] = res[i][0].resident_bytes
-            transient = kept = 0.0
-            for i in here:
-                cand = res[i][0]
-                kept += cand.kept_bytes
-                own = cand.transient_bytes - cand.kept_bytes + (hybrid[i] or 0.0)
-                own += self._state_excess(res, i, a, b, resident.get(vm[i], 0.0))
-                if own > transient:
-                    transient = own
-            out.append((a, b, sum(resident.values()) + kept + transient))
+            if here:
+                out.append((a, b, max(self._phase_bytes(res, here, a, b).values())))
+        return out
+
+    def _phase_bytes(self, res: list, here: list[int], a: int, b: int) -> dict[int, float]:
+        """Per vertex of ``here`` (those covering the GPU range ``[a, b)``), the bytes on each GPU of the range
+        while it runs there (:meth:`_memory_segments` takes the largest): per model the largest resident bytes of
+        its vertices there, a sleeping engine's (:func:`~packplace.placement.candidates.sleeps_between_calls`)
+        only while it runs itself (``LLM.sleep(level=1)`` offloads its weights to the host while the others run),
+        plus every vertex's kept bytes, plus the running vertex's transient bytes beyond its kept ones, its
+        weights if it is a hybrid engine holding them only while it generates (:meth:`_hybrid_weights`), and
+        the trainer's state kept beside a running engine (:meth:`_state_excess`)."""
+        vm = self.vertex_model
+        hybrid = {i: self._hybrid_weights(res, i, a, b) for i in here}
+        sleeping = [i for i in here if self.sleeps[i] and hybrid[i] is None]
+        awake: dict[int, float] = {}   # per model, the largest resident bytes of the vertices that stay awake
+        for i in here:
+            if hybrid[i] is None and i not in sleeping and res[i][0].resident_bytes > awake.get(vm[i], 0.0):
+                awake[vm[i]] = res[i][0].resident_bytes
+        kept = sum(res[i][0].kept_bytes for i in here)
+        base = sum(awake.values())
+        out = {}
+        for i in here:
+            cand = res[i][0]
+            model = awake.get(vm[i], 0.0)
+            if i in sleeping and cand.resident_bytes > model:   # its own weights, woken for its call
+                base_i, model = base - awake.get(vm[i], 0.0) + cand.resident_bytes, cand.resident_bytes
+            else:
+                base_i = base
+            out[i] = base_i + kept + cand.transient_excess + (hybrid[i] or 0.0) \
+                + self._state_excess(res, i, a, b, model)
         return out
 
     def _state_excess(self, res: list, engine: int, a: int, b: int, model_resident: float) -> float:
@@ -998,11 +1020,13 @@ class PlacementEvaluator:
                 for name, (_, lo, hi) in zip(self.names, res)}
 
     def fullest_gpus(self, plan: Plan) -> str:
-        """Where ``plan`` needs the most memory, and which tasks put it there: "GPUs A..B: X GB needed, W GB
-        available (actor.generate 5.82 GB kept while it sleeps, actor.train 8.71 GB resident + 71.3 GB while
-        it runs, reward.infer 0.772 GB resident)": per model the task with the largest resident bytes, every
-        task's kept bytes (a sleeping engine's CUDA graphs, NCCL buffers and own CUDA context), and the task
-        with the largest bytes while it runs beyond those (the terms of :meth:`_memory_segments`; a hybrid
+        """Where ``plan`` needs the most memory, in which task's phase, and which tasks put it there: "GPUs A..B:
+        X GB needed while actor.train runs, W GB available (actor.generate 5.82 GB kept while it sleeps,
+        actor.train 8.71 GB resident + 71.3 GB while it runs, reward.infer 0.772 GB resident)": the phase
+        (:meth:`_phase_bytes`) that peaks there, in it per model the task with the largest resident bytes (a
+        sleeping engine's only in its own phase), every other task's kept bytes (a sleeping engine's CUDA
+        graphs, NCCL buffers and own CUDA context), and the running task's bytes beyond those (the terms of
+        :meth:`_memory_segments`; a hybrid
         engine's weights held only while it generates count among those; a running engine's kept bytes are
         in its "while it runs" figure, once); a pipelined task's figures are its stages' peaks, each naming the
         stage it comes from ("actor.train 21.6 GB resident (pipeline stage 3)",
@@ -1011,37 +1035,31 @@ class PlacementEvaluator:
         if res.__class__ is str:
             return ""
         lo, hi, used = max(self._memory_segments(res), key=lambda seg: (seg[2], -seg[0]))
-        resident: dict[int, tuple[float, int]] = {}
-        transient = (0.0, -1)
-        kept: dict[int, float] = {}
         here = [i for i, (_, a, b) in enumerate(res) if a <= lo and hi <= b]
+        phases = self._phase_bytes(res, here, lo, hi)
+        running = max(here, key=lambda i: (phases[i], -i))
         hybrid = {i: self._hybrid_weights(res, i, lo, hi) for i in here}
+        resident: dict[int, tuple[float, int]] = {}
         for i in here:
             cand = res[i][0]
-            if hybrid[i] is None and cand.resident_bytes > resident.get(self.vertex_model[i], (0.0, -1))[0]:
+            if hybrid[i] is None and (not self.sleeps[i] or i == running) \
+                    and cand.resident_bytes > resident.get(self.vertex_model[i], (0.0, -1))[0]:
                 resident[self.vertex_model[i]] = (cand.resident_bytes, i)
-        for i in here:
-            cand = res[i][0]
-            own = cand.transient_excess + (hybrid[i] or 0.0) + self._state_excess(
-                res, i, lo, hi, resident.get(self.vertex_model[i], (0.0, -1))[0])
-            if cand.kept_bytes > 0:
-                kept[i] = cand.kept_bytes
-            if own > transient[0]:
-                transient = (own, i)
+        cand = res[running][0]
+        own = cand.transient_excess + (hybrid[running] or 0.0) + self._state_excess(
+            res, running, lo, hi, resident.get(self.vertex_model[running], (0.0, -1))[0])
         parts = {i: f"{self.names[i]} {gb(nbytes)} GB resident{_stage(res[i][0], 0)}"
                  for nbytes, i in resident.values()}
-        for i, nbytes in kept.items():
-            if i != transient[1]:
+        for i in here:
+            if i != running and res[i][0].kept_bytes > 0:
                 parts[i] = (f"{parts[i]} + " if i in parts else f"{self.names[i]} ") + \
-                    f"{gb(nbytes)} GB kept while it sleeps"
-        if transient[1] >= 0:
-            t = transient[1]
-            parts[t] = (f"{parts[t]} + " if t in parts else f"{self.names[t]} ") + \
-                f"{gb(transient[0] + kept.get(t, 0.0))} GB while it runs{_stage(res[t][0], 1)}" + \
-                self._kept_note(res, t, lo, hi)
+                    f"{gb(res[i][0].kept_bytes)} GB kept while it sleeps"
+        parts[running] = (f"{parts[running]} + " if running in parts else f"{self.names[running]} ") + \
+            f"{gb(own + cand.kept_bytes)} GB while it runs{_stage(cand, 1)}" + \
+            self._kept_note(res, running, lo, hi)
         first, last = self.cluster.coords(lo), self.cluster.coords(hi - 1)
-        return (f"GPUs {first}..{last}: {gb(used)} GB needed, {gb(self.capacity)} GB available "
-                f"({', '.join(parts[i] for i in sorted(parts))})")
+        return (f"GPUs {first}..{last}: {gb(used)} GB needed while {self.names[running]} runs, "
+                f"{gb(self.capacity)} GB available ({', '.join(parts[i] for i in sorted(parts))})")
 
     def _kept_note(self, res: list, engine: int, a: int, b: int) -> str:
         """" (T GB of the trainer's state beside it)" for an engine whose figure in :meth:`fullest_gpus` holds

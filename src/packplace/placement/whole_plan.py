@@ -2,7 +2,8 @@
 
 Each task having a candidate that fits in memory on its own (:meth:`CandidateTable.shortfalls`) is a
 per-task necessary condition; a plan places every task at once, and on a GPU that several tasks share the
-evaluator counts ``Σ_models max(resident) + max(transient)`` bytes
+evaluator counts, in the phase of each task there, ``Σ_models max(resident) + kept + its transient`` bytes (a
+sleeping engine's weights only in its own phase)
 (:meth:`~packplace.placement.evaluator.PlacementEvaluator._memory_segments`). :func:`shared_gpu_shortfall`
 proves, from the candidate table alone, that no plan fits when a small group of tasks must share a GPU
 (their blocks hold more GPUs together than the cluster has) and every choice of their candidates needs
@@ -20,7 +21,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from packplace.placement.candidates import CandidateTable, block_counts, gb, memory_budget, train_state_kept
+from packplace.placement.candidates import (
+    CandidateTable,
+    block_counts,
+    gb,
+    memory_budget,
+    sleeps_between_calls,
+    train_state_kept,
+)
 from packplace.placement.model.layout_rules import Context, own_gpus
 from packplace.placement.problem.hardware import Cluster
 
@@ -29,6 +37,9 @@ from packplace.placement.problem.hardware import Cluster
 MAX_GROUP = 3
 #: Relative margin over ``memory_per_gpu`` a proof needs (the evaluator adds the same bytes in another order).
 PROOF_MARGIN = 1e-9
+#: A task's model and whether it is a vLLM engine that sleeps between its calls (its weights count only in its own
+#: phase: :func:`~packplace.placement.candidates.sleeps_between_calls`).
+TaskModel = tuple[str, bool]
 #: Partial choices the search over all the tasks' candidates examines before it gives up (no proof).
 SEARCH_NODES = 5_000
 
@@ -90,8 +101,8 @@ def _fronts(table: CandidateTable) -> dict[str, list[tuple[int, float, float, fl
     return fronts
 
 
-def _group_need(group: tuple[str, ...], choice: dict[str, tuple[int, float, float, float]], model_of: dict[str, str],
-                alone: frozenset[str]) -> float:
+def _group_need(group: tuple[str, ...], choice: dict[str, tuple[int, float, float, float]],
+                model_of: dict[str, TaskModel], alone: frozenset[str]) -> float:
     """:func:`_shared_bytes` of ``group`` under ``choice``, or ``inf`` for a group of two or more with a task
     that the framework runs on GPUs of its own (``alone``: it shares a GPU at no memory)."""
     if len(group) > 1 and alone.intersection(group):
@@ -99,14 +110,19 @@ def _group_need(group: tuple[str, ...], choice: dict[str, tuple[int, float, floa
     return _shared_bytes(tuple(model_of[n] for n in group), tuple(choice[n] for n in group))
 
 
-def _shared_bytes(models: tuple[str, ...], choice: tuple[tuple[int, float, float, float], ...]) -> float:
-    """Least bytes on a GPU that all the chosen candidates share: per model its largest resident bytes, plus
-    every task's kept bytes, plus the largest transient bytes beyond the task's own kept ones (the evaluator's
-    memory rule)."""
-    resident: dict[str, float] = {}
-    for model, (_, res, _, _) in zip(models, choice):
-        resident[model] = max(resident.get(model, 0.0), res)
-    return sum(resident.values()) + sum(k for *_, k in choice) + max(tr - k for _, _, tr, k in choice)
+def _shared_bytes(models: tuple[TaskModel, ...], choice: tuple[tuple[int, float, float, float], ...]) -> float:
+    """Least bytes on a GPU that all the chosen candidates share (the evaluator's memory rule, its largest phase,
+    :meth:`~packplace.placement.evaluator.PlacementEvaluator._phase_bytes`): while each task runs, per model the
+    largest resident bytes of its tasks (a vLLM engine that sleeps between its calls,
+    :func:`~packplace.placement.candidates.sleeps_between_calls`, only in its own phase), plus every task's kept
+    bytes, plus the running task's transient bytes beyond its own kept ones."""
+    awake: dict[str, float] = {}
+    for (model, sleeps), (_, res, _, _) in zip(models, choice):
+        if not sleeps:
+            awake[model] = max(awake.get(model, 0.0), res)
+    base, kept = sum(awake.values()), sum(k for *_, k in choice)
+    return max(base + (max(0.0, res - awake.get(model, 0.0)) if sleeps else 0.0) + kept + tr - k
+               for (model, sleeps), (_, res, tr, k) in zip(models, choice))
 
 
 def every_block_size_proposed(cluster: Cluster) -> bool:
@@ -126,8 +142,8 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
     (which proves nothing).
 
     A group of ``k`` tasks whose blocks hold more than ``(k - 1) · G`` GPUs together (on a ``G``-GPU
-    cluster) shares a GPU: some GPU lies in every block. There it needs at least, per model, its largest
-    resident bytes plus the largest transient bytes (lower bounds of what the evaluator counts). A choice of
+    cluster) shares a GPU: some GPU lies in every block. There it needs at least :func:`_shared_bytes` (the
+    evaluator's largest phase over those tasks alone: a lower bound of what it counts). A choice of
     candidates (one memory-feasible candidate per task) with such a group over ``memory_per_gpu`` fits in no
     plan. First every group of 2 to ``max_group`` tasks is tried on its own (all choices of the group
     refuted: a proof naming the group); then every choice for all the tasks at once, by a depth-first search
@@ -151,7 +167,7 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
     total = instance.cluster.num_gpus
     fronts = _fronts(table)
     names = [v.name for v in instance.graph.vertices if fronts.get(v.name)]
-    model_of = {v.name: v.model for v in instance.graph.vertices}
+    model_of = {v.name: (v.model, sleeps_between_calls(instance, v.name)) for v in instance.graph.vertices}
     alone = own_gpus(Context.of(instance))
     for k in range(2, min(max_group, len(names)) + 1):
         for group in itertools.combinations(names, k):
@@ -188,8 +204,8 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
             f"least-memory candidate, {', '.join(group)} share a GPU, {over}")
 
 
-def _refuting_group(names: list[str], choice: dict[str, tuple[int, float, float, float]], model_of: dict[str, str],
-                    alone: frozenset[str], capacity: float, total: int,
+def _refuting_group(names: list[str], choice: dict[str, tuple[int, float, float, float]],
+                    model_of: dict[str, TaskModel], alone: frozenset[str], capacity: float, total: int,
                     last: str | None = None) -> tuple[tuple[str, ...], float]:
     """The group of ``names`` (containing ``last`` when given) that must share a GPU under ``choice`` and
     needs the most bytes there above ``capacity``; ``((), 0.0)`` when none does."""
@@ -208,7 +224,7 @@ def _refuting_group(names: list[str], choice: dict[str, tuple[int, float, float,
 
 
 def _refuted_with(last: str, others: list[str], choice: dict[str, tuple[int, float, float, float]],
-                  model_of: dict[str, str], alone: frozenset[str], capacity: float, total: int) -> bool:
+                  model_of: dict[str, TaskModel], alone: frozenset[str], capacity: float, total: int) -> bool:
     """Whether some group of ``last`` and tasks of ``others`` shares a GPU under ``choice`` and needs more
     than ``capacity`` there. A group shares a GPU when its members' missing GPUs ``G - gpus`` sum below ``G``
     (the same as :func:`_refuting_group`'s test); its bytes only grow as members join, so a branch whose
@@ -235,7 +251,7 @@ def _refuted_with(last: str, others: list[str], choice: dict[str, tuple[int, flo
 
 
 def _every_choice_refuted(names: list[str], fronts: dict[str, list[tuple[int, float, float, float]]],
-                          model_of: dict[str, str], alone: frozenset[str], capacity: float, total: int,
+                          model_of: dict[str, TaskModel], alone: frozenset[str], capacity: float, total: int,
                           max_nodes: int) -> bool:
     """Whether every choice of one front point per task has a group that shares a GPU over ``capacity``
     (depth-first, largest blocks first; False past ``max_nodes`` partial choices: no proof)."""

@@ -192,6 +192,7 @@ def format_table(instance, result) -> str:
         lines.append("own GB: the vertex's peak per GPU (its model's resident weights/grads/optimizer state + its "
                      "own activations/KV cache); GPU peak GB: the peak of the GPUs of its block, with every model "
                      f"placed there (capacity {instance.hardware.memory_per_gpu / GB:.0f} GB)")
+        lines.append(f"fullest GPUs: {ev.fullest_gpus(plan)}")
         lines.append(f"throughput: {score.samples_per_s:.2f} samples/s, {score.tokens_per_s:.0f} tokens/s, "
                      f"MFU {score.mfu:.1%}")
         if score.asynchronous:
