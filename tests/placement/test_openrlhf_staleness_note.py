@@ -54,7 +54,9 @@ def config(version, staleness=(0, 1)):
     ("openrlhf", "0.8.0", (0, 1), ""),          # within the queue of one batch
     ("openrlhf", "0.9.1", (0, 1, 2), ""),       # --async_queue_size
     ("openrlhf", None, (0, 1, 2), ""),          # the current code
-    ("verl", "0.3.0", (0, 1), ""),              # another framework: no narrowing
+    ("verl", "0.9.1", (0, 1), ""),              # verl from 0.9 (trainer.v1): no narrowing
+    ("verl", "0.3.0", (0, 1), "staleness_candidates narrowed to what the release runs (verl 0.3.0's trainer is "
+                              "synchronous: trainer.v1.trainer_mode comes with verl 0.9): actor [0, 1] -> [0]"),
 ])
 def test_the_note_names_the_release_and_the_flag(framework, version, asked, note):
     assert release_staleness_note(framework, version, {"actor": asked}) == note

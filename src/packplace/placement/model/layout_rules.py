@@ -147,7 +147,7 @@ def reward_forward_worker(ctx: Context) -> bool:
     """verl's reward model runs as a forward worker of the trainer's backend, not a vLLM engine: a release before
     the reward model's engine (``reward_model.rollout``, v0.7.0: ``RewardModelWorker`` of
     ``verl/workers/fsdp_workers.py`` / ``megatron_workers.py`` before it)."""
-    from packplace.placement.emit.verl_releases import REWARD_ENGINE
+    from packplace.placement.emit.verl_releases import REWARD_ENGINE  # the emit package imports this module
 
     return ctx.framework == "verl" and ctx.reward_model and not verl_has(ctx, REWARD_ENGINE)
 
@@ -696,6 +696,7 @@ def _verl_release_rules(ctx: Context, tasks: Mapping[str, Placed], staleness: Ma
     staleness ≥ 1 without the ``trainer.v1`` asynchronous modes, a rollout pool without
     ``actor_rollout_ref.rollout.nnodes``, a reward-model pool without ``enable_resource_pool`` (before it
     ``main_ppo.py`` maps the reward model to the global pool, the trainer's GPUs)."""
+    # the emit package imports this module
     from packplace.placement.emit.verl_releases import ASYNC_MODES, REWARD_POOL, ROLLOUT_POOL, introduced
 
     if ctx.verl_release is None:
@@ -717,7 +718,7 @@ def _verl_release_rules(ctx: Context, tasks: Mapping[str, Placed], staleness: Ma
 def verl_most_stale(ctx: Context) -> int | None:
     """The largest staleness verl at ``ctx.verl_release`` runs: 0 without the ``trainer.v1`` asynchronous modes,
     else ``None`` (no limit here)."""
-    from packplace.placement.emit.verl_releases import ASYNC_MODES
+    from packplace.placement.emit.verl_releases import ASYNC_MODES  # the emit package imports this module
 
     return 0 if ctx.framework == "verl" and not verl_has(ctx, ASYNC_MODES) else None
 
@@ -859,6 +860,7 @@ def verl_stale_check(framework: str, version: str | None, candidates: Mapping[st
         ConfigError: ``[optimizer.staleness_candidates] actor: [1]: verl 0.8.0 has no trainer.v1.trainer_mode
             (verl 0.9 on) ...``.
     """
+    # the emit package imports this module
     from packplace.placement.emit.verl_releases import ASYNC_MODES, introduced, release_has
 
     if framework != "verl" or version is None or release_has(ASYNC_MODES, table_release(version)):
@@ -888,6 +890,7 @@ def release_staleness_note(framework: str, version: str | None,
     most = _most_stale(framework, version, candidates)
     assert most is not None     # a narrowing implies a release with a most
     if framework == "verl":
+        # the emit package imports this module
         from packplace.placement.emit.verl_releases import ASYNC_MODES, introduced
 
         why = f"verl {version}'s trainer is synchronous: {ASYNC_MODES} comes with verl {introduced(ASYNC_MODES)}"
@@ -1163,7 +1166,7 @@ class _Fixer:
                         same_strategy=CRITIC_TRAIN in self.vertices)
             self.same_or_disjoint(GENERATE, TRAIN, None if stale else "same", prefer_apart=bool(stale))
             if ctx.reward_model:
-                from packplace.placement.emit.verl_releases import REWARD_POOL
+                from packplace.placement.emit.verl_releases import REWARD_POOL  # the emit package imports this module
 
                 self.same_or_disjoint(REWARD, TRAIN, None if verl_has(ctx, REWARD_POOL) else "same")
         elif fw == "nemo-rl":
