@@ -48,7 +48,7 @@ from packplace.errors import ConfigError
 from packplace.registry import register
 from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.run import Run, clock
-from packplace.solvers.balance._common import canonical, integer_makespan_bound, proof_level
+from packplace.solvers.balance._common import canonical, integer_makespan_bound, no_worse_than_held, proof_level
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
 from packplace.solvers.balance.cpsat.start import START_FINISHES
 from packplace.solvers.balance.lockstep import lockstep_aware
@@ -313,6 +313,7 @@ def _check_params(ranks_per_neighbourhood: Any, neighbourhood_time_s: Any, param
 
 
 @register("balance", "lns")
+@no_worse_than_held
 @lockstep_aware(start="repair")
 def solve(
     instance: BalanceInstance,

@@ -54,11 +54,14 @@ def test_the_rule_and_its_bytes_per_parameter():
     assert state_bytes_per_param(True, False) == state_bytes_per_param(True, True) == (4.0, 4.0, 8.0)
     assert state_bytes_per_param(False, False) == (2.0, 2.0, 12.0)
     assert state_bytes_per_param(False, True) == (2.0, 4.0, 12.0)
-    assert resolved_training(TrainingOptions(), "verl", False).fp32_params is True
+    z3 = TrainingOptions(sharding="zero3")
+    assert resolved_training(z3, "verl", False).fp32_params is True
+    # unset, fp32 only on the FSDP layout (zero3): a zero1 / none layout is the Megatron workers' (bf16)
+    assert resolved_training(TrainingOptions(), "verl", False).fp32_params is False
     # Megatron-Core keeps bf16 parameters beside its fp32 master whatever the option says (auto may resolve there)
     assert resolved_training(TrainingOptions(fp32_params=True), "verl", True).fp32_params is False
     assert resolved_training(TrainingOptions(fp32_params=False), "verl", False).fp32_params is False
-    assert resolved_training(TrainingOptions(), "nemo-rl", False).fp32_params is True
+    assert resolved_training(z3, "nemo-rl", False).fp32_params is True
     assert resolved_training(TrainingOptions(), "nemo-rl", True).fp32_params is False
     assert resolved_training(TrainingOptions(), "openrlhf", False).fp32_params is False
 
@@ -131,7 +134,7 @@ def test_the_setting_is_refused_where_no_trainer_reads_it():
     build_instance(_config(backend="auto", fp32_params=True))   # auto may run FSDP: accepted
 
 
-@pytest.mark.parametrize("given, weights, gradients, adam", [(None, 4.0, 4.0, 8.0), (True, 4.0, 4.0, 8.0),
+@pytest.mark.parametrize("given, weights, gradients, adam", [(None, 2.0, 2.0, 12.0), (True, 4.0, 4.0, 8.0),
                                                               (False, 2.0, 2.0, 12.0)])
 def test_estimate_prices_the_pass_as_place_prices_the_vertex(given, weights, gradients, adam):
     # zero1 under trainer_backend auto at tp 1 (verl's FSDP workers priced at the layout both estimate and place
@@ -175,10 +178,10 @@ def test_the_command_line_flag_the_config_default_and_the_breakdown_line(capsys,
     from packplace.cli import main
     base = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--task", "train", "--framework", "verl",
             "--dp", "4", "--sharding", "zero1"]
-    assert main(base) == 0
+    assert main([*base, "--fp32-params", "true"]) == 0
     text = capsys.readouterr().out
     assert "4 + 4 + 8 bytes a parameter" in text and "weights        6.17 GB" in text   # 4 x 1.54e9
-    assert main([*base, "--fp32-params", "false"]) == 0
+    assert main(base) == 0   # unset at zero1: the Megatron workers' layout, bf16
     text = capsys.readouterr().out
     assert "4 + 4 + 8" not in text and "weights        3.09 GB" in text
     config = _config("none", fp32_params=False)
@@ -192,7 +195,7 @@ def test_the_command_line_flag_the_config_default_and_the_breakdown_line(capsys,
     assert doc["inputs"]["fp32_params"] is False and doc["memory"]["weights"] == pytest.approx(2.0 * P)
 
 
-@pytest.mark.parametrize("given", [None, True])
+@pytest.mark.parametrize("given", [True])
 def test_nemo_rl_dtensor_prices_fp32_weights_and_gradients_in_estimate_and_place(given):
     # zero1 under auto at tp 1 (the DTensor workers at the layout both estimate and place take): whole fp32 weights
     # (4 bytes) and gradients (4), a quarter of the moments (8)

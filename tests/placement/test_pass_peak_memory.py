@@ -9,7 +9,7 @@ import pytest
 from packplace.placement.candidates import cost_model, inference_sharded, needs_old_log_prob
 from packplace.placement.checking.validate import load_setup, plan_evaluator
 from packplace.placement.evaluator import get_table
-from packplace.placement.model.framework import VERL_LOGIT_BYTES
+from packplace.placement.model.framework import VERL_LOGIT_BYTES, infer_weight_bytes
 from packplace.placement.model.memory import DEFAULT_TRAINING, peak_pass_tokens, resolved_training, vertex_memory
 from packplace.placement.model.pass_memory import infer_transient
 from packplace.placement.problem.config import build_instance
@@ -85,6 +85,8 @@ def test_unpacked_micro_batch_holds_the_longest_sequences():
                       logit_bytes=VERL_LOGIT_BYTES)
         if kind == "train" and needs_old_log_prob(inst, name):
             common["logprob_tokens"] = 4 * 127
+        if kind == "infer":   # verl's FSDP reference loads fp32 (ref.fsdp_config.model_dtype), as the table prices it
+            common["weight_bytes"] = infer_weight_bytes("verl", None, "reference", False)
         at_max = vertex_memory(actor, kind, seq_len=127, **common)
         at_mean = vertex_memory(actor, kind, seq_len=w.train_seq_len, **common)
         assert (cand.resident_bytes, cand.transient_bytes) == (at_max[0], pytest.approx(at_max[1]))

@@ -354,14 +354,15 @@ def test_validate_scores_a_stale_plan_as_the_asynchronous_period(tmp_path):
     # slowest of its 8 engines' shares, the stream does not
     assert g < g_batch and g == pytest.approx(48.68, abs=0.01) and g_batch == pytest.approx(57.93, abs=0.01)
     # 1-step off-policy: period = max(node 0's cycle g, node 1's cycle r + t, the chain over 2 steps)
-    # = max(48.68, 8.23 + 39.90 = 48.13, (48.68 + 48.13 + 1.62) / 2 = 49.21) = the chain: the generation
+    # = max(48.68, 8.35 + 39.90 = 48.25, (48.68 + 48.25 + 1.62) / 2 = 49.27) = the chain (the reference swap
+    # moves the DTensor policy's fp32 state dict): the generation
     # outlasts the trainer's reference + training passes, and the two steps' chain adds the refit across the
     # nodes (NCCL broadcast, NeMo RL's full-parameter gather and vLLM's weight load, 1.62 s); the FSDP2
     # trainer runs no step-end gradient all-reduce, and its 64 micro-batches' edges (the first layer's
     # gather, the last layer's fp32 reduce-scatter) are 64·7·(2·1 µs + 6·P/8/360e9)/32 = 0.234 s of the 39.90
     chain = (g + r + t + realloc) / 2
     assert realloc == pytest.approx(1.62, abs=0.01)
-    assert r + t == pytest.approx(48.13, abs=0.01) and chain == pytest.approx(49.21, abs=0.01)
+    assert r + t == pytest.approx(48.25, abs=0.01) and chain == pytest.approx(49.27, abs=0.01)
     assert async_row.predicted == pytest.approx(max(g, r + t, chain), abs=1e-3)
     assert async_row.predicted == pytest.approx(chain, abs=1e-3) and chain > g > r + t
     assert async_row.predicted < 0.47 * sync_row.predicted  # 49.21 / 107.67 = 0.457

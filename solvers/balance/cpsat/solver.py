@@ -39,7 +39,7 @@ from packplace.registry import register
 from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.run import OutOfTime, Run, passed
 from packplace.solvers._ortools import load_ortools
-from packplace.solvers.balance._common import proof_level
+from packplace.solvers.balance._common import no_worse_than_held, proof_level
 from packplace.solvers.balance.cpsat.model import (
     FORMULATIONS,
     _add_hint,
@@ -181,6 +181,7 @@ def solve_from_start(
 
 
 @register("balance", "cpsat", exact=True)
+@no_worse_than_held
 @lockstep_aware(start="repair")
 def solve(
     instance: BalanceInstance,

@@ -579,9 +579,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`; micro_batches: :func:`_micro_batches`.
         sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
             autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
-            Unset: the trainer's own for a training pass with Adam, as ``place`` resolves an unset
-            ``training.<role>.sharding`` (:func:`check_trainer_sharding`); else ``none``. A value the trainer
-            cannot run is refused; the Adam step takes the layout's share of the state.
+            Unset: the trainer's own with Adam, as ``place`` resolves ``training.<role>.sharding``
+            (:func:`check_trainer_sharding`), else ``none``; a value it cannot run is refused.
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees (every task but train per replica:
             ``dp`` only where it counts, :func:`_check_replica_dp`); framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"``: the knob model); default the preset's own.

@@ -354,13 +354,19 @@ def resolved_training(options: TrainingOptions, framework: str, megatron: bool, 
                       ep: int = 1) -> TrainingOptions:
     """``options`` with ``fp32_grad_buffer``, ``sequence_parallel`` and ``fp32_params`` set where they are unset
     (:func:`trainer_defaults` and :func:`~packplace.placement.model.stages.trainer_fp32_params` of ``framework`` on
-    Megatron-Core or not); on Megatron-Core at ``tp`` and ``ep`` both above 1 sequence parallelism whatever the
+    Megatron-Core or not; ``fp32_params`` unset only at ``sharding`` ``zero3``, the FSDP layout those trainers run);
+    on Megatron-Core at ``tp`` and ``ep`` both above 1 sequence parallelism whatever the
     options say (Megatron-Core runs no other way,
     :func:`~packplace.placement.model.stages.megatron_requires_sequence_parallel`), and never ``fp32_params``. The
     one resolution ``place``'s memory and time and ``estimate``'s pass memory read."""
     fp32, sp = trainer_defaults(framework, megatron)
     sp = sp if options.sequence_parallel is None else options.sequence_parallel
-    params32 = trainer_fp32_params(framework, megatron) if options.fp32_params is None else options.fp32_params
+    # unset: fp32 only on the FSDP layout those trainers run (zero3, stages.trainer_sharding); a zero1 / none
+    # layout of verl or NeMo RL is their Megatron workers' (bf16 parameters beside the distributed optimizer), and
+    # its bf16 pricing (4 + 12/dp bytes a parameter) holds at least the FSDP trainer's 16/dp
+    fsdp = options.sharding == "zero3"
+    params32 = (trainer_fp32_params(framework, megatron) and fsdp if options.fp32_params is None
+                else options.fp32_params)
     params32 = params32 and not megatron   # Megatron-Core keeps bf16 parameters beside its fp32 master
     return replace(options, fp32_grad_buffer=fp32 if options.fp32_grad_buffer is None else options.fp32_grad_buffer,
                    sequence_parallel=sp or (megatron and megatron_requires_sequence_parallel(tp, ep)),
