@@ -153,3 +153,21 @@ def test_every_plan_the_search_returns_at_a_release_emits_without_a_refusal(path
         out = emit(instance, plan, "verl")
         assert out.refusals == [], (solver, out.refusals)
         assert not plan_refusals(instance, plan)
+
+
+def test_megatron_offload_off_before_0_4_0_is_a_note_not_a_refusal():
+    # verl's Megatron workers offload nothing before 0.4.0 (megatron_workers.py at v0.3.0.post1:
+    # _is_offload_param = False): leaving the missing offload keys out runs the plan's false
+    import warnings
+
+    import yaml
+    cfg = yaml.safe_load(PPO.read_text())
+    cfg["policy"] = {**cfg["policy"], "framework": "verl", "framework_version": "0.3.0", "trainer_backend": "megatron"}
+    instance = build_instance(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = api.solve_placement(instance, "greedy", seed=0).solution
+    out = emit(instance, plan, "verl")
+    assert out.refusals == []
+    assert any(note.startswith("actor_rollout_ref.actor.megatron.param_offload=false: verl 0.3.0's") and
+               note.endswith("it runs that way") for note in out.notes)

@@ -1780,12 +1780,13 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--sharding", default=None, metavar="{" + ",".join(SHARDINGS) + "}",
                    help="train only: none: every data-parallel rank holds all of the training state, fp32 "
                         "master weights under bf16 autocast (with --framework none, a bare PyTorch loop); zero1 "
-                        "(default with --optimizer adam, whatever the --framework, as place's "
-                        "training.<role>.sharding): the ZeRO mixed-precision layout, bf16 weights, the optimizer "
-                        "state split over --dp; zero2: and the gradients; the "
-                        "Adam step's time takes the layout's share (all of the state under none, 1/dp under zero1 "
-                        "and zero2) as place prices training.<role>.sharding (zero1 and zero2 need "
-                        "--optimizer adam: with --optimizer none there is no optimizer state to split)")
+                        "(with --optimizer adam the default of verl, NeMo RL and --framework none; OpenRLHF's "
+                        "is zero2, DeepSpeed-Chat's none, as place resolves training.<role>.sharding; verl's "
+                        "FSDP and NeMo RL's DTensor workers run zero3, which estimate does not price): the ZeRO "
+                        "mixed-precision layout, bf16 weights, the optimizer state split over --dp; zero2: and "
+                        "the gradients; the Adam step's time takes the layout's share (all of the state under "
+                        "none, 1/dp under zero1 and zero2) as place prices training.<role>.sharding (zero1 and "
+                        "zero2 need --optimizer adam: with --optimizer none there is no optimizer state to split)")
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")

@@ -116,10 +116,16 @@ AVAILABLE: dict[str, tuple[str, str]] = {
 #: global_pool_id``), the trainer's GPUs, which is ``enable_resource_pool=False``; where the Megatron config has no
 #: ``model.enable_gradient_checkpointing`` (actor v0.5.0-v0.6.1, critic v0.5.0-0.7.1) its workers recompute per
 #: ``megatron.override_transformer_config.recompute_granularity``, ``null`` (none) by default
-#: (``_generated_ppo_megatron_trainer.yaml`` at v0.5.0), which is ``enable_gradient_checkpointing=False``.
+#: (``_generated_ppo_megatron_trainer.yaml`` at v0.5.0), which is ``enable_gradient_checkpointing=False``; before
+#: 0.4.0 the Megatron workers offload nothing (``verl/workers/megatron_workers.py`` at v0.3.0.post1:
+#: ``self._is_offload_param = False``, "we only support reference model param offload"), which is
+#: ``megatron.param_offload`` / ``optimizer_offload`` false.
 ABSENT_MEANS: dict[str, Any] = {"reward.reward_model.enable_resource_pool": False,
                                 "actor_rollout_ref.model.enable_gradient_checkpointing": False,
-                                "critic.model.enable_gradient_checkpointing": False}
+                                "critic.model.enable_gradient_checkpointing": False,
+                                **{f"{worker}.megatron.{what}_offload": False
+                                   for worker in ("actor_rollout_ref.actor", "critic")
+                                   for what in ("param", "optimizer")}}
 #: ``{key: what the release runs instead}`` for the refusal line of a key a release lacks.
 INSTEAD: dict[str, str] = {
     "trainer.v1.trainer_mode": "it has no trainer.v1 asynchronous modes: its trainer is synchronous",
