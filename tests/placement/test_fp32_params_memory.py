@@ -38,6 +38,21 @@ def _config(offload: str = "none", backend: str = "fsdp", framework: str = "verl
             "policy": policy, "training": {"sharding": "zero3", "offload": offload, "actor": actor}}
 
 
+def _place_peak(framework: str, given: bool | None) -> float:
+    """``place``'s resident + transient bytes of a Qwen2.5-1.5B trainer on 4 H100 at zero1 under trainer_backend
+    auto (the layout estimate prices), ``training.fp32_params`` ``given`` (None: unset)."""
+    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 4},
+              "models": {"actor": dict(MODEL_PRESETS["qwen2.5-1.5b"]), "reward": "rule"},
+              "workload": {"batch_size": 4, "samples_per_prompt": 1, "context_length": 2047,
+                           "generation_length": 1},
+              "policy": {"algorithm": "grpo", "framework": framework, "trainer_backend": "auto"},
+              "training": {"recompute": "selective", "sharding": "zero1"}}
+    if given is not None:
+        config["training"]["fp32_params"] = given
+    cand = get_evaluator(build_instance(config)).table.lookup("actor.train", Strategy(4, 1, 1, 1), 1, (1, 1, 4))
+    return cand.resident_bytes + cand.transient_bytes
+
+
 def _train(config: dict):
     inst = build_instance(config)
     cand = get_evaluator(inst).table.lookup("actor.train", Strategy(8, 1, 1, 1), 1, (1, 1, 8))
@@ -147,16 +162,7 @@ def test_estimate_prices_the_pass_as_place_prices_the_vertex(given, weights, gra
     assert e.memory["gradients"] == pytest.approx(gradients * p, rel=1e-12)
     assert e.memory["optimizer"] == pytest.approx(adam * p / 4, rel=1e-12)
     assert e.inputs["fp32_params"] is given
-    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 4},
-              "models": {"actor": dict(MODEL_PRESETS["qwen2.5-1.5b"]), "reward": "rule"},
-              "workload": {"batch_size": 4, "samples_per_prompt": 1, "context_length": 2047,
-                           "generation_length": 1},
-              "policy": {"algorithm": "grpo", "framework": "verl", "trainer_backend": "auto"},
-              "training": {"recompute": "selective", "sharding": "zero1"}}
-    if given is not None:
-        config["training"]["fp32_params"] = given
-    cand = get_evaluator(build_instance(config)).table.lookup("actor.train", Strategy(4, 1, 1, 1), 1, (1, 1, 4))
-    assert e.memory["peak_bytes"] == pytest.approx(cand.resident_bytes + cand.transient_bytes, rel=1e-9)
+    assert e.memory["peak_bytes"] == pytest.approx(_place_peak("verl", given), rel=1e-9)
 
 
 def test_the_verl_emitter_writes_bf16_parameters_where_the_plan_priced_them():
@@ -210,16 +216,7 @@ def test_nemo_rl_dtensor_prices_fp32_weights_and_gradients_in_estimate_and_place
     m = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=2048, dp=4, framework="nemo-rl",
                  trainer_backend="megatron")
     assert (m.memory["weights"], m.memory["gradients"]) == pytest.approx((2.0 * p, 2.0 * p), rel=1e-12)
-    config = {"hardware": {"preset": "h100-sxm", "nodes_per_rack": 1, "gpus_per_node": 4},
-              "models": {"actor": dict(MODEL_PRESETS["qwen2.5-1.5b"]), "reward": "rule"},
-              "workload": {"batch_size": 4, "samples_per_prompt": 1, "context_length": 2047,
-                           "generation_length": 1},
-              "policy": {"algorithm": "grpo", "framework": "nemo-rl", "trainer_backend": "auto"},
-              "training": {"recompute": "selective", "sharding": "zero1"}}
-    if given is not None:
-        config["training"]["fp32_params"] = given
-    cand = get_evaluator(build_instance(config)).table.lookup("actor.train", Strategy(4, 1, 1, 1), 1, (1, 1, 4))
-    assert e.memory["peak_bytes"] == pytest.approx(cand.resident_bytes + cand.transient_bytes, rel=1e-9)
+    assert e.memory["peak_bytes"] == pytest.approx(_place_peak("nemo-rl", given), rel=1e-9)
 
 
 def test_nemo_rl_dtensor_under_optimizer_offload_keeps_fp32_weights_and_gradients():
