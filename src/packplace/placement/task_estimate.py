@@ -1852,8 +1852,9 @@ def _setting_flags(p) -> None:
                    help="train on verl's FSDP workers: fp32 parameters and gradients beside the two Adam moments "
                         "(4 + 4 + 8 bytes per parameter; false: bf16 ones beside a 12-byte master and moments), as "
                         "training.<role>.fp32_params (verl fsdp_config.model_dtype); default: the config's with "
-                        "--model CONFIG.yaml:ROLE, else the trainer's (verl FSDP and NeMo RL DTensor true, NeMo RL "
-                        "refusing false; every other trainer is priced false)")
+                        "--model CONFIG.yaml:ROLE, else the trainer's (verl FSDP and NeMo RL DTensor true at zero3, "
+                        "their one sharding, false at the zero1 / none layouts estimate prices; NeMo RL refuses "
+                        "false; every other trainer is priced false)")
     p.add_argument("--sequence-parallel", default=None, dest="sequence_parallel", choices=("true", "false"),
                    help="train / infer with tp > 1: Megatron sequence parallelism, as "
                         "training.<role>.sequence_parallel (false: the norms and linear inputs whole on every TP "

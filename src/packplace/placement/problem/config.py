@@ -274,8 +274,9 @@ TRAINING_FIELDS: dict[str, Field] = {
                          meaning="fp32 parameters and gradients beside the two fp32 Adam moments (4 + 4 + 8 "
                                  "bytes/param) instead of bf16 ones beside a 12-byte master and moments (verl FSDP "
                                  "fsdp_config.model_dtype); unset: the trainer's (verl FSDP and NeMo RL DTensor "
-                                 "fp32, every other trainer priced bf16; stages.trainer_fp32_params); verl FSDP "
-                                 "only (NeMo RL DTensor: true only)"),
+                                 "fp32 at zero3, their one sharding; a zero1 / none layout and every other "
+                                 "trainer priced bf16; stages.trainer_fp32_params); verl FSDP only (NeMo RL "
+                                 "DTensor: true only)"),
     "sequence_parallel": Field("bool", default=None,
                                meaning="Megatron sequence parallelism of a tensor-parallel trainer (false: the norms "
                                        "and linear inputs whole on every TP rank); unset: the trainer's (verl "
