@@ -1,5 +1,6 @@
 """``time_limit_s`` of the verl drop-in ``get_seqlen_balanced_partitions`` bounds the whole call: verl's own
-pass runs on what the backend left and is dropped when cut, on both paths. Timed on the ``work_clock``
+pass runs on what the backend left and is dropped when cut, on both paths; a cut call (not ``equal_size``) is never
+worse than greedy LPT. Timed on the ``work_clock``
 fixture (a clock that moves only with readings and the work a test charges), never on the wall clock."""
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from packplace.integrations.differencing import (
     differencing_partitions,
     differencing_partitions_until,
     largest_sum,
+    lpt_partitions,
     refine_equal_size,
 )
-from packplace.integrations.partition import snake_deal
+from packplace.integrations.partition import partition, snake_deal
 from packplace.run import clock
 
 
@@ -100,3 +102,72 @@ def test_a_bad_time_limit_is_refused_naming_it(bad):
 
 def test_clock_every_is_the_documented_reading_interval():
     assert differencing.CLOCK_EVERY == 64
+
+
+def test_lpt_partitions_hand_computed():
+    # 5 -> part 0; 4 -> part 1; 3 -> part 1 (4 < 5); 3 -> part 0 (5 < 7); 2 -> part 1 (7 < 8)
+    assert lpt_partitions([5, 4, 3, 3, 2], 2) == [[0, 3], [1, 2, 4]]
+    # zero values: ties go to the part with fewer items, so no part is left empty
+    assert lpt_partitions([0, 0, 0, 0], 3) == [[0, 3], [1], [2]]
+    big = 2**60
+    parts = lpt_partitions([big + 1, big, big, 1], 2)   # sums exact past float64's integers
+    assert parts == [[0, 3], [1, 2]]
+    assert largest_sum([big + 1, big, big, 1], parts) == 2 * big
+
+
+def poor_backend(monkeypatch, clock_fake) -> list:
+    """A backend that spends the whole limit and returns a poor answer (all but k - 1 items in part 0)."""
+    answers: list = []
+
+    def poor(values, k, **_):
+        clock_fake.now += 5.0
+        parts = [list(range(len(values) - k + 1))] + [[len(values) - k + 1 + j] for j in range(k - 1)]
+        answers.append(parts)
+        return parts, False
+
+    monkeypatch.setattr(verl, "partition", poor)
+    return answers
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_cut_call_is_never_worse_than_lpt(work_clock, monkeypatch, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    k = int(rng.integers(1, n + 1))
+    values = rng.integers(0, 10**int(rng.integers(1, 19)), n).tolist()
+    answers = poor_backend(monkeypatch, work_clock)
+    outcomes = spy_pass(monkeypatch, 0.0, work_clock)
+    parts = verl.get_seqlen_balanced_partitions(values, k, False, time_limit_s=1.0)
+    assert outcomes == [None]   # the backend spent the limit: verl's pass was cut
+    assert len(parts) == k and all(parts)
+    assert sorted(i for part in parts for i in part) == list(range(n))
+    lpt = largest_sum(values, lpt_partitions(values, k))
+    assert largest_sum(values, parts) <= lpt
+    assert largest_sum(values, parts) == min(lpt, largest_sum(values, answers[0]))
+
+
+def test_a_cut_backend_better_than_lpt_is_kept(work_clock, monkeypatch):
+    values = [3, 3, 2, 2, 2]   # LPT: {3, 2, 2} and {3, 2} (7); the optimum {3, 3} and {2, 2, 2} (6)
+    assert largest_sum(values, lpt_partitions(values, 2)) == 7
+
+    def optimal(values, k, **_):
+        work_clock.now += 5.0
+        return [[0, 1], [2, 3, 4]], False
+
+    monkeypatch.setattr(verl, "partition", optimal)
+    assert verl.get_seqlen_balanced_partitions(values, 2, False, time_limit_s=1.0) == [[0, 1], [2, 3, 4]]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_without_a_limit_lpt_never_runs_and_the_answer_is_unchanged(monkeypatch, seed):
+    values = workloads(1024, seed)
+
+    def refused(*_):
+        raise AssertionError("LPT ran without a time limit")
+
+    monkeypatch.setattr(verl, "lpt_partitions", refused)
+    parts = verl.get_seqlen_balanced_partitions(values, 16, False)
+    ours, proven = partition(values, 16, with_proof=True)
+    theirs = differencing_partitions(values, 16, False)
+    expected = ours if proven or largest_sum(values, theirs) >= largest_sum(values, ours) else theirs
+    assert parts == expected

@@ -10,6 +10,8 @@ verl's own; this module supplies verl's own answer and the exact comparison:
 * :func:`refine_equal_size` — pairwise swaps between the heaviest part and the lightest ones: part
   sizes never change and the largest sum never grows, so a refined verl answer is never worse
   than verl's;
+* :func:`lpt_partitions` — greedy LPT (largest first, each to the part of smallest sum), the cheap floor
+  the verl drop-in keeps under a time limit;
 * :func:`part_sums` / :func:`largest_sum` — exact sums (Python integers for integer input, so
   values above 2^53 are not rounded through float64; :func:`math.fsum` otherwise).
 
@@ -108,6 +110,30 @@ def differencing_partitions_until(values: Sequence[Any], k: int, equal_size: boo
         heapq.heappush(heap, (subsets[-1][0] - subsets[0][0], _TopFirst(subsets[0]), order, subsets))
         order += 1
     return [sorted(subset[2]) for subset in heap[0][3]]
+
+
+def lpt_partitions(values: Sequence[Any], k: int) -> list[list[int]]:
+    """Greedy LPT: items in decreasing value order (ties by index), each to the part of smallest exact sum
+    (ties: fewer items, then lower part index, so k <= n leaves no part empty even with zero values).
+
+    Args:
+        values: Item values, shape (n,): ints (summed exactly) or floats, >= 0.
+        k: Number of parts, 1 <= k <= n.
+
+    Returns:
+        k lists of indices, each sorted ascending, every index once. O(n log n + n log k).
+    """
+    order = sorted(range(len(values)), key=values.__getitem__, reverse=True)   # stable: ties keep index order
+    owner = [0] * len(values)
+    heap: list[tuple[Any, int, int]] = [(0, 0, j) for j in range(k)]
+    for i in order:
+        total, size, j = heap[0]
+        owner[i] = j
+        heapq.heapreplace(heap, (total + values[i], size + 1, j))
+    parts: list[list[int]] = [[] for _ in range(k)]
+    for i, j in enumerate(owner):
+        parts[j].append(i)
+    return parts
 
 
 def integral(values: Sequence[Any]) -> bool:

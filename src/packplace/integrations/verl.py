@@ -56,6 +56,7 @@ from packplace.integrations.differencing import (
     differencing_partitions,
     differencing_partitions_until,
     largest_sum,
+    lpt_partitions,
     part_sums,
     refine_equal_size,
 )
@@ -127,6 +128,9 @@ def get_seqlen_balanced_partitions(
     ``seed`` are not used there. Otherwise packplace's ``solver`` answer
     (:func:`~packplace.integrations.partition.partition`), replaced by verl's when that is exactly better.
     Either way the largest part sum is never above verl's, unless ``time_limit_s`` cuts verl's pass.
+    With ``time_limit_s`` (not ``equal_size``), greedy LPT
+    (:func:`~packplace.integrations.differencing.lpt_partitions`) runs first and is returned where its
+    largest part sum is exactly below the answer above, so a cut call is never worse than LPT.
 
     ``time_limit_s`` bounds the whole call from its entry: the backend gets what is left after the input
     checks, verl's pass what the backend left (it reads the clock every 64 start states and merges, and a
@@ -174,13 +178,16 @@ def get_seqlen_balanced_partitions(
             theirs = snake_deal(np.asarray(values, dtype=np.float64), k)
         return refine_equal_size(values, theirs, 2 * k + 16, deadline)
     exact_in_float = sum(values) < _EXACT_FLOAT
+    floor = None if deadline is None else lpt_partitions(values, k)   # a limit may cut what follows: LPT first
     parts, proven = partition(values, k, solver=solver, time_limit_s=None if deadline is None else
                               max(deadline - clock(), 1e-3), seed=seed, with_proof=True)
     if not proven or not exact_in_float:
         # verl's own answer in what the backend left of the limit; cut (or no time left): the backend's answer
         theirs = differencing_partitions_until(values, k, False, deadline)
         if theirs is not None and largest_sum(values, theirs) < largest_sum(values, parts):
-            return theirs
+            parts = theirs
+        if floor is not None and largest_sum(values, floor) < largest_sum(values, parts):
+            parts = floor   # the limit cut the backend and verl's pass short of LPT
     return parts
 
 
