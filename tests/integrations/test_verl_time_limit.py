@@ -1,6 +1,6 @@
 """``time_limit_s`` of the verl drop-in ``get_seqlen_balanced_partitions`` bounds the whole call: verl's own
-pass runs on what the backend left and is dropped when cut, on both paths; a cut call (not ``equal_size``) is never
-worse than greedy LPT. Timed on the ``work_clock``
+pass runs on what the backend left and is dropped when cut, on both paths; a cut call is never worse than greedy LPT
+(equal counts with ``equal_size``). Timed on the ``work_clock``
 fixture (a clock that moves only with readings and the work a test charges), never on the wall clock."""
 
 from __future__ import annotations
@@ -89,8 +89,11 @@ def test_equal_size_path_runs_on_the_deadline_too(work_clock, monkeypatch):
     outcomes = spy_pass(monkeypatch, 5.0, work_clock)   # something before the pass used up the limit
     parts = verl.get_seqlen_balanced_partitions(values, k, True, time_limit_s=1.0)
     assert outcomes == [None]
-    # the cut pass is replaced by the snake deal, and the refinement (past the deadline) swaps nothing
-    assert parts == snake_deal(np.asarray(values, dtype=np.float64), k)
+    # the cut pass is replaced by the snake deal, the refinement (past the deadline) swaps nothing, and equal-count
+    # LPT replaces it where exactly better
+    snake, lpt = snake_deal(np.asarray(values, dtype=np.float64), k), lpt_partitions(values, k, True)
+    assert parts == (lpt if largest_sum(values, lpt) < largest_sum(values, snake) else snake)
+    assert largest_sum(values, parts) <= largest_sum(values, snake)
     assert [len(part) for part in parts] == [1024 // k] * k
 
 
@@ -113,6 +116,23 @@ def test_lpt_partitions_hand_computed():
     parts = lpt_partitions([big + 1, big, big, 1], 2)   # sums exact past float64's integers
     assert parts == [[0, 3], [1, 2]]
     assert largest_sum([big + 1, big, big, 1], parts) == 2 * big
+    # equal counts (3 each): 9, 8, 7 -> parts 0, 1, 2; 2 -> 2 (9); 1 -> 1 (9); 1 -> 0 (sums 9, 9, 9: fewest
+    # items); then part 1 (9, 3 items: full), part 2 (full), part 0 (full) take the three zeros
+    assert lpt_partitions([9, 8, 7, 2, 1, 1, 0, 0, 0], 3, True) == [[0, 5, 8], [1, 4, 6], [2, 3, 7]]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_cut_equal_size_call_is_never_worse_than_equal_count_lpt(work_clock, monkeypatch, seed):
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 9))
+    n = k * 64 * int(rng.integers(1, 3))   # the pass reads the clock when its state count reaches a multiple of 64
+    values = rng.integers(0, 10**int(rng.integers(1, 19)), n).tolist()
+    outcomes = spy_pass(monkeypatch, 5.0, work_clock)   # something before the pass used up the limit
+    parts = verl.get_seqlen_balanced_partitions(values, k, True, time_limit_s=1.0)
+    assert outcomes == [None]
+    assert [len(part) for part in parts] == [n // k] * k
+    assert sorted(i for part in parts for i in part) == list(range(n))
+    assert largest_sum(values, parts) <= largest_sum(values, lpt_partitions(values, k, True))
 
 
 def poor_backend(monkeypatch, clock_fake) -> list:
@@ -171,3 +191,29 @@ def test_without_a_limit_lpt_never_runs_and_the_answer_is_unchanged(monkeypatch,
     theirs = differencing_partitions(values, 16, False)
     expected = ours if proven or largest_sum(values, theirs) >= largest_sum(values, ours) else theirs
     assert parts == expected
+
+
+def test_equal_size_with_the_refinement_cut_is_never_worse_than_lpt(work_clock, monkeypatch):
+    values = workloads(2048)
+    k = 64
+
+    def cut(values, parts, max_rounds, deadline):
+        work_clock.now += 5.0   # the refinement ran out of the limit before its first swap
+        return [list(part) for part in parts]
+
+    monkeypatch.setattr(verl, "refine_equal_size", cut)
+    parts = verl.get_seqlen_balanced_partitions(values, k, True, time_limit_s=1.0)
+    theirs, lpt = differencing_partitions(values, k, True), lpt_partitions(values, k, True)
+    assert largest_sum(values, lpt) < largest_sum(values, theirs)   # verl's raw answer is the worse one here
+    assert parts == lpt
+
+
+def test_equal_size_within_the_limit_runs_no_lpt(work_clock, monkeypatch):
+    values = workloads(1024)
+
+    def refused(*_):
+        raise AssertionError("LPT ran within the limit")
+
+    monkeypatch.setattr(verl, "lpt_partitions", refused)
+    parts = verl.get_seqlen_balanced_partitions(values, 8, True, time_limit_s=100.0)
+    assert parts == refine_equal_size(values, differencing_partitions(values, 8, True), 2 * 8 + 16)

@@ -10,8 +10,8 @@ verl's own; this module supplies verl's own answer and the exact comparison:
 * :func:`refine_equal_size` — pairwise swaps between the heaviest part and the lightest ones: part
   sizes never change and the largest sum never grows, so a refined verl answer is never worse
   than verl's;
-* :func:`lpt_partitions` — greedy LPT (largest first, each to the part of smallest sum), the cheap floor
-  the verl drop-in keeps under a time limit;
+* :func:`lpt_partitions` — greedy LPT (largest first, each to the part of smallest sum; equal part sizes
+  on request), the cheap floor the verl drop-in keeps under a time limit;
 * :func:`part_sums` / :func:`largest_sum` — exact sums (Python integers for integer input, so
   values above 2^53 are not rounded through float64; :func:`math.fsum` otherwise).
 
@@ -112,24 +112,30 @@ def differencing_partitions_until(values: Sequence[Any], k: int, equal_size: boo
     return [sorted(subset[2]) for subset in heap[0][3]]
 
 
-def lpt_partitions(values: Sequence[Any], k: int) -> list[list[int]]:
+def lpt_partitions(values: Sequence[Any], k: int, equal_size: bool = False) -> list[list[int]]:
     """Greedy LPT: items in decreasing value order (ties by index), each to the part of smallest exact sum
-    (ties: fewer items, then lower part index, so k <= n leaves no part empty even with zero values).
+    (ties: fewer items, then lower part index, so k <= n leaves no part empty even with zero values); with
+    ``equal_size`` a part that holds n / k items takes no more.
 
     Args:
         values: Item values, shape (n,): ints (summed exactly) or floats, >= 0.
         k: Number of parts, 1 <= k <= n.
+        equal_size: Every part gets n / k items (the caller ensures k divides n).
 
     Returns:
         k lists of indices, each sorted ascending, every index once. O(n log n + n log k).
     """
     order = sorted(range(len(values)), key=values.__getitem__, reverse=True)   # stable: ties keep index order
+    full = len(values) // k if equal_size else len(values) + 1
     owner = [0] * len(values)
     heap: list[tuple[Any, int, int]] = [(0, 0, j) for j in range(k)]
     for i in order:
         total, size, j = heap[0]
         owner[i] = j
-        heapq.heapreplace(heap, (total + values[i], size + 1, j))
+        if size + 1 == full:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (total + values[i], size + 1, j))
     parts: list[list[int]] = [[] for _ in range(k)]
     for i, j in enumerate(owner):
         parts[j].append(i)

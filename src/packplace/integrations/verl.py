@@ -128,16 +128,18 @@ def get_seqlen_balanced_partitions(
     ``seed`` are not used there. Otherwise packplace's ``solver`` answer
     (:func:`~packplace.integrations.partition.partition`), replaced by verl's when that is exactly better.
     Either way the largest part sum is never above verl's, unless ``time_limit_s`` cuts verl's pass.
-    With ``time_limit_s`` (not ``equal_size``), greedy LPT
-    (:func:`~packplace.integrations.differencing.lpt_partitions`) runs first and is returned where its
-    largest part sum is exactly below the answer above, so a cut call is never worse than LPT.
+    With ``time_limit_s``, greedy LPT (:func:`~packplace.integrations.differencing.lpt_partitions`) is
+    returned where its largest part sum is exactly below the answer above, so a cut call is never worse
+    than LPT: it runs first (the backend gets what it leaves), and with ``equal_size`` (equal counts) only
+    once the deadline has passed (verl's pass and the refinement keep all of the limit).
 
     ``time_limit_s`` bounds the whole call from its entry: the backend gets what is left after the input
     checks, verl's pass what the backend left (it reads the clock every 64 start states and merges, and a
     cut pass is dropped: the backend's answer is kept); on the ``equal_size`` path verl's pass and the
     refinement run on the same deadline, and a cut pass is replaced by the snake deal
     (:func:`~packplace.integrations.partition.snake_deal`) before the refinement. Not bounded: the input
-    checks and the backend's own overrun of its limit (:func:`~packplace.balance.api.solve_balance`).
+    checks, the backend's own overrun of its limit (:func:`~packplace.balance.api.solve_balance`) and the
+    ``equal_size`` path's LPT past the deadline.
 
     Args:
         seqlen_list: Per-item values to balance (sequence lengths or workloads), shape (n,), >= 0;
@@ -176,7 +178,12 @@ def get_seqlen_balanced_partitions(
         theirs = differencing_partitions_until(values, k, True, deadline)
         if theirs is None:
             theirs = snake_deal(np.asarray(values, dtype=np.float64), k)
-        return refine_equal_size(values, theirs, 2 * k + 16, deadline)
+        refined = refine_equal_size(values, theirs, 2 * k + 16, deadline)
+        if deadline is not None and clock() >= deadline:   # the limit cut the pass or the refinement: LPT's floor
+            floor = lpt_partitions(values, k, True)
+            if largest_sum(values, floor) < largest_sum(values, refined):
+                return floor
+        return refined
     exact_in_float = sum(values) < _EXACT_FLOAT
     floor = None if deadline is None else lpt_partitions(values, k)   # a limit may cut what follows: LPT first
     parts, proven = partition(values, k, solver=solver, time_limit_s=None if deadline is None else
