@@ -12,7 +12,7 @@ import pytest
 from packplace.placement import api
 from packplace.placement.emit import emit
 from packplace.placement.model.layout_rules import Context, Placed, plan_refusals, refusals
-from packplace.placement.problem.config import build_instance, load_config
+from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.yamlio import load_yaml
 
@@ -38,7 +38,8 @@ def vp(dp: int, pp: int, tp: int, mb: int = 4) -> VertexPlan:
 def hand_plan(critic: Strategy, reward: Strategy) -> Plan:
     return Plan.build({
         "actor.generate": vp(8, 1, 4, 64), "actor.train": vp(8, 2, 2), "reference.infer": vp(8, 2, 2),
-        "critic.infer": VertexPlan(critic, 4, Allocation(*ALL)), "critic.train": VertexPlan(critic, 4, Allocation(*ALL)),
+        "critic.infer": VertexPlan(critic, 4, Allocation(*ALL)),
+        "critic.train": VertexPlan(critic, 4, Allocation(*ALL)),
         "reward.infer": VertexPlan(reward, 4, Allocation(*ALL))})
 
 
