@@ -24,7 +24,8 @@ is stale (the periodic model's staleness Booleans; the synchronous model's step 
 For verl (:func:`_add_verl_rules`): the reference, the critic and its value forward on the actor trainer's block,
 the value forward at the critic's strategy, under the Megatron backend
 (:func:`~packplace.placement.model.layout_rules.trainer_backend`, which the trainers' and forwards' strategies set
-under ``auto``) the reference at the trainer's strategy, the rollout on the trainer's block or, with the actor
+under ``auto``) the reference, the critic and a reward forward worker on the trainer's block at the trainer's
+strategy, the rollout on the trainer's block or, with the actor
 stale, on GPUs disjoint from it, a reward model on it or on GPUs apart. For NeMo RL, likewise
 (:func:`_add_nemo_rl_rules`): the reference on the policy's block at its strategy, the value forward on the critic's
 at its, the reward model on GPUs of its own, PPO's critic and generation on the policy's block, GRPO's generation on
@@ -64,7 +65,9 @@ from packplace.placement.model.layout_rules import (
     TRAIN,
     Context,
     Placed,
+    megatron_pool_followers,
     openrlhf_sizes,
+    reward_forward_worker,
     trainer_backend,
 )
 
@@ -88,7 +91,8 @@ def rule_key(ctx: Context | None, name: str, cand) -> Any:
     if ctx is None:
         return None
     if ctx.framework == "verl":   # the value forward's and the reference's strategies, and the backend they set
-        return cand.strategy if name in (TRAIN, REFERENCE, CRITIC_TRAIN, CRITIC_INFER) else None
+        forwards = (REWARD,) if reward_forward_worker(ctx) else ()
+        return cand.strategy if name in (TRAIN, REFERENCE, CRITIC_TRAIN, CRITIC_INFER, *forwards) else None
     if ctx.framework == "nemo-rl":   # the strategies the forwards follow; the GPUs per node of a block apart
         return cand.strategy if name in (TRAIN, REFERENCE, CRITIC_TRAIN, CRITIC_INFER) else (
             cand.extent if name in (GENERATE, REWARD) else None)
@@ -256,10 +260,17 @@ def _add_verl_rules(m: Any, ctx: Context, index: dict[str, int], loc, actor_stal
     if CRITIC_TRAIN in index and CRITIC_INFER in index:
         _same_key(m, loc.where(index[CRITIC_INFER], strategy), loc.where(index[CRITIC_TRAIN], strategy))
     megatron = _verl_megatron(m, ctx, index, loc)
-    if REFERENCE in index and megatron is not None:
+    if megatron is not None:   # the reference, and the Megatron workers on the trainer's block, at its strategy
         trained = loc.where(train, strategy)
-        for s, lit in loc.where(index[REFERENCE], strategy).items():
-            m.AddBoolOr([lit.Not(), megatron.Not(), *([trained[s]] if s in trained else [])])
+        for name in (REFERENCE, *megatron_pool_followers(ctx)):
+            if name not in index:
+                continue
+            for (block, s), lit in loc.where(index[name], lambda o: ((o.lo, o.hi), o.cand.strategy)).items():
+                there = [] if name != REWARD or block not in loc.block_of[train] else [loc.block_of[train][block]]
+                if name == REWARD and not there:
+                    continue
+                m.AddBoolOr([lit.Not(), megatron.Not(), *(x.Not() for x in there),
+                             *([trained[s]] if s in trained else [])])
     for name in (GENERATE, REWARD):   # the rollout on the trainer's block (apart: stale); a reward model there or apart
         if name not in index or (name == REWARD and not ctx.reward_model):
             continue
@@ -282,7 +293,8 @@ def _verl_megatron(m: Any, ctx: Context, index: dict[str, int], loc) -> Any:
         always = m.NewBoolVar("verl megatron backend")
         m.Add(always == 1)
         return always
-    lits = [lit for name in (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER) if name in index
+    forwards = (REWARD,) if reward_forward_worker(ctx) else ()
+    lits = [lit for name in (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER, *forwards) if name in index
             for s, lit in loc.where(index[name], lambda o: o.cand.strategy).items()
             if s.pp > 1 or s.ep > 1 or s.tp > 1]
     if not lits:

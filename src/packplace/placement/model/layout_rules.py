@@ -16,9 +16,10 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
 
 * **verl** (``verl/trainer/main_ppo.py``, hybrid engine): the reference, critic and value forwards run
   on the actor trainer's GPUs (one resource pool), on the Megatron backend the reference with the actor's
-  layout (one Megatron-Core parallel state per worker); the value forward runs in the critic's workers with
-  the critic's layout; the rollout shares the trainer's GPUs, or (with staleness ≥ 1, ``trainer.v1``
-  ``separate_async``) GPUs of its own; a reward model's vLLM engine shares the trainer's GPUs or has a
+  layout (one Megatron-Core parallel state per worker), and so the critic and the reward forward worker on
+  its GPUs (:func:`_verl_megatron_pool`: one process per resource pool); the value forward runs in the
+  critic's workers with the critic's layout; the rollout shares the trainer's GPUs, or (with staleness ≥ 1,
+  ``trainer.v1`` ``separate_async``) GPUs of its own; a reward model's vLLM engine shares the trainer's GPUs or has a
   pool of its own, without pipeline parallelism. The trainer backend (:func:`trainer_backend`): FSDP
   has no tensor, pipeline, expert or context parallelism for the trainers and forwards (it splits long
   sequences with Ulysses); Megatron has them but shards no parameters (no ``zero3``) and has no Ulysses. Per
@@ -669,6 +670,7 @@ def _verl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int
         out.append(f"{ref.layout} differs from {train.layout}: verl's Megatron reference and actor share one "
                    f"Megatron-Core parallel state per worker, set once by the engine built first "
                    f"(engine_workers.py init_model; mpu.is_initialized in engine/megatron/transformer_impl.py)")
+    out += _verl_megatron_pool(ctx, tasks)
     for task in (critic, critic_infer):
         if task is not None and not _same(task, train):
             out.append(f"{task.layout} on other GPUs than actor.train: verl maps the critic to the trainer's "
@@ -689,6 +691,34 @@ def _verl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int
         out.append(f"{reward.layout} shares some but not all GPUs with actor.train: verl puts the reward model on "
                    f"the trainer's pool or on a pool of its own")
     return out + _verl_release_rules(ctx, tasks, staleness)
+
+
+def megatron_pool_followers(ctx: Context) -> tuple[str, ...]:
+    """verl's Megatron workers besides the actor's that run at the actor's layout when on its GPUs: the critic's
+    (train and value forward) and, before the reward model's vLLM engine, the reward forward worker
+    (:func:`reward_forward_worker`)."""
+    return (CRITIC_TRAIN, CRITIC_INFER) + ((REWARD,) if reward_forward_worker(ctx) else ())
+
+
+def _verl_megatron_pool(ctx: Context, tasks: Mapping[str, Placed]) -> list[str]:
+    """On verl's Megatron backend the workers of one resource pool share one process (``WorkerDict``,
+    ``create_colocated_worker_cls`` in ``verl/single_controller/ray/base.py``), and each Megatron worker's
+    ``__init__`` (``ActorRolloutRefWorker``, ``CriticWorker``, ``RewardModelWorker`` in
+    ``verl/workers/megatron_workers.py``, v0.5.0 to v0.7.0) calls ``mpu.initialize_model_parallel`` (tensor,
+    pipeline, context and expert parallel sizes) only ``if not torch.distributed.is_initialized()``: a critic or
+    reward forward worker on the actor's GPUs runs at the actor's layout."""
+    train = tasks[TRAIN]
+    if trainer_backend(ctx, {name: task.strategy for name, task in tasks.items()}) != "megatron":
+        return []
+    out = []
+    for name in megatron_pool_followers(ctx):
+        task = tasks.get(name)
+        if task is not None and _same(task, train) and task.strategy != train.strategy:
+            out.append(f"{task.layout} differs from {train.layout} on its GPUs: verl's Megatron workers of one "
+                       f"resource pool share one process (create_colocated_worker_cls) and one Megatron-Core "
+                       f"parallel state, set by the first (megatron_workers.py: mpu.initialize_model_parallel "
+                       f"only if not torch.distributed.is_initialized())")
+    return out
 
 
 def _verl_release_rules(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int]) -> list[str]:
@@ -1160,15 +1190,17 @@ class _Fixer:
         stale = self.staleness.get("actor", 0)
         if fw == "verl":
             strategies = {name: vp.strategy for name, vp in self.vertices.items()}
-            self.follow(REFERENCE, TRAIN, same_strategy=trainer_backend(ctx, strategies) == "megatron")
-            self.follow(CRITIC_TRAIN, TRAIN)
+            megatron = trainer_backend(ctx, strategies) == "megatron"
+            self.follow(REFERENCE, TRAIN, same_strategy=megatron)
+            self.follow(CRITIC_TRAIN, TRAIN, same_strategy=megatron)
             self.follow(CRITIC_INFER, CRITIC_TRAIN if CRITIC_TRAIN in self.vertices else TRAIN,
-                        same_strategy=CRITIC_TRAIN in self.vertices)
+                        same_strategy=CRITIC_TRAIN in self.vertices or megatron)
             self.same_or_disjoint(GENERATE, TRAIN, None if stale else "same", prefer_apart=bool(stale))
             if ctx.reward_model:
                 from packplace.placement.emit.verl_releases import REWARD_POOL  # the emit package imports this module
 
                 self.same_or_disjoint(REWARD, TRAIN, None if verl_has(ctx, REWARD_POOL) else "same")
+            self._verl_megatron_pool(ctx)
         elif fw == "nemo-rl":
             self.follow(REFERENCE, TRAIN, same_strategy=True)
             if ctx.algorithm == "ppo":  # one cluster: value model and generation on the policy's GPUs
@@ -1188,6 +1220,17 @@ class _Fixer:
                                    lambda extent: not whole or extent[2] == self.cluster.gpus_per_node)
         else:
             self._openrlhf(ctx)
+
+    def _verl_megatron_pool(self, ctx: Context) -> None:
+        """Where the moves leave verl on its Megatron backend, the reference and the Megatron workers on the
+        trainer's block (:func:`megatron_pool_followers`) at the trainer's strategy (:func:`_verl_megatron_pool`)."""
+        if trainer_backend(ctx, {name: vp.strategy for name, vp in self.vertices.items()}) != "megatron":
+            return
+        lead = self.vertices[TRAIN]
+        for name in (REFERENCE, *megatron_pool_followers(ctx)):
+            if name in self.vertices and self.span(name) == self.span(TRAIN) \
+                    and self.vertices[name].strategy != lead.strategy:
+                self.follow(name, TRAIN, same_strategy=True)
 
     def _openrlhf(self, ctx: Context) -> None:
         if ctx.algorithm == "dpo":
