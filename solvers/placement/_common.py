@@ -312,11 +312,14 @@ def least_staleness(staleness: dict[str, int], choices: dict[str, tuple[int, ...
     return best
 
 
-def lower_staleness(ev: PlacementEvaluator, plan: Plan, choices: dict[str, tuple[int, ...]]) -> tuple[Plan, float]:
+def lower_staleness(ev: PlacementEvaluator, plan: Plan, choices: dict[str, tuple[int, ...]],
+                    objective: float | None = None) -> tuple[Plan, float]:
     """``plan`` with each model's staleness lowered (:func:`least_staleness`) to the least value whose plan
     the evaluator scores no worse than ``plan`` up to :data:`STALENESS_RTOL` (a stale plan that is no faster
-    than its synchronous twin is returned synchronous), and that plan's objective."""
-    objective = ev.step_time(plan)
+    than its synchronous twin is returned synchronous), and that plan's objective. ``objective``: ``plan``'s, where
+    the caller has it from the evaluator (a synchronous plan then costs no evaluation)."""
+    if objective is None:
+        objective = ev.step_time(plan)
     if not plan.staleness or not math.isfinite(objective):
         return plan, objective
 

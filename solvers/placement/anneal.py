@@ -694,8 +694,7 @@ class _Annealing:
         if check != best_time:
             raise RuntimeError(f"anneal: internal error, best plan re-scores to {check!r}, not {best_time!r}")
         # the least staleness that keeps the objective (a stale plan no faster than its synchronous twin: synchronous)
-        if best.staleness:   # a synchronous plan has nothing to lower (and no evaluation past the deadline)
-            best, best_time = lower_staleness(search.ev, best, search.stale_values)
+        best, best_time = lower_staleness(search.ev, best, search.stale_values, best_time)
         improvement = 1.0 - best_time / self.warm_time
         stale = {m: t for m, t in best.staleness if t}
         kind = f"asynchronous period with staleness {stale}" if stale else "synchronous step time"
