@@ -49,6 +49,10 @@ def test_place_concurrent_on_every_shipped_config(path, tmp_path, capsys):
     assert get_evaluator(inst).score(plan).step_time == pytest.approx(data["objective"])
     for name in inst.graph.names:  # every vertex appears in the table
         assert name in text
+    # the JSON carries the text table's "fullest GPUs" line, the evaluator's, and its peak is the plan's
+    fullest = data["report"]["fullest_gpus"]
+    assert f"fullest GPUs: {fullest}" in text and fullest == get_evaluator(inst).fullest_gpus(plan)
+    assert f"{data['info']['peak_memory_bytes'] / 1e9:.3g} GB needed while" in fullest
 
 
 def test_gantt_picture(tmp_path):

@@ -266,7 +266,8 @@ def result_json(instance, result) -> dict[str, Any]:
     """JSON of a result (:func:`~packplace.result.command_document`): the result's own
     (:meth:`~packplace.result.SolveResult.to_dict`: ``objective`` the step time, s; ``bound``; the plan as its
     ``solution``) and under ``report`` the config, the plan with explicit GPU ids, per-vertex times and memory,
-    the weight sync and the throughput."""
+    the weight sync, the throughput and ``fullest_gpus`` (the text table's "fullest GPUs" line:
+    :meth:`~packplace.placement.evaluator.PlacementEvaluator.fullest_gpus`)."""
     out: dict[str, Any] = {"config": instance.source, "algorithm": instance.algorithm,
                            "optimality_tolerance": result.optimality_tolerance}
     if result.solution is not None:
@@ -288,6 +289,7 @@ def result_json(instance, result) -> dict[str, Any]:
         out["weight_sync_s"] = dict(score.realloc)
         out["throughput"] = {"samples_per_s": score.samples_per_s, "tokens_per_s": score.tokens_per_s,
                              "mfu": score.mfu}
+        out["fullest_gpus"] = ev.fullest_gpus(result.solution)
     return command_document(result, out)
 
 
