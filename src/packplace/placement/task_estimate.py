@@ -1825,8 +1825,10 @@ def _add_parallel_flags(p) -> None:
     p.add_argument("--dp", type=int, default=None,
                    help="dp degree (default 1). Every task but train is priced per replica (one data-parallel "
                         "rank's GPUs), so there --dp counts only with --pp above 1 (the dp x pp x tp GPUs' span sets "
-                        "the pipeline hand-offs' link, as place prices it) or as the fewest ranks --ep's expert group "
-                        "needs; any other value is refused")
+                        "the pipeline hand-offs' link, as place prices it), as the fewest ranks --ep's expert group "
+                        "needs, or for an infer pass on a ZeRO-3 trainer's partitioned weights (--sharding zero3, "
+                        "unset on verl's FSDP and NeMo RL's DTensor workers: the shard and its all-gather span --dp); "
+                        "any other value is refused")
     p.add_argument("--cp", type=int, default=1,
                    help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
                         "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
