@@ -73,10 +73,12 @@ def test_zero1_splits_the_optimizer_state_and_step_over_the_data_parallel_ranks(
 
 
 @pytest.mark.parametrize("task, sharding, message", [
-    ("train", "zero3", "sharding: zero3 gathers every layer's weights per micro-batch, which estimate does not "
-                       "price; give none, zero1 or zero2, or plan with packplace place"),
-    ("train", "fsdp", "sharding: must be one of none, zero1, zero2, got 'fsdp'"),
-    ("infer", "zero1", "sharding: zero1 splits the training state; task infer holds none"),
+    ("train", "fsdp", "sharding: must be one of none, zero1, zero2, zero3, got 'fsdp'"),
+    ("infer", "zero1", "sharding: zero1 splits the training state; task infer holds none (drop it, or give zero3: "
+                       "a forward on the trainer's ZeRO-3 / FSDP-partitioned weights)"),
+    # framework none's forwards never run on partitioned weights in place (no sharded inference)
+    ("infer", "zero3", "sharding: zero3 for task infer prices a forward on a ZeRO-3 trainer's partitioned weights, "
+                       "which framework none's forwards never run on"),
 ])
 def test_sharding_edges_name_the_value(task, sharding, message):
     with pytest.raises(ConfigError) as info:
@@ -87,7 +89,7 @@ def test_sharding_edges_name_the_value(task, sharding, message):
 def test_cli_sharding_for_another_task_is_refused(capsys):
     assert main(["estimate", "--model", "llama3.1-8b", "--task", "decode", "--sharding", "zero1"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "packplace estimate: error: --sharding: means nothing for --task decode (it sets train); drop it"]
+        "packplace estimate: error: --sharding: means nothing for --task decode (it sets infer, train); drop it"]
 
 
 def test_a_config_model_is_priced_on_the_configs_gpu_unless_gpu_is_given(capsys):
@@ -97,3 +99,14 @@ def test_a_config_model_is_priced_on_the_configs_gpu_unless_gpu_is_given(capsys)
         assert json.loads(capsys.readouterr().out)["inputs"]["gpu"] == gpu
     assert main(["estimate", "--model", "llama3.1-8b", "--json", "--quiet"]) == 0   # a preset model: h200
     assert json.loads(capsys.readouterr().out)["inputs"]["gpu"] == "h200"
+
+
+def test_cli_prices_a_zero3_forward_and_refuses_zero1_on_the_fsdp_workers(capsys):
+    # --sharding now sets an infer pass too (zero3: the forward on the trainer's partitioned weights)
+    argv = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--framework", "verl", "--dp", "4"]
+    assert main([*argv, "--task", "infer", "--sharding", "zero3", "--json", "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inputs"]["sharding"] == "zero3" and doc["parts"]["gather"] > 0
+    assert main([*argv, "--trainer-backend", "fsdp", "--sharding", "zero1"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "packplace estimate: error: sharding: 'zero1' is not a sharding verl's FSDP workers run: they run zero3")

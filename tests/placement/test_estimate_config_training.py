@@ -62,13 +62,20 @@ def test_a_flag_given_wins_and_other_tasks_take_none(capsys, tmp_path):
 
 def test_a_config_setting_estimate_refuses_is_named_as_the_configs(capsys, tmp_path):
     # `training.actor.sharding: zero3` (the shipped NeMo RL and DeepSpeed-Chat configs' own) had been refused as
-    # "sharding: zero3 gathers ..." with no word that the config, not a flag, had set it
+    # "sharding: zero3 gathers ..." with no word that the config, not a flag, had set it; estimate now prices
+    # zero3 as place does, taken from the config as the flag would be
     path = _config(tmp_path, {"actor": {"sharding": "zero3"}})
+    implicit = _run(capsys, "--model", f"{path}:actor")
+    assert implicit["inputs"]["sharding"] == "zero3" and implicit["inputs"]["from_config"]["sharding"] == "zero3"
+    assert implicit["time_s"] == _run(capsys, "--model", f"{path}:actor", "--sharding", "zero3")["time_s"]
+    # a value estimate refuses is named as the config's own
+    path = _config(tmp_path, {"actor": {"sharding": "zero4"}})
     assert main(["estimate", "--model", f"{path}:actor", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("packplace estimate: error: sharding: zero3 gathers every layer's weights")
-    assert f"(sharding zero3 is {path}'s own setting, taken for the unset --sharding: give --sharding" in err
+    assert err.startswith("packplace estimate: error: sharding: must be one of none, zero1, zero2, zero3, got "
+                          "'zero4'")
+    assert f"(sharding zero4 is {path}'s own setting, taken for the unset --sharding: give --sharding" in err
     assert main(["estimate", "--model", f"{path}:actor", "--sharding", "zero1", "--quiet"]) == 0   # a flag wins
-    assert main(["estimate", "--model", "qwen2.5-1.5b", "--sharding", "zero3", "--quiet"]) == 2   # a flag's own
+    assert main(["estimate", "--model", "qwen2.5-1.5b", "--sharding", "zero4", "--quiet"]) == 2   # a flag's own
     err = capsys.readouterr().err
-    assert "sharding: zero3 gathers" in err and "own setting" not in err
+    assert "sharding: must be one of" in err and "own setting" not in err

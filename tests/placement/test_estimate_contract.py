@@ -591,11 +591,20 @@ def test_a_context_parallel_recompute_is_the_vertex_of_the_groups_micro_batches(
 ])
 def test_an_unset_sharding_is_places_default_in_estimate_too(framework, degrees):
     # estimate and place price the same setup when neither is told a sharding: the trainer's own
-    # (stages.trainer_sharding: OpenRLHF --zero_stage 2, DeepSpeed-Chat --actor_zero_stage 0, else zero1 under
-    # trainer_backend auto) is both's. estimate had defaulted framework none to sharding none, the bare loop
-    # (Qwen2.5-1.5B, dp 4, 2,048 tokens on H100: 0.1387 s against place's vertex of 0.1679 s)
-    own = {"openrlhf": "zero2", "deepspeed-chat": "none"}.get(framework, "zero1")
-    e, vertex, cost, shape = _pair(DENSE, framework, sharding=None, **degrees)
+    # (stages.trainer_sharding: OpenRLHF --zero_stage 2, DeepSpeed-Chat --actor_zero_stage 0, verl's FSDP and NeMo
+    # RL's DTensor workers zero3, framework none zero1) is both's. estimate had defaulted framework none to sharding
+    # none, the bare loop (Qwen2.5-1.5B, dp 4, 2,048 tokens on H100: 0.1387 s against place's vertex of 0.1679 s),
+    # and verl / NeMo RL on those workers to zero1, a layout they do not run. place's config resolves an unset
+    # sharding on them to zero3 under trainer_backend fsdp (under auto to zero1, which its plan prices on a strategy
+    # it resolves there: the zero1 rows of test_a_training_pass_is_the_evaluators_vertex)
+    own = {"openrlhf": "zero2", "deepspeed-chat": "none", "verl": "zero3", "nemo-rl": "zero3"}.get(framework,
+                                                                                                "zero1")
+    backend = "fsdp" if own == "zero3" else "auto"
+    e, vertex, cost, shape = _pair(DENSE, framework, sharding=None, backend=backend, **degrees)
+    if own == "zero3":   # estimate's auto resolves the strategy to those workers: the same unset layout
+        auto = estimate(shape, "h100-sxm", "train", seq_len=2048, framework=framework, recompute="none", **degrees)
+        assert (auto.inputs["trainer_backend_resolved"], auto.inputs["sharding"], auto.time_s) == (
+            "fsdp", "zero3", e.time_s)
     assert e.inputs["sharding"] == cost.for_role("actor").options(shape).sharding == own
     assert DEFAULT_TRAINING.sharding == "zero1"
     assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
@@ -606,3 +615,134 @@ def test_an_unset_sharding_is_places_default_in_estimate_too(framework, degrees)
     # estimate's default is the one place reads: the explicit value is the same estimate
     assert estimate(shape, "h100-sxm", "train", seq_len=2048, framework=framework, sharding=own,
                     recompute="none", **degrees).time_s == e.time_s
+
+
+# ZeRO-3 / FSDP full shard (sharding zero3): (framework, degrees, recompute, backend, the backend place resolves)
+ZERO3 = [
+    ("verl", {"dp": 4}, "none", "auto", "fsdp"),                  # verl's FSDP workers
+    ("verl", {"dp": 4, "mb": 2}, "full", "fsdp", "fsdp"),
+    ("nemo-rl", {"dp": 8}, "selective", "fsdp", "fsdp"),          # NeMo RL's DTensor policy (FSDP2)
+    ("nemo-rl", {"tp": 2, "dp": 2}, "full", "auto", "fsdp"),      # with tensor parallelism
+    ("openrlhf", {"dp": 4}, "full", "auto", "deepspeed"),        # DeepSpeed ZeRO-3, its per-module gathers
+    ("deepspeed-chat", {"dp": 4}, "none", "auto", "deepspeed"),
+    ("none", {"dp": 4}, "selective", "auto", "none"),            # a PyTorch trainer's FSDP
+]
+
+
+@pytest.mark.parametrize("framework, degrees, recompute, backend, resolved", ZERO3)
+def test_a_zero3_training_pass_is_the_evaluators_vertex(framework, degrees, recompute, backend, resolved):
+    # estimate had refused zero3 ("zero3 gathers every layer's weights per micro-batch, which estimate does not
+    # price") and priced verl's FSDP / NeMo RL's DTensor workers at zero1 when unset; now it prices the vertex
+    # place prices for training.sharding zero3: no step-end gradient all-reduce (the reduce-scatter runs every
+    # micro-batch), and the per-micro-batch collectives' exposed part, which the vertex holds in memory_options
+    e, vertex, cost, shape = _pair(DENSE, framework, recompute=recompute, backend=backend, sharding="zero3",
+                                   **degrees)
+    assert (e.inputs["sharding"], e.inputs["trainer_backend_resolved"]) == ("zero3", resolved)
+    assert cost.for_role("actor").options(shape).sharding == "zero3"
+    assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
+    rate = PYTORCH_TRAIN_FRACTION if e.inputs["pass_kernels"] == "hf" else 1.0
+    recomputed = e.parts.get("recompute", 0.0) / (rate if recompute == "full" else 1.0)
+    assert vertex["memory_options"] == pytest.approx(recomputed + e.parts["zero3_collectives"], rel=REL)
+    dp, tp = degrees["dp"], degrees.get("tp", 1)
+    # the update: Adam on the rank's 1/dp share; of the step-end sync only a tied head's all-reduce at pp > 1
+    # (none here), not the data-parallel gradient all-reduce
+    assert e.parts["optimizer"] == pytest.approx(cost.adam_seconds(shape, dp, 1, tp), rel=REL)
+    assert cost.gradient_sync_seconds(shape, dp, 1, tp, (1, 1, dp * tp), gradient_allreduce=False) == 0.0
+    zero1, _, _, _ = _pair(DENSE, framework, recompute=recompute, sharding="zero1",
+                           backend="auto" if backend == "fsdp" else backend, **degrees)
+    assert zero1.parts["communication"] - e.parts["communication"] == pytest.approx(
+        cost.gradient_sync_seconds(shape, dp, 1, tp, (1, 1, dp * tp)), rel=1e-9)
+
+
+def test_the_zero3_collectives_are_the_edges_the_layers_do_not_hide():
+    # hand check, Qwen2.5-1.5B (P = 1,543,714,304, 28 layers) on 4 H100s of one node, verl FSDP: per micro-batch an
+    # all-gather of the bf16 weights a = 3·(1 µs + 2P/4 / 360 GB/s) and a reduce-scatter of the fp32 gradients
+    # r = 3·(1 µs + 4P/4 / 360 GB/s), 19.3 ms in all, well under the passes' 0.15 s: all but the first layer's
+    # gather and the last one's reduce-scatter hide behind the compute, (a + r)/28 = 0.689 ms
+    e, _, _, shape = _pair(DENSE, "verl", sharding="zero3", dp=4)
+    assert shape.params == 1_543_714_304 and shape.layers == 28
+    a = 3 * (1e-6 + 2 * shape.params / 4 / 360e9)
+    r = 3 * (1e-6 + 4 * shape.params / 4 / 360e9)
+    assert e.parts["zero3_collectives"] == pytest.approx((a + r) / 28, rel=1e-9)
+    assert e.parts["zero3_collectives"] == pytest.approx(0.000689, abs=5e-7)
+    # one data-parallel rank shards nothing: no collectives
+    assert "zero3_collectives" not in estimate(shape, "h100-sxm", "train", seq_len=2048, framework="verl",
+                                               sharding="zero3").parts
+
+
+@pytest.mark.parametrize("framework, degrees", [
+    ("verl", {"dp": 4}), ("nemo-rl", {"dp": 8}), ("nemo-rl", {"tp": 2, "dp": 2}), ("openrlhf", {"dp": 4}),
+    ("deepspeed-chat", {"dp": 4}),
+])
+def test_a_zero3_log_prob_pass_is_the_evaluators_forward_and_gather(framework, degrees):
+    # the actor's old log-probs on its ZeRO-3 / FSDP-partitioned weights: the forward, and the all-gather of the
+    # weights once per micro-batch less what the framework's prefetch hides behind it (verl, NeMo RL: FSDP's;
+    # DeepSpeed's per-module prefetch where its fetch settings keep ahead), the vertex's gather; dp counts here
+    _, vertex, cost, shape = _pair(DENSE, framework, sharding="zero3", **degrees)
+    assert "gather" in vertex and vertex["gather"] > 0
+    infer = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework=framework, sharding="zero3", **degrees)
+    assert infer.inputs["sharding"] == "zero3"
+    assert infer.parts["gather"] == pytest.approx(vertex["gather"], rel=REL)
+    assert infer.time_s - infer.parts["overhead"] == pytest.approx(vertex["old_log_prob"] + vertex["gather"],
+                                                                   rel=REL)
+    if framework in ("verl", "nemo-rl"):   # unset on the FSDP / DTensor workers: their zero3
+        unset = estimate(shape, "h100-sxm", "infer", seq_len=2048, framework=framework, **degrees)
+        assert unset.inputs["sharding"] == "zero3" and unset.time_s == infer.time_s
+
+
+def test_a_zero3_log_prob_pass_gathers_what_the_compute_does_not_hide():
+    # hand check, verl FSDP on 4 H100s: the gather of the bf16 weights a = 3·(1 µs + 2P/4 / 360 GB/s) = 6.44 ms
+    # under a forward of 33.9 ms; FSDP's prefetch hides all but the first layer's, a/28 = 0.230 ms
+    params = estimate("qwen2.5-1.5b", "h100-sxm", "infer").inputs["params"]
+    infer = estimate(DENSE, "h100-sxm", "infer", seq_len=2048, framework="verl", dp=4)   # unset: zero3
+    assert infer.parts["gather"] == pytest.approx(3 * (1e-6 + 2 * params / 4 / 360e9) / 28, rel=1e-9)
+    # the memory: a quarter of the fp32 shard (verl's FSDP workers' fp32 parameters) and the gathered bf16 units
+    assert 4.0 * params / 4 < infer.memory["weights"] < 2.0 * params
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"framework": "verl", "dp": 4, "trainer_backend": "fsdp", "sharding": "zero1"},
+     "sharding: 'zero1' is not a sharding verl's FSDP workers run: they run zero3"),
+    ({"framework": "nemo-rl", "dp": 4, "trainer_backend": "fsdp", "sharding": "none"},
+     "sharding: 'none' is not a sharding nemo-rl's DTensor policy (FSDP2) run: they run zero3"),
+    ({"framework": "verl", "dp": 2, "tp": 2, "sharding": "zero3"},   # zero3 keeps verl on FSDP, which has no TP
+     "tp / pp / ep: 2 / 1 / 1 is a strategy verl's trainer does not run (trainer_backend auto: its fsdp workers)"),
+    ({"framework": "nemo-rl", "dp": 2, "trainer_backend": "megatron", "sharding": "zero3"},
+     "sharding: 'zero3' is not a sharding nemo-rl's Megatron workers run"),
+    ({"framework": "openrlhf", "dp": 2, "tp": 2, "sharding": "zero3"},
+     "tp / pp / ep: 2 / 1 / 1 is a strategy openrlhf's trainer does not run: DeepSpeed's tensor parallelism"),
+    ({"framework": "verl", "dp": 4, "sharding": "zero3", "optimizer": "none"},
+     "sharding: zero3 with optimizer none: ZeRO-1/2 partition the optimizer's state (ZeRO-2 also its gradients, "
+     "ZeRO-3 its weights too)"),
+])
+def test_a_zero3_layout_the_trainer_does_not_run_is_refused(kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        estimate("qwen2.5-1.5b", "h100-sxm", "train", **kwargs)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_a_zero3_forward_where_place_runs_none_is_refused():
+    with pytest.raises(ConfigError, match=r"^sharding: zero3 for task infer prices a forward on a ZeRO-3 trainer's "
+                                          r"partitioned weights, which framework none's forwards never run on"):
+        estimate("qwen2.5-1.5b", "h100-sxm", "infer", dp=4, sharding="zero3")
+    with pytest.raises(ConfigError, match=r"^sharding: 'zero3' is not a sharding verl's Megatron workers run"):
+        estimate("qwen2.5-1.5b", "h100-sxm", "infer", dp=2, framework="verl", trainer_backend="megatron",
+                 sharding="zero3")
+    # an unsharded forward keeps its per-replica rule (dp counts only where it changes a figure)
+    with pytest.raises(ConfigError, match=r"^dp: 4 changes nothing for task infer at pp 1"):
+        estimate("qwen2.5-1.5b", "h100-sxm", "infer", dp=4, framework="openrlhf")
+
+
+def test_a_pipelined_zero3_pass_is_the_evaluators_stage_times_pp_plus_the_collectives():
+    # framework none's PyTorch trainer at pp 2, zero3: the vertex's train is pp stages plus the update (no
+    # data-parallel all-reduce; the tied head's embedding all-reduce between the first and last stage stays), its
+    # memory_options pp recompute stages plus the step's exposed collectives
+    e, vertex, cost, shape = _pair(DENSE, "none", recompute="selective", sharding="zero3", pp=2, dp=2)
+    assert e.parts["zero3_collectives"] > 0 and shape.tie_word_embeddings
+    tied = cost.gradient_sync_seconds(shape, 2, 2, 1, (1, 1, 4), gradient_allreduce=False)
+    assert tied > 0
+    stage = (e.time_s - e.parts["optimizer"] - tied - e.parts["recompute"] - e.parts["zero3_collectives"]
+             - e.parts["overhead"])
+    assert vertex["train"] == pytest.approx(2 * stage + e.parts["optimizer"] + tied, rel=REL)
+    assert vertex["memory_options"] == pytest.approx(2 * e.parts["recompute"] + e.parts["zero3_collectives"],
+                                                     rel=REL)

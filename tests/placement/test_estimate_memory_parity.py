@@ -74,8 +74,8 @@ def _pair(framework, backend, sharding, dp=1, tp=1, pp=1, mb=1, cp=1, workspace=
                      hardware=hardware)
     except ConfigError:
         return None
-    if backend == "fsdp":   # verl's FSDP workers and NeMo RL's DTensor policy run zero3 only, which place refuses
-        return None         # to price otherwise (stages.trainer_sharding) and estimate does not price
+    if backend == "fsdp":   # verl's FSDP workers and NeMo RL's DTensor policy run zero3 only, which place and
+        return None         # estimate refuse otherwise (stages.trainer_sharding): test_a_zero3_pass_is_places_vertex
     gpus = dp * cp * tp * pp
     config = _config(framework, backend, sharding, gpus, dp * cp * mb * pp, recompute, cp, workspace)
     return e.memory, _vertex_bytes(config, Strategy(dp * cp, pp, tp, 1), mb)
@@ -223,12 +223,11 @@ def test_the_bare_loop_frees_its_gradients_at_each_optimizer_step():
 @pytest.mark.parametrize("dp, mb, recompute", [(4, 1, "none"), (8, 2, "full"), (2, 1, "full")])
 def test_a_deepspeed_zero3_pass_holds_the_parameters_kept_into_the_backward_as_place_does(framework, dp, mb,
                                                                                          recompute):
-    # estimate refuses zero3 (it does not price the gathers); pass_memory, given the framework's training fetch
-    # settings, holds what DeepSpeed keeps gathered into the backward (zero3_kept_bytes) in every phase, as
-    # place's vertex_memory adds it to the training transient
-    with pytest.raises(ConfigError, match="sharding: zero3"):
-        estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=SEQ, micro_batch=mb, dp=dp, framework=framework,
-                 sharding="zero3", recompute=recompute)
+    # pass_memory, given the framework's training fetch settings, holds what DeepSpeed keeps gathered into the
+    # backward (zero3_kept_bytes) in every phase, as place's vertex_memory adds it to the training transient; and
+    # estimate's zero3 pass passes them (it had refused zero3)
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=SEQ, micro_batch=mb, dp=dp, framework=framework,
+                 sharding="zero3", recompute=recompute, hardware={"memory_workspace": 0.0})
     shape = _model("actor", dict(DENSE), "test")
     kept = zero3_kept_bytes(shape, FRAMEWORK_PROFILES[framework].zero3_fetch[0], recompute == "full")
     assert kept > 0.0
@@ -238,3 +237,26 @@ def test_a_deepspeed_zero3_pass_holds_the_parameters_kept_into_the_backward_as_p
                             framework=framework, sharding="zero3", workspace_bytes=0.0,
                             zero3_fetch=FRAMEWORK_PROFILES[framework].zero3_fetch[0])
     assert with_kept.peak_bytes == pytest.approx(without.peak_bytes + kept, rel=1e-12)
+    assert e.memory["peak_bytes"] == pytest.approx(with_kept.peak_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("framework, backend, dp, tp, pp, mb, cp, recompute", [
+    ("verl", "auto", 4, 1, 1, 1, 1, "none"),         # verl's FSDP workers: fp32 shards, the root unit gathered
+    ("verl", "fsdp", 4, 1, 1, 2, 1, "full"),
+    ("nemo-rl", "auto", 2, 2, 1, 1, 1, "full"),      # the DTensor policy with tensor parallelism
+    ("nemo-rl", "fsdp", 2, 1, 1, 1, 2, "none"),      # and with context parallelism
+    ("openrlhf", "auto", 4, 1, 1, 1, 1, "full"),     # DeepSpeed ZeRO-3: the parameters kept into the backward
+    ("deepspeed-chat", "auto", 4, 1, 1, 1, 1, "none"),
+    ("none", "auto", 4, 1, 1, 1, 1, "none"),
+    ("none", "auto", 2, 1, 2, 1, 1, "none"),         # a PyTorch trainer's pipeline
+])
+def test_a_zero3_pass_is_places_vertex(framework, backend, dp, tp, pp, mb, cp, recompute):
+    e = estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=SEQ, micro_batch=mb, dp=dp, tp=tp, pp=pp, cp=cp,
+                 framework=framework, sharding="zero3", trainer_backend=backend, recompute=recompute)
+    config = _config(framework, backend, "zero3", dp * cp * tp * pp, dp * cp * mb * pp, recompute, cp)
+    assert e.memory["peak_bytes"] == pytest.approx(_vertex_bytes(config, Strategy(dp * cp, pp, tp, 1), mb), rel=REL)
+    assert sum(e.memory[name] for name in MEMORY_PARTS) == pytest.approx(e.memory["peak_bytes"], rel=1e-12)
+    # the weights' shard over the dp x cp ranks (fp32 on verl's and NeMo RL's FSDP workers) and gathered bf16 units
+    shard = (4.0 if framework in ("verl", "nemo-rl") else 2.0) * max(stage_params(
+        build_instance(config).models["actor"], pp)) / tp / (dp * cp)
+    assert shard < e.memory["weights"] < shard + 2.0 * e.inputs["params"] / tp / 2

@@ -32,7 +32,10 @@ def test_an_unset_recompute_is_places_default(framework, dp, tp):
         "models": {"actor": dict(MODEL), "reward": "rule"},
         "workload": {"batch_size": dp // _samples(framework), "samples_per_prompt": _samples(framework),
                      "context_length": 2047, "generation_length": 1},
-        "policy": {"algorithm": "grpo", "framework": framework}})   # no training section: place's defaults
+        # no training section: place's defaults; verl's FSDP and NeMo RL's DTensor workers (tp 1 here, where estimate's
+        # auto resolves to them) named, whose unset sharding is their zero3 in place and estimate alike
+        "policy": {"algorithm": "grpo", "framework": framework,
+                   "trainer_backend": "fsdp" if framework in ("verl", "nemo-rl") and tp == 1 else "auto"}})
     evaluator = get_evaluator(instance)
     strategy = Strategy(dp, 1, tp, 1)
     vertex = vertex_parts(instance, evaluator.cost, "actor.train", strategy, 1, (1, 1, dp * tp))

@@ -39,7 +39,7 @@ from packplace.placement.model.nemo_rl_releases import (
     release_train_parts,
     unfused_swiglu_factor,
 )
-from packplace.placement.model.training_time import recompute_stage_seconds
+from packplace.placement.model.training_time import recompute_stage_seconds, runs_gradient_allreduce
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
 
@@ -78,7 +78,7 @@ class TrainerBackend:
 
 def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tuple[int, int, int, int],
                             cp: int = 1, framework_version: str | None = None,
-                            kv_heads: int = 0) -> TrainerBackend:
+                            kv_heads: int = 0, sharding: str | None = None) -> TrainerBackend:
     """The trainer backend of an ``estimate`` pass of ``task`` with ``framework`` and strategy ``degrees`` =
     ``(dp, pp, tp, ep)``, as ``place`` resolves ``policy.trainer_backend`` (``backend``): for verl and NeMo RL
     the given backend, or under ``auto`` Megatron-Core for a strategy only it runs (verl: ``tp``, ``pp``, ``ep``
@@ -87,7 +87,10 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
     for ``framework`` ``none`` Megatron-Core only when asked (``megatron``), else bare kernels. ``kv_heads``: the
     model's KV heads (0: not asked), which ``tp`` must divide on Megatron-Core (before NeMo RL v0.6's
     Megatron-LM) and NeMo RL's DTensor workers
-    (:func:`~packplace.placement.model.layout_rules.kv_head_refusal`, as ``place``'s candidates).
+    (:func:`~packplace.placement.model.layout_rules.kv_head_refusal`, as ``place``'s candidates). ``sharding``
+    (as given; ``None`` unset): ``zero3`` is a training option of the layout, as ``training.<role>.sharding`` is
+    ``place``'s: it keeps verl's and NeMo RL's trainer on its FSDP / DTensor workers under ``auto`` and sets the
+    layout rules that read it (OpenRLHF's tensor parallelism runs with ZeRO stage 2 at most).
 
     Raises:
         ConfigError: ``trainer_backend: ...`` naming the value: not one of ``auto``, ``fsdp``, ``megatron``;
@@ -118,12 +121,13 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
     dp, pp, tp, ep = degrees
     strategy = Strategy(dp, pp, tp, ep)
     trained_cp = (("actor", cp, False),) if cp > 1 else ()   # verl's context parallelism: Megatron's, as place
-    given = Context(framework, "grpo", {}, False, backend, context_parallel_models=trained_cp)
+    training = {"actor": TrainingOptions(sharding="zero3")} if sharding == "zero3" else {}
+    given = Context(framework, "grpo", training, False, backend, context_parallel_models=trained_cp)
     resolved = trainer_backend(given, {TRAIN: strategy})
     two = framework in BACKEND_FRAMEWORKS + ("none",)
     name = trainer_backend_name(given, {TRAIN: strategy})   # the name place records (place --json)
     release = release_for(framework, framework_version)
-    layout = Context(framework, "grpo", {}, False, resolved if two else backend,
+    layout = Context(framework, "grpo", training, False, resolved if two else backend,
                      megatron_splits_kv_heads=release is not None and release.megatron_splits_kv_heads)
     why = strategy_refusal(layout, TRAIN, "train", strategy, kv_heads)   # framework none: the KV-head rule only
     if why is not None:
@@ -198,7 +202,9 @@ def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: f
     (what :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction` adds), ``recompute``,
     ``optimizer`` (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`), ``communication`` (the
     stage's tensor-parallel all-reduces, MoE all-to-alls and pipeline sends, the step-end
-    :meth:`~packplace.placement.model.cost.CostModel.gradient_sync_seconds`), ``optimizer_offload`` (``offload``
+    :meth:`~packplace.placement.model.cost.CostModel.gradient_sync_seconds`, without the data-parallel all-reduce
+    under ``sharding`` zero3: :func:`~packplace.placement.model.training_time.runs_gradient_allreduce`, as the
+    evaluator's vertex), ``optimizer_offload`` (``offload``
     seconds, when above 0), ``overhead`` (the framework's dispatch plus ``phase_overhead``). ``factor``
     multiplies a training pass's stage and update (the parts of the vertex's ``train``; not the recompute, the
     vertex's ``memory_options``) and ``offload`` is the part ``optimizer_offload``, as
@@ -211,9 +217,10 @@ def trainer_pass_parts(cost: CostModel, shape: ModelSpec, train: bool, tokens: f
     else:
         parts = _knob_stage(cost, shape, train, tokens, micro_batch, degrees, extent, share)
     update = {}
-    if train and optimizer == "adam":
+    if train and optimizer == "adam":   # a ZeRO-3 / FSDP trainer runs no step-end gradient all-reduce
         update = {"optimizer": cost.adam_seconds(shape, dp, pp, tp, ep=ep),
-                  "communication": cost.gradient_sync_seconds(shape, dp, pp, tp, extent, ep)}
+                  "communication": cost.gradient_sync_seconds(
+                      shape, dp, pp, tp, extent, ep, gradient_allreduce=runs_gradient_allreduce(cost.options(shape)))}
     if train and factor != 1.0:   # the release's factor on the vertex's train: the stage and the update
         parts = {name: seconds * factor for name, seconds in parts.items()}
         update = {name: seconds * factor for name, seconds in update.items()}

@@ -5,14 +5,16 @@ Tasks (one GPU's share; the strategy's slowest pipeline stage):
 
 * ``train`` — one micro-batch of ``micro_batch × seq_len`` tokens: forward, loss, backward, the layers'
   forward again under ``recompute``; with ``optimizer="adam"`` the Adam step on the layout of ``sharding``
-  (unset: ``place``'s default, :func:`default_sharding`; ``sharding="none"`` with ``framework="none"``: the
+  (unset: the trainer's own, :func:`check_trainer_sharding`; ``zero3``: ZeRO-3 / FSDP's per-micro-batch
+  all-gathers and reduce-scatter, :func:`zero3_parts`; ``sharding="none"`` with ``framework="none"``: the
   bare loop's fp32 master weights under bf16 autocast and the fused AdamW step, fp32 gradients and
   moments), with ``optimizer="none"`` bf16 weights and
   gradients and no step (the inner micro-batch of gradient accumulation); its memory is the step's of
   ``micro_batches`` such micro-batches per rank, stage ``i`` of ``pp`` holding ``min(pp − i, micro_batches)`` in
   flight (:func:`~packplace.placement.model.pass_memory.in_flight`, ``place``'s rule; default ``pp``);
 * ``infer`` — forward plus the log-probability of every token (fp32 log-softmax over the vocabulary),
-  as an RL log-prob pass computes them;
+  as an RL log-prob pass computes them; on a ZeRO-3 trainer's partitioned weights (``sharding="zero3"``, unset
+  on verl's FSDP and NeMo RL's DTensor workers) with their all-gather, over the ``dp`` ranks of the shard;
 * ``prefill`` — forward over ``micro_batch`` prompts of ``seq_len`` tokens, the last token's logits;
 * ``decode`` — one decode iteration of ``batch`` running sequences of ``context`` cached tokens
   (a CUDA-graph-captured step; with ``enforce_eager``, vLLM's setting, an eager pass of the same kernels,
@@ -86,7 +88,9 @@ from packplace.placement.model.framework import (
     decode_step_overhead,
     dispatch_seconds,
     engine_takes_model_context,
+    exposed_gather_seconds,
     fp32_gradient_accumulation,
+    gather_seconds,
     host_seconds_per_sequence,
     micro_rollout_loop,
     newer_than_known,
@@ -128,7 +132,9 @@ from packplace.placement.model.sequence_packing import PackedPasses, SequencePac
 from packplace.placement.model.stages import (
     resolved_sharding,
     stage_gemm_share,
+    trainer_sharding,
 )
+from packplace.placement.model.training_time import recompute_step_seconds, zero3_step_seconds
 from packplace.placement.problem.config import (
     CLUSTER_FIELDS,
     FIRST_PACKING_RELEASE,
@@ -154,8 +160,9 @@ RECOMPUTE = ("none", "selective", "full")
 OPTIMIZERS = ("adam", "none")
 #: Training-state sharding ``estimate`` prices (``training.<role>.sharding`` of a config): none (every rank
 #: holds all of it), ``zero1`` (the optimizer state over ``dp``; a config's default), ``zero2`` (and the
-#: gradients). ``zero3`` (the weights too) is refused: its per-micro-batch gathers are ``place``'s.
-SHARDINGS = ("none", "zero1", "zero2")
+#: gradients), ``zero3`` (and the weights, gathered per micro-batch: ZeRO-3 / FSDP full shard, the layout of
+#: verl's FSDP and NeMo RL's DTensor workers), priced by ``place``'s own terms (:func:`zero3_parts`).
+SHARDINGS = ("none", "zero1", "zero2", "zero3")
 #: Preset model shapes (``--model NAME``): the Hugging Face ``config.json`` fields of each model.
 MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-0.5b": {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "intermediate_size": 4864,
@@ -577,10 +584,9 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
         batch, context: Running sequences and cached tokens per sequence (decode; generate's final length);
             ``context`` unset: :data:`GENERATE_NEW_TOKENS` cached tokens (decode), the prompt plus as many (generate).
         recompute: :data:`RECOMPUTE`; optimizer: :data:`OPTIMIZERS`; micro_batches: :func:`_micro_batches`.
-        sharding: :data:`SHARDINGS` (train): ``none`` a bare PyTorch loop's layout (fp32 master weights under
-            autocast, all of the state on every rank); ``zero1`` / ``zero2`` ZeRO's, as ``place`` lays it out.
-            Unset: the trainer's own with Adam, as ``place`` resolves ``training.<role>.sharding``
-            (:func:`check_trainer_sharding`), else ``none``; a value it cannot run is refused.
+        sharding: :data:`SHARDINGS` (train; infer ``zero3``): ``none`` a bare PyTorch loop's layout; ``zero1`` to
+            ``zero3`` ZeRO's, as ``place`` prices them (:func:`zero3_parts`). Unset: the trainer's own, as ``place``
+            resolves ``training.<role>.sharding`` (:func:`check_trainer_sharding`); one it cannot run is refused.
         tp, pp, dp, ep: Tensor, pipeline, data and expert parallel degrees (every task but train per replica:
             ``dp`` only where it counts, :func:`_check_replica_dp`); framework: :data:`ESTIMATE_FRAMEWORKS`.
         table: A component table (object, JSON path, ``"none"``: the knob model); default the preset's own.
@@ -620,12 +626,13 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     seq_len, context = _lengths(task, seq_len, context, batch, micro_batch, recompute, optimizer, framework_version)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
-    dp = _check_replica_dp(task, dp, pp, ep, cp)
+    sharded = sharded_forward(task, sharding, framework, trainer_backend, (tp, pp, ep), cp)   # dp counts for it
+    dp = _check_replica_dp(task, dp, pp, ep, cp, sharded)
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp, framework=framework, task=task)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version,
-                                      kv(shape))
-    sharding = check_trainer_sharding(sharding, task, optimizer, framework, backend.name)
+                                      kv(shape), sharding)
+    sharding = check_trainer_sharding(sharding, task, optimizer, framework, backend.name, trainer_backend)
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
     pack = (None if pack_tokens is None else _pack_pricing(shape, task, framework_version, int(pack_tokens),
             train_mb_tokens, micro_batch, int(seq_len or 0), (dp, pp, tp, ep), cp, trainer_backend))
@@ -807,21 +814,42 @@ def _micro_batches(micro_batches: Any, task: str, pp: int) -> int:
     return _check("micro_batches", micro_batches)
 
 
-def _check_replica_dp(task: str, dp: int | None, pp: int, ep: int, cp: int) -> int:
+def sharded_forward(task: str, sharding: Any, framework: str, backend: Any, degrees: tuple[int, int, int],
+                    cp: int = 1) -> bool:
+    """Whether an ``infer`` pass runs on ZeRO-3 / FSDP-partitioned weights (:func:`check_trainer_sharding`):
+    ``sharding`` zero3, or unset where verl's or NeMo RL's trainer runs on its FSDP / DTensor workers
+    (``backend``, ``policy.trainer_backend``, resolved for ``degrees`` = ``(tp, pp, ep)`` and ``cp`` by
+    ``place``'s rule, :func:`~packplace.placement.model.layout_rules.trainer_backend`). An unknown backend is
+    left to :func:`~packplace.placement.estimate_trainer.resolve_trainer_backend` to refuse."""
+    if task != "infer" or sharding not in (None, "zero3"):
+        return False
+    if sharding == "zero3":
+        return True
+    if framework not in ("verl", "nemo-rl") or backend not in TRAINER_BACKENDS:
+        return False
+    tp, pp, ep = degrees
+    ctx = Context(framework, "grpo", {}, False, backend,
+                  context_parallel_models=(("actor", cp, False),) if cp > 1 else ())
+    return trainer_backend(ctx, {TRAIN: Strategy(1, pp, tp, ep)}) == "fsdp"
+
+
+def _check_replica_dp(task: str, dp: int | None, pp: int, ep: int, cp: int, sharded: bool = False) -> int:
     """Refuse a ``dp`` that changes no figure of ``task``: every task but ``train`` is priced per replica (one
     data-parallel rank's ``tp·pp·cp`` GPUs; no gradient, no optimizer state shared over ``dp``), so ``dp`` counts
     only where it sets the pipeline hand-offs' link (``pp > 1``: the replica group of ``dp·pp·tp`` GPUs spans a
     node or not, ``CostModel.group_level``, as ``place`` prices it) or holds ``ep``'s expert group (``ep`` divides
     ``dp·cp``, :func:`_check_strategy`): at ``pp`` 1 the only ``dp`` taken is the fewest ranks that group needs,
     ``ep / gcd(ep, cp)`` (1 without experts). ``dp`` ``None`` (not given) is 1, and where that is below the
-    expert group the refusal asks for the group's degree rather than to drop it. Returns ``dp`` (1 for None).
+    expert group the refusal asks for the group's degree rather than to drop it. ``sharded``: an ``infer`` pass on
+    ZeRO-3 / FSDP-partitioned weights (:func:`sharded_forward`), whose shard and all-gather span the ``dp`` ranks:
+    every ``dp`` counts. Returns ``dp`` (1 for None).
 
     Raises:
         ConfigError: ``dp: 4 changes nothing for task decode at pp 1: its figures are per replica ...``; unset
             ``dp`` below the expert group: ``dp: not given (1), but ep 4 lays its experts over 4 ...``.
     """
     given, dp = dp is not None, 1 if dp is None else dp
-    if task == "train" or pp > 1:   # the degrees are checked integers >= 1 (_check_degrees, _context_parallel)
+    if task == "train" or pp > 1 or sharded:   # checked integers >= 1 (_check_degrees, _context_parallel)
         return dp
     need = ep // math.gcd(ep, cp)
     if dp == need:
@@ -1141,62 +1169,106 @@ def _check_sharding(sharding: Any, task: str, optimizer: str = "adam") -> None:
     would shard; the inner micro-batch of a ZeRO run holds its optimizer's state, which ``optimizer="adam"``
     prices.
 
+    ``zero3`` also for ``infer``: a log-prob forward on the trainer's ZeRO-3 / FSDP-partitioned weights, which it
+    gathers per micro-batch (:func:`zero3_parts`).
+
     Raises:
-        ConfigError: ``sharding: ...`` naming the value: ``zero3`` (``place`` prices it), an unknown one, a
-            sharding for a task that keeps no training state, or one with ``optimizer`` ``none``.
+        ConfigError: ``sharding: ...`` naming the value: an unknown one, a sharding for a task that keeps no
+            training state (``zero1`` / ``zero2`` for ``infer``, any for an engine task), or one with ``optimizer``
+            ``none``.
     """
     if sharding is None:
         return
-    if sharding == "zero3":
-        raise ConfigError("sharding: zero3 gathers every layer's weights per micro-batch, which estimate does not "
-                          "price; give none, zero1 or zero2, or plan with packplace place (training.<role>.sharding: "
-                          "zero3)")
     if sharding not in SHARDINGS:
         raise ConfigError(f"sharding: must be one of {', '.join(SHARDINGS)}, got {show(sharding)}")
-    if sharding != "none" and task != "train":
-        raise ConfigError(f"sharding: {sharding} splits the training state; task {task} holds none (drop it)")
+    if sharding != "none" and task != "train" and not (sharding == "zero3" and task == "infer"):
+        zero3 = (", or give zero3: a forward on the trainer's ZeRO-3 / FSDP-partitioned weights" if task == "infer"
+                 else "")
+        raise ConfigError(f"sharding: {sharding} splits the training state; task {task} holds none (drop it{zero3})")
     if sharding != "none" and optimizer == "none":
         raise ConfigError(f"sharding: {sharding} with optimizer none: ZeRO-1/2 partition the optimizer's state "
-                          f"(ZeRO-2 also its gradients), which a pass without an optimizer does not hold; give "
-                          f"optimizer adam (a ZeRO run's micro-batch with its AdamW state) or sharding none")
+                          f"(ZeRO-2 also its gradients, ZeRO-3 its weights too), which a pass without an optimizer "
+                          f"does not hold; give optimizer adam (a ZeRO run's micro-batch with its AdamW state) or "
+                          f"sharding none")
 
 
 def default_sharding(task: str, optimizer: str) -> str:
-    """The sharding :func:`estimate` prices when none is given: for a ``train`` pass with ``optimizer="adam"``
+    """The sharding :func:`estimate` prices when none is given and no trainer decides
+    (:func:`check_trainer_sharding` gives a trainer's own): for a ``train`` pass with ``optimizer="adam"``
     ``place``'s default ``training.<role>.sharding``, read from the one place that sets it
-    (:data:`~packplace.placement.model.memory.DEFAULT_TRAINING`: ``zero1``, the same for every framework,
-    ``none`` included, and whatever ``backend``, docs/config-reference.md), so an unset ``--sharding`` prices
-    the vertex an unset ``training.<role>.sharding`` does; ``none`` otherwise (a pass without an optimizer
-    holds no state to split). The bare PyTorch loop the component tables are fitted to is ``sharding none``
+    (:data:`~packplace.placement.model.memory.DEFAULT_TRAINING`: ``zero1``, docs/config-reference.md), so an unset
+    ``--sharding`` prices the vertex an unset ``training.<role>.sharding`` does; ``none`` otherwise (a pass without
+    an optimizer holds no state to split). The bare PyTorch loop the component tables are fitted to is ``sharding none``
     (``--framework none --sharding none``), as in a config."""
     return DEFAULT_TRAINING.sharding if task == "train" and optimizer == "adam" else "none"
 
 
 def check_trainer_sharding(sharding: str | None, task: str, optimizer: str, framework: str = "none",
-                           backend: str = "none") -> str:
-    """The sharding :func:`estimate` prices: ``sharding``, or unset :func:`default_sharding` (a pass without
-    training state) or, for a ``train`` pass with Adam, the trainer's own, as ``place`` resolves an unset
-    ``training.<role>.sharding`` (:func:`~packplace.placement.model.stages.resolved_sharding` of ``framework`` on
-    ``backend``, the resolved trainer backend's name: verl and NeMo RL ``zero1`` on Megatron-Core, OpenRLHF
-    ``zero2``, DeepSpeed-Chat ``none``, framework ``none`` ``zero1``). verl's FSDP workers and NeMo RL's DTensor
-    policy run ``zero3``, whose per-micro-batch gathers :func:`estimate` does not price: there it prices the
-    given layout, unset ``zero1``, as before (``place`` prices their ``zero3``), refusing one neither of the
-    framework's backends runs (``zero2``). A given sharding is priced from one
-    layout, time and memory alike, as ``place`` prices ``training.<role>.sharding``: the Adam
-    step on each rank's ``1/dp`` share of the state under ``zero1`` / ``zero2`` and on all of it under ``none``
-    (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`), the memory of that layout, and NeMo RL's
-    optimizer round trip of the state the rank holds (:func:`~packplace.placement.estimate_trainer.release_terms`).
+                           backend: str = "none", given: str = "auto") -> str:
+    """The sharding :func:`estimate` prices: ``sharding``, or unset the layout the trainer runs. For a ``train``
+    pass with Adam, as ``place`` resolves ``training.<role>.sharding``
+    (:func:`~packplace.placement.model.stages.resolved_sharding` of ``framework`` on ``backend``, the resolved
+    trainer backend's name): verl and NeMo RL ``zero1`` on Megatron-Core and ``zero3`` on their FSDP / DTensor
+    workers (the one layout those run, :func:`~packplace.placement.model.stages.trainer_sharding` of ``fsdp``: a
+    config with ``trainer_backend: fsdp`` resolves an unset sharding so), OpenRLHF ``zero2``, DeepSpeed-Chat
+    ``none``, framework ``none`` ``zero1``. On the FSDP / DTensor workers ``given`` (``--trainer-backend``) says
+    which values run: under ``fsdp`` ``zero3`` only, as ``place`` refuses any other there; under ``auto`` also
+    ``none`` / ``zero1``, which ``place`` prices on a strategy it resolves to those workers. An ``infer`` pass
+    (:func:`_check_sharding`): unset ``zero3`` on the FSDP / DTensor workers (the actor's old log-probs and the
+    reference run on their partitioned weights), else ``none``; ``zero3`` given where the forward runs on a
+    ZeRO-3 trainer's partitioned weights in ``place`` (:func:`_check_sharded_forward`). A pass without training
+    state: :func:`default_sharding`. The layout is priced whole, time and memory alike, as ``place`` prices
+    ``training.<role>.sharding``: the Adam step on each rank's ``1/dp`` share of the state under ``zero1`` to
+    ``zero3`` and on all of it under ``none`` (:meth:`~packplace.placement.model.cost.CostModel.adam_seconds`),
+    ``zero3``'s per-micro-batch gathers (:func:`zero3_parts`), the memory of that layout, and NeMo RL's optimizer
+    round trip of the state the rank holds (:func:`~packplace.placement.estimate_trainer.release_terms`).
 
     Raises:
         ConfigError: ``sharding: ...`` a value the trainer cannot run on ``backend``
             (:func:`~packplace.placement.model.stages.resolved_sharding`: ``zero2`` on verl's or NeMo RL's
-            workers).
+            workers, ``zero3`` on their Megatron ones, anything but ``zero3`` on their FSDP / DTensor workers
+            asked for with ``given`` ``fsdp``), or a sharded forward ``place`` never runs.
     """
+    fsdp = backend == "fsdp"   # verl's FSDP / NeMo RL's DTensor workers: zero3 is their layout
+    # under auto a layout neither backend runs (zero2) is refused as the FSDP workers' own rule says (unset: zero3)
+    own = fsdp and (sharding is None or given == "fsdp" or sharding not in trainer_sharding(framework, "auto")[1])
+    on = "fsdp" if own else "auto" if fsdp else backend
+    if task == "infer":
+        if sharding is None:
+            return "zero3" if fsdp else "none"
+        if sharding == "zero3" or (fsdp and given == "fsdp"):
+            resolved_sharding(sharding, framework, on, field="sharding")
+            _check_sharded_forward(framework)
+        return sharding
     if task != "train" or optimizer != "adam":
         return default_sharding(task, optimizer) if sharding is None else sharding
-    if backend == "fsdp":   # zero3 unpriced here: the given layout if one of the trainer's backends runs it
-        return resolved_sharding(sharding, framework, "auto", field="sharding")
-    return resolved_sharding(sharding, framework, backend, field="sharding")
+    try:
+        return resolved_sharding(sharding, framework, on, field="sharding")
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}{FSDP_LAYOUTS if on == 'fsdp' and framework == 'verl' else ''}") from None
+
+
+#: What a refusal of a sharding on verl's FSDP workers adds (:func:`check_trainer_sharding`): the layouts their
+#: ``fsdp_config`` can ask for, v0.4.0-v0.7.0 (``verl/workers/fsdp_workers.py`` ``get_sharding_strategy``,
+#: ``verl/trainer/config/engine/fsdp.yaml``).
+FSDP_LAYOUTS = ("; no fsdp_config option replicates the weights and gradients as zero1 / none do (FSDP1 "
+                "FULL_SHARD, HYBRID_SHARD with fsdp_size; FSDP2 fully_shard), and reshard_after_forward: false "
+                "(FSDP2, or FSDP1's SHARD_GRAD_OP from v0.7.0) keeps each gathered unit through the backward, a "
+                "layout neither place nor estimate prices")
+
+
+def _check_sharded_forward(framework: str) -> None:
+    """Refuse ``sharding="zero3"`` for an ``infer`` pass of ``framework`` where ``place`` never runs a forward
+    on partitioned weights (:attr:`~packplace.placement.model.framework.FrameworkProfile.sharded_inference`:
+    framework ``none``'s and a bare vLLM engine's forwards hold whole weights).
+
+    Raises:
+        ConfigError: ``sharding: zero3 for task infer ...`` naming the framework.
+    """
+    if framework in ("none", "vllm") or not FRAMEWORKS[framework].sharded_inference:
+        raise ConfigError(f"sharding: zero3 for task infer prices a forward on a ZeRO-3 trainer's partitioned "
+                          f"weights, which framework {framework}'s forwards never run on (place gives them whole "
+                          "weights); give --framework verl, nemo-rl, openrlhf or deepspeed-chat, or drop it")
 
 
 def _logit_bytes(framework: str, framework_version: str | None, task: str,
@@ -1416,8 +1488,11 @@ def _cost(shape: ModelSpec, cluster: Cluster, hw: Hardware, sequences: int, prom
                         generation_length=new_tokens)
     layout = backend.layout if backend is not None else None
     te = backend.transformer_engine if backend is not None else None
-    return CostModel(hw, cluster, workload, engine, framework=profile,
-                     training={ESTIMATE_ROLE: options if options is not None else TrainingOptions()}, layout=layout,
+    options = options if options is not None else TrainingOptions()
+    # a zero3 trainer's role, as place's cost model marks it (cost_model: its packs run in lockstep)
+    sharded = frozenset((ESTIMATE_ROLE,)) if options.sharding == "zero3" else frozenset()
+    return CostModel(hw, cluster, workload, engine, framework=profile, sharded_models=sharded,
+                     training={ESTIMATE_ROLE: options}, layout=layout,
                      transformer_engine=te,
                      packing=pack.passes if pack is not None else None,
                      bare_loop_models=frozenset((ESTIMATE_ROLE,)) if bare_loop else frozenset(),
@@ -1499,7 +1574,44 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
     parts["communication"] += _ring_seconds(shape, hw, cluster, micro_batch,
                                             padded_length(seq_len, pad_multiple(tp, cp)), tp, cp, train,
                                             max(stage_layers(shape.layers, pp)))
+    if sharding == "zero3" and backend is not None and backend.place:
+        options = resolved_training(replace(megatron, sharding=sharding, recompute=recompute), cost.framework.name,
+                                    cost.pass_kernels(pp, tp, ep) == "megatron", tp, ep)
+        parts.update(zero3_parts(cost, shape, train, options, micro_batch, (dp, pp, tp, ep), extent,
+                                 sum(v for k, v in parts.items() if k != "overhead")))
     return parts
+
+
+def zero3_parts(cost, shape: ModelSpec, train: bool, options: TrainingOptions, micro_batch: int,
+                degrees: tuple[int, int, int, int], extent: tuple[int, int, int], compute: float) -> dict[str, float]:
+    """The seconds a ZeRO-3 / FSDP layout (``options.sharding`` zero3, resolved as the evaluator resolves a training
+    vertex's options) adds to a pass of ``micro_batch`` sequences per micro-batch on ``degrees`` =
+    ``(dp, pp, tp, ep)``, from the evaluator's own functions, 0 at ``dp = 1``:
+
+    * ``train``: part ``zero3_collectives``, the per-micro-batch all-gathers (forward, backward) and gradient
+      reduce-scatter less what the layers' compute hides
+      (:func:`~packplace.placement.model.training_time.zero3_step_seconds` with the step's recompute,
+      :func:`~packplace.placement.model.training_time.recompute_step_seconds`), the term the vertex's
+      ``memory_options`` holds (:func:`~packplace.placement.model.training_time.training_overhead_seconds`);
+      the step-end gradient all-reduce it never runs is out of ``communication`` already
+      (:func:`~packplace.placement.estimate_trainer.trainer_pass_parts`).
+    * ``infer``: part ``gather``, the forward's all-gather of the partitioned weights once per micro-batch on the
+      trainer's engine (:func:`~packplace.placement.model.framework.gather_seconds`), less what the ``compute``
+      seconds of the pass hide where the framework prefetches
+      (:func:`~packplace.placement.model.framework.exposed_gather_seconds`), as
+      :meth:`~packplace.placement.model.cost.CostModel.vertex_phases` prices the actor's old-log-prob forward."""
+    dp, pp, tp, ep = degrees
+    if dp <= 1:
+        return {}
+    if train:
+        recompute = recompute_step_seconds(cost, shape, options, dp, pp, tp, micro_batch, extent, ep)
+        return {"zero3_collectives": zero3_step_seconds(cost, shape, options, dp, pp, tp, micro_batch, extent, ep,
+                                                        recompute)}
+    passes = cost.pass_shape(shape, "logprob", dp, pp, tp, micro_batch, ep)[0]
+    gather = gather_seconds(cost, shape, dp, pp, tp, passes, extent, None, True)
+    if cost.framework.gather_prefetch or cost.zero3_prefetches(shape, True):
+        gather = exposed_gather_seconds(gather, compute, max(stage_layers(shape.layers, pp)))
+    return {"gather": gather}
 
 
 def _bare_pass_parts(cost, shape: ModelSpec, table: ComponentTable | None, task: str, micro_batch: int,
@@ -1653,7 +1765,10 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
     stage ``i`` holding ``min(pp − i, c·M)`` in flight (:func:`~packplace.placement.model.pass_memory.in_flight`,
     the rule of ``place``'s vertex)."""
     engine = task in ("decode", "generate")
-    resolved = resolved_training(megatron, framework, trainer_backend == "megatron", tp, ep)
+    resolved = resolved_training(replace(megatron, sharding=sharding), framework, trainer_backend == "megatron", tp,
+                                 ep)
+    profile = FRAMEWORKS.get(framework)
+    fetch = profile.zero3_fetch if profile is not None and sharding == "zero3" else None
     if (forced := forced_sequence_parallel(megatron, trainer_backend == "megatron", tp, ep)) is not None:
         warnings.warn(forced, OverriddenSettingWarning, stacklevel=2)
     result = pass_memory(shape, task, micro_batch=batch if engine else micro_batch,
@@ -1668,6 +1783,7 @@ def memory_parts(shape: ModelSpec, hw: Hardware, task: str, *, micro_batch: int,
                          router_dtype=megatron_router_dtype(framework, framework_version, shape,
                                                             megatron.moe_router_dtype),
                          fp32_grad_partitions=fp32_gradient_accumulation(framework, framework_version),
+                         zero3_fetch=fetch[0] if fetch is not None else None,
                          sequence_parallel=bool(resolved.sequence_parallel),
                          fp32_grad_buffer=bool(resolved.fp32_grad_buffer), fp32_params=bool(resolved.fp32_params))
     return {"peak_bytes": result.peak_bytes, **{name: getattr(result, name) for name in MEMORY_PARTS}}
@@ -1716,8 +1832,10 @@ def _add_parallel_flags(p) -> None:
     p.add_argument("--dp", type=int, default=None,
                    help="dp degree (default 1). Every task but train is priced per replica (one data-parallel "
                         "rank's GPUs), so there --dp counts only with --pp above 1 (the dp x pp x tp GPUs' span sets "
-                        "the pipeline hand-offs' link, as place prices it) or as the fewest ranks --ep's expert group "
-                        "needs; any other value is refused")
+                        "the pipeline hand-offs' link, as place prices it), as the fewest ranks --ep's expert group "
+                        "needs, or for an infer pass on a ZeRO-3 trainer's partitioned weights (--sharding zero3, "
+                        "unset on verl's FSDP and NeMo RL's DTensor workers: the shard and its all-gather span --dp); "
+                        "any other value is refused")
     p.add_argument("--cp", type=int, default=1,
                    help="context-parallel degree of a train or infer pass (default 1): each sequence padded to a "
                         "multiple of 2 x cp x tp and split over cp GPUs (Megatron-Core's context parallelism, ring "
@@ -1785,15 +1903,19 @@ def register_estimate(subparsers) -> None:
     p.add_argument("--recompute", default=None, choices=RECOMPUTE,
                    help="train only; default selective, place's training.<role>.recompute default")
     p.add_argument("--sharding", default=None, metavar="{" + ",".join(SHARDINGS) + "}",
-                   help="train only: none: every data-parallel rank holds all of the training state, fp32 "
-                        "master weights under bf16 autocast (with --framework none, a bare PyTorch loop); zero1 "
-                        "(with --optimizer adam the default of verl, NeMo RL and --framework none; OpenRLHF's "
-                        "is zero2, DeepSpeed-Chat's none, as place resolves training.<role>.sharding; verl's "
-                        "FSDP and NeMo RL's DTensor workers run zero3, which estimate does not price): the ZeRO "
-                        "mixed-precision layout, bf16 weights, the optimizer state split over --dp; zero2: and "
-                        "the gradients; the Adam step's time takes the layout's share (all of the state under "
-                        "none, 1/dp under zero1 and zero2) as place prices training.<role>.sharding (zero1 and "
-                        "zero2 need --optimizer adam: with --optimizer none there is no optimizer state to split)")
+                   help="train (and infer: zero3): none: every data-parallel rank holds all of the training state, "
+                        "fp32 master weights under bf16 autocast (with --framework none, a bare PyTorch loop); zero1: "
+                        "the ZeRO mixed-precision layout, bf16 weights, the optimizer state split over --dp; zero2: "
+                        "and the gradients; zero3: and the weights, gathered layer by layer every micro-batch "
+                        "(ZeRO-3 / FSDP full shard: the all-gathers and the gradient reduce-scatter the layers' "
+                        "compute does not hide, no step-end all-reduce; an infer pass gathers the weights of its "
+                        "forward). Default with --optimizer adam the trainer's own, as place resolves "
+                        "training.<role>.sharding: zero3 on verl's FSDP and NeMo RL's DTensor workers (their one "
+                        "layout; with --trainer-backend fsdp any other is refused), zero1 on their Megatron workers "
+                        "and with --framework none, OpenRLHF's zero2, DeepSpeed-Chat's none; infer: zero3 on those "
+                        "FSDP / DTensor workers, else none. Time and memory follow the layout as place prices it "
+                        "(the Adam step on all of the state under none, 1/dp under zero1-zero3; zero1-zero3 need "
+                        "--optimizer adam: with --optimizer none there is no optimizer state to split)")
     p.add_argument("--optimizer", default=None, choices=OPTIMIZERS,
                    help="train only: adam (default): fp32 master weights + AdamW step; none: bf16 forward + "
                         "backward only")
@@ -1860,8 +1982,8 @@ def _setting_flags(p) -> None:
                         "(4 + 4 + 8 bytes per parameter; false: bf16 ones beside a 12-byte master and moments), as "
                         "training.<role>.fp32_params (verl fsdp_config.model_dtype); default: the config's with "
                         "--model CONFIG.yaml:ROLE, else the trainer's (verl FSDP and NeMo RL DTensor true at zero3, "
-                        "their one sharding, false at the zero1 / none layouts estimate prices; NeMo RL refuses "
-                        "false; every other trainer is priced false)")
+                        "their one sharding and their unset default, false at a zero1 / none layout given under "
+                        "--trainer-backend auto; NeMo RL refuses false; every other trainer is priced false)")
     p.add_argument("--sequence-parallel", default=None, dest="sequence_parallel", choices=("true", "false"),
                    help="train / infer with tp > 1: Megatron sequence parallelism, as "
                         "training.<role>.sequence_parallel (false: the norms and linear inputs whole on every TP "
@@ -2003,6 +2125,8 @@ def format_estimate(result: Estimate) -> str:
     lines += [f"  {name:<{width}} {seconds:.4f} s" for name, seconds in result.parts.items()]
     if result.inputs.get("task") in ("train", "infer") and "trainer_backend_resolved" in result.inputs:
         lines.append(_backend_line(result.inputs))
+    if result.inputs.get("sharding") == "zero3":
+        lines.append(zero3_line(result.inputs))
     if "flash_attn2" in result.inputs:
         lines.append(flash_attn2_line(result.inputs["flash_attn2"], result.inputs["task"] == "train"))
     if sampler_line(result.inputs) is not None:
@@ -2024,6 +2148,20 @@ def format_estimate(result: Estimate) -> str:
     return "\n".join(lines + _state_lines(result.inputs))
 
 
+def zero3_line(inputs: Mapping[str, Any]) -> str:
+    """The note of a ``sharding`` zero3 estimate (:func:`zero3_parts`): what its part holds, or that one
+    data-parallel rank shards nothing."""
+    dp = inputs.get("dp", 1) * inputs.get("cp", 1)
+    if dp <= 1:
+        return "  (sharding zero3 on one data-parallel rank: nothing to shard or gather)"
+    if inputs.get("task") == "train":
+        return (f"  (sharding zero3 over {dp} ranks: each micro-batch all-gathers the weights, forward and backward, "
+                "and reduce-scatters the gradients;\n   zero3_collectives: what the layers' compute does not hide; "
+                "no step-end gradient all-reduce)")
+    return (f"  (sharding zero3 over {dp} ranks: the forward all-gathers the partitioned weights; gather: what the "
+            "compute does not hide)")
+
+
 def _state_lines(inputs: Mapping[str, Any]) -> list[str]:
     """For a training pass whose trainer keeps fp32 parameters (``fp32_params`` as given, resolved as ``place``
     resolves it, :func:`~packplace.placement.model.memory.resolved_training`: verl's FSDP workers, NeMo RL's
@@ -2031,7 +2169,8 @@ def _state_lines(inputs: Mapping[str, Any]) -> list[str]:
     says what its weights, gradients and optimizer parts hold; none otherwise."""
     if inputs.get("task") != "train" or "trainer_backend_resolved" not in inputs:
         return []
-    options = resolved_training(TrainingOptions(fp32_params=inputs.get("fp32_params")), inputs["framework"],
+    options = resolved_training(TrainingOptions(sharding=inputs.get("sharding") or "none",
+                                                fp32_params=inputs.get("fp32_params")), inputs["framework"],
                                 inputs["trainer_backend_resolved"] == "megatron")
     if not options.fp32_params:
         return []
@@ -2103,8 +2242,7 @@ def _fit_verdict(result: Estimate) -> str:
 _MEGATRON_FLAGS = ("--bias-activation-fusion", "--moe-router-dtype")   # a Megatron-Core trainer's saved set
 IGNORED_FLAGS = {
     "train": ("--batch", "--context", "--train-mb-tokens"),
-    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--sharding", "--micro-batches",
-              *_MEGATRON_FLAGS),
+    "infer": ("--batch", "--context", "--recompute", "--optimizer", "--micro-batches", *_MEGATRON_FLAGS),
     "prefill": ("--batch", "--context", "--micro-batches", "--recompute", "--optimizer", "--framework-version",
                 "--pack-tokens", "--entropy-coeff", "--train-mb-tokens", "--sharding", "--trainer-backend",
                 *_MEGATRON_FLAGS),
@@ -2130,7 +2268,7 @@ def _task_flags(args: Any) -> None:
             uses = sorted(task for task, ignored in IGNORED_FLAGS.items() if flag not in ignored)
             raise ConfigError(f"{flag}: means nothing for --task {args.task} (it sets {', '.join(uses)}); drop it")
     if args.sharding not in (None, "none") and args.optimizer == "none":
-        raise ConfigError(f"--sharding: {args.sharding} with --optimizer none: ZeRO-1/2 partition the optimizer's "
+        raise ConfigError(f"--sharding: {args.sharding} with --optimizer none: ZeRO-1/2/3 partition the optimizer's "
                           "state (ZeRO-2 also its gradients), which a pass without an optimizer does not hold; give "
                           "--optimizer adam (a ZeRO run's micro-batch with its AdamW state) or drop --sharding")
     if getattr(args, "pack_tokens", None) is not None and args.micro_batch is not None:

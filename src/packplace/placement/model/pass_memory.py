@@ -723,7 +723,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
         framework: ``none`` (bare PyTorch, Hugging Face layers; a log-prob forward keeps the model's
             KV cache, as ``model(input_ids)`` does with ``use_cache`` on) or a framework profile name (its
             passes run with ``use_cache`` off; eager attention's scores: :func:`eager_score_bytes_per_token`).
-        sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also shards ``infer`` weights).
+        sharding: ``none``, ``zero1``, ``zero2``, ``zero3`` (train; ``zero3`` also ``infer``'s, fp32 ``fp32_params``).
         micro_batches: Micro-batches per step: the pipeline's in-flight count, and with more than one the gradients
             of the earlier micro-batches are held throughout (gradient accumulation); in every phase of a step of
             one micro-batch too where the layout keeps them as training state (:func:`resident_gradients`).
@@ -783,7 +783,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
             part = _infer_stage(model, per_gpu[i], layers[i], last, tokens, tp, dp, sharding,
                                 framework, ws, ep, cp, logit_bytes, forward,
                                 fsdp_root_bytes(model, tp, framework, i == 0, last)[0] if fsdp else 0.0,
-                                sequence_parallel)
+                                sequence_parallel, 4.0 if fp32_params else 2.0)
         else:
             part = _engine_stage(model, task, per_gpu[i], layers[i], last, micro_batch, seq_len, context, tp, ws,
                                  ep, hybrid_engine=framework == "deepspeed-chat")
@@ -1357,12 +1357,14 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
 def _infer_stage(model: ModelSpec, params: float, n_layers: int, last: bool, tokens: float, tp: int, dp: int,
                  sharding: str, framework: str, ws: float, ep: int = 1, cp: int = 1,
                  logit_bytes: tuple[float, float] | None = None, score_bytes: float = 0.0,
-                 root: float = 0.0, sequence_parallel: bool = False) -> PassMemory:
-    """One stage of a log-prob forward (no grad): bf16 weights (ZeRO-3: the shard and one gathered
-    layer; ``root``: an FSDP root unit's gathered weights, :func:`fsdp_root_bytes`, which the no-grad forward
-    leaves gathered as well) plus :func:`infer_transient` (``score_bytes``: an eager attention's no-grad scores)."""
+                 root: float = 0.0, sequence_parallel: bool = False, shard_bytes: float = 2.0) -> PassMemory:
+    """One stage of a log-prob forward (no grad): bf16 weights (ZeRO-3: the shard at ``shard_bytes`` a parameter,
+    4 for the fp32 shard of verl's FSDP and NeMo RL's DTensor workers, and one gathered bf16 layer; ``root``: an
+    FSDP root unit's gathered weights, :func:`fsdp_root_bytes`, which the no-grad forward leaves gathered as
+    well) plus :func:`infer_transient` (``score_bytes``: an eager attention's no-grad scores)."""
     layer_params = model.block_params / model.layers / tp
-    weights = 2.0 * params / dp + 2.0 * layer_params + root if sharding == "zero3" else 2.0 * params
+    weights = (shard_bytes * params / dp + 2.0 * layer_params + root if sharding == "zero3"
+               else 2.0 * params)
     act, logits, kv, slack = infer_transient(model, tokens=tokens, n_layers=n_layers, last=last, tp=tp,
                                              kv_cache=framework == "none", ep=ep, cp=cp, logit_bytes=logit_bytes,
                                              score_bytes=score_bytes, sequence_parallel=sequence_parallel)

@@ -134,25 +134,10 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     check_counts("training_overhead_seconds", dp=dp, pp=pp, tp=tp, ep=ep, micro_batch=micro_batch)
     hw = cost.hw
     # the counts are checked above: the cost model's unchecked methods (CostModel's aliases)
-    micro_batches, tokens = cost._pass_shape_unchecked(model, "train", dp, pp, tp, micro_batch, ep)
+    micro_batches = cost._pass_shape_unchecked(model, "train", dp, pp, tp, micro_batch, ep)[0]
     rank = options.lora_rank
-    seconds = 0.0
-    if options.recompute != "none":
-        # packed: the packs' Σ l² over their tokens; padded: each sequence's own tokens over the padded ones
-        s = cost._attention_length_unchecked(model, "train", dp, pp, tp, ep, micro_batch=micro_batch)
-        ring = cost.context_parallel_degree(model) if not cost.packed(model) else 1
-
-        def stage(n: float) -> float:
-            return recompute_stage_seconds(cost, model, options.recompute, dp, pp, tp, n, s, extent, ep, rank)
-
-        if ring > 1 and pp > 1:   # as pass_time's CP pipeline: the bubble is one micro-batch's ring-th
-            seconds += micro_batches * stage(tokens) + (pp - 1) * stage(tokens / ring)
-        else:
-            seconds += cost._pipeline_unchecked(micro_batches, pp, stage(tokens))
-    if options.sharding == "zero3" and dp > 1:
-        compute = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False,
-                                 lora_rank=rank) + seconds
-        seconds += zero3_exposed_seconds(cost, model, options, dp, pp, tp, micro_batches, extent, ep, compute)
+    seconds = recompute_step_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
+    seconds += zero3_step_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep, seconds)
     if options.offload != "none" and cost.framework.offload_between_passes:
         # verl: the offloaded state comes back to the GPU before the update and leaves after it
         # (fsdp_workers.py update_actor: load_fsdp_model_to_gpu / load_fsdp_optimizer, then offload both), in the
@@ -181,6 +166,57 @@ def training_overhead_seconds(cost, model: ModelSpec, options: TrainingOptions, 
     if options.optimizer_steps > 1:
         seconds += optimizer_steps_seconds(cost, model, options, dp, pp, tp, micro_batch, extent, ep)
     return seconds
+
+
+def recompute_step_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
+                           micro_batch: int, extent: tuple[int, int, int], ep: int = 1) -> float:
+    """Seconds ``options.recompute`` adds to a training step of ``m`` micro-batches of ``micro_batch`` sequences per
+    data-parallel rank (:meth:`~packplace.placement.model.cost.CostModel.pass_shape`): ``(m + pp − 1)`` recompute
+    stages (:func:`recompute_stage_seconds`) through the pipeline, or under context parallelism with ``pp > 1``
+    ``m·t_stage + (pp − 1)·t_share`` as :meth:`~packplace.placement.model.cost.CostModel.pass_time` runs the pass it
+    recomputes. The recompute of :func:`training_overhead_seconds`, the one pricing ``place`` and ``packplace
+    estimate`` share. 0 for ``recompute: none``.
+
+    Raises:
+        ValueError: ``dp``, ``pp``, ``tp``, ``ep`` or ``micro_batch`` not a positive integer.
+    """
+    check_counts("recompute_step_seconds", dp=dp, pp=pp, tp=tp, ep=ep, micro_batch=micro_batch)
+    if options.recompute == "none":
+        return 0.0
+    micro_batches, tokens = cost._pass_shape_unchecked(model, "train", dp, pp, tp, micro_batch, ep)
+    # packed: the packs' Σ l² over their tokens; padded: each sequence's own tokens over the padded ones
+    s = cost._attention_length_unchecked(model, "train", dp, pp, tp, ep, micro_batch=micro_batch)
+    ring = cost.context_parallel_degree(model) if not cost.packed(model) else 1
+
+    def stage(n: float) -> float:
+        return recompute_stage_seconds(cost, model, options.recompute, dp, pp, tp, n, s, extent, ep,
+                                       options.lora_rank)
+
+    if ring > 1 and pp > 1:   # as pass_time's CP pipeline: the bubble is one micro-batch's ring-th
+        return micro_batches * stage(tokens) + (pp - 1) * stage(tokens / ring)
+    return cost._pipeline_unchecked(micro_batches, pp, stage(tokens))
+
+
+def zero3_step_seconds(cost, model: ModelSpec, options: TrainingOptions, dp: int, pp: int, tp: int,
+                       micro_batch: int, extent: tuple[int, int, int], ep: int = 1, recompute: float = 0.0) -> float:
+    """Seconds the ZeRO-3 / FSDP collectives add to a training step of ``micro_batch`` sequences per micro-batch
+    (``options.sharding`` zero3; module docstring): :func:`zero3_exposed_seconds` of the step's ``m`` micro-batches
+    (:meth:`~packplace.placement.model.cost.CostModel.pass_shape`) against its compute ``C``, the forward and
+    backward passes (:meth:`~packplace.placement.model.cost.CostModel.pass_time` without the update) plus
+    ``recompute`` seconds of recomputation (:func:`recompute_step_seconds`). The ZeRO-3 term of
+    :func:`training_overhead_seconds`, the one pricing ``place`` and ``packplace estimate`` share. 0 for another
+    sharding or ``dp = 1``.
+
+    Raises:
+        ValueError: ``dp``, ``pp``, ``tp``, ``ep`` or ``micro_batch`` not a positive integer.
+    """
+    check_counts("zero3_step_seconds", dp=dp, pp=pp, tp=tp, ep=ep, micro_batch=micro_batch)
+    if options.sharding != "zero3" or dp <= 1:
+        return 0.0
+    micro_batches = cost._pass_shape_unchecked(model, "train", dp, pp, tp, micro_batch, ep)[0]
+    compute = cost.pass_time(model, True, dp, pp, tp, micro_batch, extent, ep, include_update=False,
+                             lora_rank=options.lora_rank) + recompute
+    return zero3_exposed_seconds(cost, model, options, dp, pp, tp, micro_batches, extent, ep, compute)
 
 
 def recompute_stage_seconds(cost, model: ModelSpec, recompute: str, dp: int, pp: int, tp: int, tokens: float,
