@@ -82,6 +82,7 @@ from packplace.placement.model.memory import (
     one_sequence_kv_bytes,
     peak_pass_tokens,
     profile_run_peak_bytes,
+    remove_padding_peak_tokens,
     resident_bytes,
     resolved_training,
     stage_gemm_share,
@@ -481,8 +482,10 @@ class CostModel(metaclass=CountsGuarded):
         :meth:`pass_shape`) holds at once, at which the memory model sizes its activations and logits
         (:func:`~packplace.placement.model.memory.peak_pass_tokens`): a packed model's pack capacity
         (:meth:`~packplace.placement.model.sequence_packing.SequencePacking.peak_tokens`) where
-        :meth:`pass_shape` prices packs, else ``micro_batch`` sequences of the prompt and the longest
-        response."""
+        :meth:`pass_shape` prices packs, verl's dynamic batch size's budget
+        (:func:`~packplace.placement.model.memory.dynamic_peak_tokens`), verl's remove-padding micro-batch of
+        real tokens (:func:`~packplace.placement.model.memory.remove_padding_peak_tokens`), else
+        ``micro_batch`` sequences of the prompt and the longest response."""
         pack = None
         if self.packed(model):
             assert self.packing is not None
@@ -492,6 +495,8 @@ class CostModel(metaclass=CountsGuarded):
         if dynamic is not None:
             assert self.dynamic_bsz is not None
             return dynamic_peak_tokens(self.workload, dynamic[0], dynamic[1], self.dynamic_bsz[2])
+        if pack is None and self.framework.name == "verl" and self.padding == "none":
+            return remove_padding_peak_tokens(self.workload, micro_batch)
         return peak_pass_tokens(self.workload, micro_batch, pack)
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:

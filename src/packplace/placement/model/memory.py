@@ -865,6 +865,37 @@ def peak_pass_tokens(workload: Workload, micro_batch: int, pack_tokens: int | No
     return float(micro_batch * (workload.context_length + workload.peak_response))
 
 
+#: Probability, per pass of a step, that verl's largest remove-padding micro-batch holds more tokens than
+#: :func:`remove_padding_peak_tokens` prices (split evenly over the pass's micro-batches: a union bound). A
+#: modelling choice, not a measured constant: over a run of 10,000 passes at most a 1 % chance of one micro-batch
+#: above the priced one.
+REMOVE_PADDING_PASS_TAIL = 1e-6
+
+
+def remove_padding_peak_tokens(workload: Workload, micro_batch: int) -> float:
+    """Tokens of the largest micro-batch of ``micro_batch`` sequences a verl FSDP pass holds under
+    ``use_remove_padding`` (set by verl's example scripts, e.g. examples/grpo_trainer/run_qwen2-7b.sh at v0.3.0
+    to v0.7.0), at which its activations and logits are sized.
+
+    ``verl/workers/actor/dp_actor.py`` ``_forward_micro_batch`` (v0.3.0.post0 to v0.7.0) unpads the micro-batch
+    (flash-attn ``unpad_input`` on its attention mask) and runs the model on ``(1, total_nnz)`` tokens: every
+    layer's activations, the output head's logits ``(total_nnz, V)`` (prompt positions included) and the
+    log-prob / entropy over them are of the micro-batch's real tokens, not of its ``B × (S + T)`` padded
+    tensor. Priced here as ``m·S`` (each prompt at its cap ``S``: the workload has one prompt length) plus
+    :meth:`~packplace.placement.problem.workload.Workload.response_sum` of ``m`` responses in groups of ``K``
+    at the tail :data:`REMOVE_PADDING_PASS_TAIL` ``/ ⌈B·K/m⌉`` (the pass's micro-batches), never above
+    :func:`peak_pass_tokens`' ``m·(S + longest response)``. verl's ``trainer.balance_batch`` (default on)
+    reorders the batch into token-balanced data-parallel shares before the passes (``ray_trainer.py``
+    ``_balance_batch``; each share's indices kept in their order, ``seqlen_balancing.py``
+    ``_check_and_sort_partitions``), which evens the shares' totals and is not modelled as drawing the
+    micro-batches' lengths together. Errors: ``micro_batch`` below 1 (``ValueError``)."""
+    if micro_batch < 1:
+        raise ValueError(f"remove_padding_peak_tokens: micro_batch {micro_batch!r} must be at least 1")
+    passes = max(1, math.ceil(workload.sequences / micro_batch))
+    responses = workload.response_sum(micro_batch, workload.samples_per_prompt, REMOVE_PADDING_PASS_TAIL / passes)
+    return float(micro_batch * workload.context_length + responses)
+
+
 def dynamic_micro_batches(sequences: float, mean_len: float, budget: int) -> int:
     """Micro-batches verl's dynamic batch size splits ``sequences`` sequences of ``mean_len`` tokens on
     average into, at ``budget`` tokens per micro-batch per GPU: ``min(n, ⌈n·s / budget⌉)`` with ``n`` the
