@@ -32,10 +32,13 @@ MATRIX = [(config, fw, backend) for config in CONFIGS for fw in ("verl", "openrl
 
 
 def _policy(raw: dict, framework: str) -> dict:
-    """The config's policy run by ``framework``: a release it names is its own framework's, dropped for another."""
+    """The config's policy run by ``framework``: a release it names, and a verl-only setting, are its own
+    framework's, dropped for another."""
     policy = dict(raw.get("policy") or {})
     if policy.get("framework") != framework:
         policy.pop("framework_version", None)
+        if framework != "verl":
+            policy.pop("use_remove_padding", None)
     return dict(policy, framework=framework)
 
 

@@ -10,10 +10,14 @@ import numpy as np
 import pytest
 import yaml
 
+from packplace.errors import ConfigError
 from packplace.placement.candidates import cost_model
 from packplace.placement.checking.validate import load_setup_mapping, plan_evaluator, predict
+from packplace.placement.emit import emit
 from packplace.placement.model.memory import (
     REMOVE_PADDING_PASS_TAIL,
+    dynamic_padded_peak_tokens,
+    padded_peak_tokens,
     peak_pass_tokens,
     remove_padding_peak_tokens,
 )
@@ -36,10 +40,15 @@ QWEN2_7B_PARAMS = 28 * (3584 * 3584 + 3584 + 2 * (3584 * 512 + 512) + 3584 * 358
     + 2 * 152064 * 3584 + 3584
 
 
-def _setup(version: str = "0.4.0", quantiles=None):
+def _setup(version: str | None = "0.4.0", quantiles=None, **policy):
     with open(SHIPPED) as fh:
         cfg = yaml.safe_load(fh)
     cfg["policy"]["framework_version"] = version
+    for key, value in policy.items():
+        if value is None:
+            cfg["policy"].pop(key, None)
+        else:
+            cfg["policy"][key] = value
     if quantiles is not None:
         cfg["workload"]["gen_quantiles"] = quantiles
     cfg["validation"] = {"source": "test", "url": "test", "publication": "test", "framework": "verl",
@@ -128,3 +137,68 @@ def test_v03_logits_at_the_model_default_do_not_fit():
                        framework="verl", sharding="zero3", logit_bytes=None, trainer_backend="fsdp",
                        fp32_params=True, workspace_bytes=inst.hardware.memory_workspace)
     assert part.logits == 12 * 152064 * 40 * 1536
+
+
+QUANTILES = [[0.5, 250], [0.9, 450], [0.99, 800]]
+
+
+def _train_tokens(inst) -> float:
+    return cost_model(inst).peak_pass_tokens(inst.models["actor"], "train", 8, 1, 1, 40)
+
+
+def test_unset_is_verl_default_padded_before_0_7():
+    # verl's ppo_trainer.yaml (v0.2-v0.6.1) says use_remove_padding False: each sequence a padded row of the
+    # prompt cap 512 plus the response cap 1,024 (rollout.response_length), 40 x 1,536 = 61,440 tokens, whatever
+    # the response lengths; the real-token charge of the same micro-batch is below it
+    for version in ("0.4.0", "0.6.1", None):
+        inst, _, _ = _setup(version, quantiles=QUANTILES, use_remove_padding=None)
+        assert inst.use_remove_padding is None
+        assert _train_tokens(inst) == 40 * (512 + 1024) == 61_440
+    inst, _, _ = _setup(quantiles=QUANTILES, use_remove_padding=False)
+    assert _train_tokens(inst) == padded_peak_tokens(inst.workload, 40) == 61_440
+    assert remove_padding_peak_tokens(inst.workload, 40) < 61_440
+
+
+def test_true_and_the_0_7_default_charge_real_tokens():
+    # set true, or unset at v0.7.0 (model/hf_model.yaml: use_remove_padding True): m·S plus the sum bound
+    for version, setting in (("0.4.0", True), ("0.7.0", None)):
+        inst, _, _ = _setup(version, quantiles=QUANTILES, use_remove_padding=setting)
+        w = inst.workload
+        tail = REMOVE_PADDING_PASS_TAIL / math.ceil(5120 / 40)
+        assert _train_tokens(inst) == 40 * 512 + w.response_sum(40, 5, tail) < 61_440
+
+
+def test_dynamic_batch_size_padded_rows():
+    # 160 sequences a GPU at a 4,096-token budget, padded rows of 512 + 1,024: a micro-batch of at most
+    # 4,096 + 1,536 = 5,632 real tokens holds at most 5,632 // 513 = 10 sequences (each at least its 512-token
+    # prompt and one response token), 10 x 1,536 = 15,360 tokens; 3 sequences hold at most 3 rows
+    inst, _, _ = _setup(quantiles=QUANTILES)
+    assert dynamic_padded_peak_tokens(inst.workload, 160, 4096) == 10 * 1536 == 15_360
+    assert dynamic_padded_peak_tokens(inst.workload, 2.5, 4096) == 3 * 1536
+
+
+@pytest.mark.parametrize(("policy", "match"), [
+    ({"use_remove_padding": "yes"}, "use_remove_padding.*yes"),
+    ({"use_remove_padding": True, "framework": "openrlhf", "framework_version": None}, "use_remove_padding: True"),
+    ({"use_remove_padding": True, "framework_version": "0.1"}, "use_remove_padding: true at framework_version"),
+    ({"use_remove_padding": False, "ppo_max_token_len_per_gpu": 4096, "log_prob_max_token_len_per_gpu": 4096,
+      "ulysses_sequence_parallel_size": 2}, "use_remove_padding: false with ulysses_sequence_parallel_size 2"),
+])
+def test_bad_settings_are_refused(policy, match):
+    version = policy.pop("framework_version", "0.4.0")
+    with pytest.raises(ConfigError, match=match):
+        _setup(version, **policy)
+
+
+def test_emitter_writes_the_priced_setting():
+    inst, plan, _ = _setup()
+    assert emit(inst, plan, "verl").settings["actor_rollout_ref.model.use_remove_padding"] is True
+    inst, plan, _ = _setup(use_remove_padding=None)
+    assert emit(inst, plan, "verl").settings["actor_rollout_ref.model.use_remove_padding"] is False
+    inst, plan, _ = _setup("0.7.0", use_remove_padding=None)
+    assert emit(inst, plan, "verl").settings["actor_rollout_ref.model.use_remove_padding"] is True
+    # unset with Ulysses: verl runs it only with remove-padding, so it was priced (and is written) true
+    inst, plan, _ = _setup(use_remove_padding=None, ppo_max_token_len_per_gpu=4096, log_prob_max_token_len_per_gpu=4096,
+                           ulysses_sequence_parallel_size=2)
+    assert inst.use_remove_padding is True
+    assert emit(inst, plan, "verl").settings["actor_rollout_ref.model.use_remove_padding"] is True

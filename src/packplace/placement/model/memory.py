@@ -896,6 +896,33 @@ def remove_padding_peak_tokens(workload: Workload, micro_batch: int) -> float:
     return float(micro_batch * workload.context_length + responses)
 
 
+def padded_peak_tokens(workload: Workload, micro_batch: int) -> float:
+    """Tokens of a micro-batch of ``micro_batch`` sequences a verl FSDP pass holds without ``use_remove_padding``:
+    ``m·(S + T)``, every sequence a row of the rollout's padded tensor, its prompt left-padded to
+    ``data.max_prompt_length`` (the workload's ``S``) and its response right-padded to
+    ``rollout.response_length`` (``T``, ``generation_length``: ``vllm_rollout_spmd.py``
+    ``pad_2d_list_to_length(response, ..., max_length=self.config.response_length)``, v0.2 to v0.6.1;
+    ``agent_loop.py`` pads to ``rollout.response_length`` at v0.7.0). ``dp_actor.py`` ``_forward_micro_batch``
+    (v0.2 to v0.7.0, ``use_remove_padding`` false) runs the model on that ``(m, S + T)`` batch, its logits
+    ``(m, S + T, V)``. Errors: ``micro_batch`` below 1 (``ValueError``)."""
+    if micro_batch < 1:
+        raise ValueError(f"padded_peak_tokens: micro_batch {micro_batch!r} must be at least 1")
+    return float(micro_batch * (workload.context_length + workload.generation_length))
+
+
+def dynamic_padded_peak_tokens(workload: Workload, sequences: float, budget: int) -> float:
+    """Tokens per GPU of the largest micro-batch verl's dynamic batch size forms from ``sequences`` sequences per
+    GPU at ``budget`` tokens when its passes run padded (no ``use_remove_padding``, hence no Ulysses:
+    :func:`~packplace.placement.problem.config._use_remove_padding`): ``rearrange_micro_batches`` balances the
+    micro-batches by their real tokens (``attention_mask.sum``, at most ``budget + S + T``:
+    :func:`dynamic_peak_tokens`), each sequence at least ``S + 1`` real tokens (its prompt and one response
+    token), so a micro-batch holds at most ``⌊(budget + S + T)/(S + 1)⌋`` sequences (and at most all
+    ``⌈sequences⌉``), each a padded row of ``S + T`` tokens (:func:`padded_peak_tokens`)."""
+    row = workload.context_length + workload.generation_length
+    count = min(max(1, math.ceil(sequences - 1e-9)), (budget + row) // (workload.context_length + 1))
+    return float(max(1, count) * row)
+
+
 def dynamic_micro_batches(sequences: float, mean_len: float, budget: int) -> int:
     """Micro-batches verl's dynamic batch size splits ``sequences`` sequences of ``mean_len`` tokens on
     average into, at ``budget`` tokens per micro-batch per GPU: ``min(n, ⌈n·s / budget⌉)`` with ``n`` the
