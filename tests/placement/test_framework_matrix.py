@@ -31,9 +31,20 @@ MATRIX = [(config, fw, backend) for config in CONFIGS for fw in ("verl", "openrl
           for backend in (("auto", "fsdp", "megatron") if fw == "verl" else ("auto",))]
 
 
+def _policy(raw: dict, framework: str) -> dict:
+    """The config's policy run by ``framework``: a release it names, and a verl-only setting, are its own
+    framework's, dropped for another."""
+    policy = dict(raw.get("policy") or {})
+    if policy.get("framework") != framework:
+        policy.pop("framework_version", None)
+        if framework != "verl":
+            policy.pop("use_remove_padding", None)
+    return dict(policy, framework=framework)
+
+
 def planned_for(config: Path, framework: str, backend: str = "auto", **training):
     raw = load_yaml(config)
-    raw["policy"] = dict(raw.get("policy") or {}, framework=framework, trainer_backend=backend)
+    raw["policy"] = dict(_policy(raw, framework), trainer_backend=backend)
     if training:
         raw["training"] = training
     return build_instance(raw, source=str(config))
@@ -41,8 +52,8 @@ def planned_for(config: Path, framework: str, backend: str = "auto", **training)
 
 def config_lines(config: Path, framework: str, backend: str) -> list[str]:
     raw = load_yaml(config)
-    raw["policy"] = dict(raw.get("policy") or {}, framework=framework)
-    plain = build_instance(dict(raw, policy=dict(raw["policy"], framework="none")))
+    raw["policy"] = _policy(raw, framework)
+    plain = build_instance(dict(raw, policy=_policy(raw, "none")))
     ctx = Context.of(plain)
     return config_refusals(Context(framework, ctx.algorithm, ctx.training, ctx.reward_model, backend))
 

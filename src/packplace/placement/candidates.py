@@ -53,6 +53,7 @@ from packplace.placement.model.framework import (
     profile,
     release_profile,
     trainer_logit_bytes,
+    verl_padded_roles,
 )
 from packplace.placement.model.layout_rules import (
     Context,
@@ -1276,11 +1277,12 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
     training vertex (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`), the roles that run
     verl's dynamic batch size and those that train in a bare loop (:func:`bare_loop_models`), the forwards that
     run with their trainer's context parallelism (:func:`forward_context_parallel`, at that trainer's degree),
-    and the Transformer Engine release a NeMo RL release pins
-    (:func:`~packplace.placement.model.nemo_rl_releases.release_for`; the host time of its Megatron passes'
-    linear modules). The reference, which runs in the actor's workers wherever the actor's settings reach
-    it (verl's ``ActorRolloutRefWorker``, NeMo RL's policy workers), takes the actor's ZeRO-3 lockstep and
-    dynamic batch size."""
+    the roles whose verl passes run padded (``policy.use_remove_padding``:
+    :func:`~packplace.placement.model.framework.verl_padded_roles`), and the Transformer Engine release a NeMo
+    RL release pins (:func:`~packplace.placement.model.nemo_rl_releases.release_for`; the host time of its
+    Megatron passes' linear modules). The reference, which runs in the actor's workers wherever the actor's
+    settings reach it (verl's ``ActorRolloutRefWorker``, NeMo RL's policy workers), takes the actor's ZeRO-3
+    lockstep and dynamic batch size."""
     trained = [m for m in algorithm_spec(instance.algorithm).trainable_models if m in instance.models]
     sharers = [m for m in SHARES_OWNER_MESH if m in instance.models]
     sharded = frozenset(m for m in trained if instance.training.get(m, DEFAULT_TRAINING).sharding == "zero3")
@@ -1303,7 +1305,9 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                      frozenset(["actor", *sharers]) if "actor" in instance.models else frozenset(),
                      bare_loop_models(instance), {m: c for m, c in degrees.items() if c > 1},
                      frozenset(role for role, _ in forwards), models=instance.models,
-                     padding=pass_padding(instance.framework, getattr(instance, "framework_version", None)))
+                     padding=pass_padding(instance.framework, getattr(instance, "framework_version", None)),
+                     padded_models=verl_padded_roles(instance.framework, getattr(instance, "framework_version", None),
+                                                     getattr(instance, "use_remove_padding", None), instance.models))
 
 
 def bare_loop_models(instance) -> frozenset:

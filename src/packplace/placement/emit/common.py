@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packplace.errors import ConfigError
+from packplace.placement.model.framework import verl_padded_roles
 from packplace.placement.model.layout_rules import Context, Placed, refusals
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
 from packplace.placement.problem.config import PlacementInstance
@@ -95,6 +96,9 @@ class PlanView:
             which from v0.7.0 drops the previous-policy log-prob pass the plan then has no phase for).
         framework_version: ``policy.framework_version`` where the target framework is the instance's (an emitter
             may write a release's own flag names), else ``None`` (the emitter's current release).
+        padded_roles: The roles whose verl FSDP passes the plan was priced padded (``policy.use_remove_padding``
+            unset or false: :func:`~packplace.placement.model.framework.verl_padded_roles`); empty for an
+            instance of another framework, whose passes were priced at no more than their real tokens' bound.
     """
 
     tasks: Mapping[str, Task]
@@ -115,6 +119,7 @@ class PlanView:
     entropy_coeff: float = 0.0
     force_on_policy_ratio: bool = False
     framework_version: str | None = None
+    padded_roles: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -145,7 +150,9 @@ class PlanView:
                    entropy_coeff=float(getattr(instance, "entropy_coeff", 0.0)),
                    force_on_policy_ratio=bool(getattr(instance, "force_on_policy_ratio", False)),
                    framework_version=getattr(instance, "framework_version", None)
-                   if (framework or instance.framework) == instance.framework else None)
+                   if (framework or instance.framework) == instance.framework else None,
+                   padded_roles=verl_padded_roles(instance.framework, getattr(instance, "framework_version", None),
+                                                  getattr(instance, "use_remove_padding", None), instance.models))
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

@@ -150,6 +150,8 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     out.settings["actor_rollout_ref.actor.entropy_coeff"] = view.entropy_coeff
     _reward(s, view, train, megatron)
     critic, critic_infer = view.get(CRITIC_TRAIN), view.get(CRITIC_INFER)
+    if not megatron:
+        _remove_padding(s, view, critic is not None)
     if critic is not None:
         _trainer(out, "critic", critic, view.training["critic"], megatron, view.context_parallel.get("critic"))
         s["critic.ppo_mini_batch_size"] = view.global_batch(view.prompts, "prompts",
@@ -263,6 +265,17 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
         # PEFT adapters on every linear of the blocks (verl's ``all-linear``), as the plan's LoRA
         s[f"{model_key}.lora_rank"] = options.lora_rank
         s[f"{model_key}.target_modules"] = "all-linear"
+
+
+def _remove_padding(s: dict[str, Any], view: PlanView, critic: bool) -> None:
+    """``use_remove_padding`` of the FSDP workers as the plan's memory was priced (``policy.use_remove_padding``,
+    else verl's default at the release: :attr:`PlanView.padded_roles`): true where a micro-batch was sized at
+    its real tokens, false where at padded rows of prompt + response cap. The actor's model key also sets the
+    reference's (one ``actor_rollout_ref.model``); the critic's is written when the plan trains one. verl's
+    Megatron workers always unpad (their models run on unpadded tokens), so nothing is written there."""
+    s["actor_rollout_ref.model.use_remove_padding"] = "actor" not in view.padded_roles
+    if critic:
+        s["critic.model.use_remove_padding"] = "critic" not in view.padded_roles
 
 
 def _reference_context_parallel(s: dict[str, Any], context_parallel: tuple[int, bool, int] | None) -> None:

@@ -58,6 +58,7 @@ AVAILABLE: dict[str, tuple[str, str]] = {
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": ("0.2", "0.4.0"),
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": ("0.2", "0.2"),
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": ("0.2", ""),
+    "actor_rollout_ref.model.use_remove_padding": ("0.2", "0.6.0"),
     "actor_rollout_ref.actor.use_dynamic_bsz": ("0.2", "0.2"),
     "actor_rollout_ref.actor.use_kl_loss": ("0.2", "0.3.0"),
     "actor_rollout_ref.model.enable_gradient_checkpointing": ("0.1", "0.1-0.5.0, 0.7.0"),
@@ -99,6 +100,7 @@ AVAILABLE: dict[str, tuple[str, str]] = {
     "critic.model.enable_gradient_checkpointing": ("0.1", "0.1-0.5.0, 0.8.0"),
     "critic.model.lora_rank": ("0.4.0", "0.8.0"),
     "critic.model.target_modules": ("0.4.0", "0.8.0"),
+    "critic.model.use_remove_padding": ("0.2", "0.8.0"),
     "critic.ppo_micro_batch_size_per_gpu": ("0.2", "0.2"),
     "reward.reward_model.enable_resource_pool": ("0.6.0", "0.6.0"),
     "reward.reward_model.megatron.pipeline_model_parallel_size": ("", "0.1-0.7.1"),
@@ -119,8 +121,12 @@ AVAILABLE: dict[str, tuple[str, str]] = {
 #: (``_generated_ppo_megatron_trainer.yaml`` at v0.5.0), which is ``enable_gradient_checkpointing=False``; before
 #: 0.4.0 the Megatron workers offload nothing (``verl/workers/megatron_workers.py`` at v0.3.0.post1:
 #: ``self._is_offload_param = False``, "we only support reference model param offload"), which is
-#: ``megatron.param_offload`` / ``optimizer_offload`` false.
+#: ``megatron.param_offload`` / ``optimizer_offload`` false; v0.1 has no ``model.use_remove_padding`` and its FSDP
+#: actor and critic pad every pass (``verl/trainer/ppo/actor/dp_actor.py`` at v0.1: the model on the padded
+#: ``input_ids``), which is ``use_remove_padding=False``.
 ABSENT_MEANS: dict[str, Any] = {"reward.reward_model.enable_resource_pool": False,
+                                "actor_rollout_ref.model.use_remove_padding": False,
+                                "critic.model.use_remove_padding": False,
                                 "actor_rollout_ref.model.enable_gradient_checkpointing": False,
                                 "critic.model.enable_gradient_checkpointing": False,
                                 **{f"{worker}.megatron.{what}_offload": False

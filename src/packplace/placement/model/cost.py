@@ -75,13 +75,16 @@ from packplace.placement.model.memory import (
     EngineReservation,
     TrainingOptions,
     dynamic_micro_batches,
+    dynamic_padded_peak_tokens,
     dynamic_peak_tokens,
     engine_reservation,
     kv_cache_budget_bytes,
     lora_params,
     one_sequence_kv_bytes,
+    padded_peak_tokens,
     peak_pass_tokens,
     profile_run_peak_bytes,
+    remove_padding_peak_tokens,
     resident_bytes,
     resolved_training,
     stage_gemm_share,
@@ -235,6 +238,10 @@ class CostModel(metaclass=CountsGuarded):
             (:func:`~packplace.placement.model.framework.pass_padding`: ``none``, ``varlen`` or ``dense``): a
             padded pass priced on the plan's micro-batches pays each one's longest sequence (:meth:`pass_shape`,
             :meth:`attention_length`).
+        padded_models: The roles whose verl FSDP passes run without ``use_remove_padding``
+            (:func:`~packplace.placement.model.framework.verl_padded_roles`): their memory is sized at padded
+            rows of ``S + T`` tokens (:meth:`peak_pass_tokens`); their time is priced on real tokens as every
+            verl pass (a known limit: the padded rows' FLOPs are not charged).
 
     Every setting above is keyed by role, never by shape: two roles of one shape (a reward model of the
     critic's trunk, a reference identical to the actor) keep their own. A vertex's time is priced on the view of
@@ -257,7 +264,8 @@ class CostModel(metaclass=CountsGuarded):
                  bare_loop_models: frozenset = frozenset(),
                  context_parallel: Mapping[str, int] | None = None,
                  context_parallel_forwards: frozenset = frozenset(),
-                 models: Mapping[str, ModelSpec] | None = None, padding: str = "none") -> None:
+                 models: Mapping[str, ModelSpec] | None = None, padding: str = "none",
+                 padded_models: frozenset = frozenset()) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -267,7 +275,7 @@ class CostModel(metaclass=CountsGuarded):
         settings = {"sharded_models": sharded_models, "training": training or {},
                     "trainer_moves_optimizer": trainer_moves_optimizer, "dynamic_models": dynamic_models,
                     "bare_loop_models": bare_loop_models, "context_parallel": context_parallel or {},
-                    "context_parallel_forwards": context_parallel_forwards}
+                    "context_parallel_forwards": context_parallel_forwards, "padded_models": padded_models}
         for field, roles in settings.items():
             unknown = sorted(str(r) for r in roles if r not in self.models)
             if unknown:
@@ -286,6 +294,7 @@ class CostModel(metaclass=CountsGuarded):
         self.bare_loop_models = frozenset(bare_loop_models)
         self.context_parallel = dict(context_parallel) if context_parallel else {}
         self.context_parallel_forwards = frozenset(context_parallel_forwards)
+        self.padded_models = frozenset(padded_models)
         if padding not in PADDINGS:
             raise ValueError(f"CostModel padding: must be one of {', '.join(PADDINGS)}, got {padding!r}")
         self.padding = padding
@@ -481,17 +490,31 @@ class CostModel(metaclass=CountsGuarded):
         :meth:`pass_shape`) holds at once, at which the memory model sizes its activations and logits
         (:func:`~packplace.placement.model.memory.peak_pass_tokens`): a packed model's pack capacity
         (:meth:`~packplace.placement.model.sequence_packing.SequencePacking.peak_tokens`) where
-        :meth:`pass_shape` prices packs, else ``micro_batch`` sequences of the prompt and the longest
-        response."""
+        :meth:`pass_shape` prices packs, verl's dynamic batch size's budget
+        (:func:`~packplace.placement.model.memory.dynamic_peak_tokens`), verl's remove-padding micro-batch of
+        real tokens (:func:`~packplace.placement.model.memory.remove_padding_peak_tokens`), else
+        ``micro_batch`` sequences of the prompt and the longest response. A role of :attr:`padded_models` on
+        FSDP kernels (verl without ``use_remove_padding``; verl's Megatron workers always unpad) holds padded
+        rows of ``S + T`` tokens instead: ``m·(S + T)``
+        (:func:`~packplace.placement.model.memory.padded_peak_tokens`), under the dynamic batch size as many
+        rows as its token budget admits (:func:`~packplace.placement.model.memory.dynamic_padded_peak_tokens`)."""
         pack = None
         if self.packed(model):
             assert self.packing is not None
             megatron = self._pass_kernels_unchecked(pp, tp, ep) == "megatron"
             pack = self.packing.packing.peak_tokens(kind, megatron)
         dynamic = self._dynamic_chunk_unchecked(model, kind, dp) if pack is None else None
+        padded = (pack is None and self._holds(self.padded_models, model)
+                  and self._pass_kernels_unchecked(pp, tp, ep) != "megatron")
         if dynamic is not None:
             assert self.dynamic_bsz is not None
+            if padded:
+                return dynamic_padded_peak_tokens(self.workload, dynamic[0], dynamic[1])
             return dynamic_peak_tokens(self.workload, dynamic[0], dynamic[1], self.dynamic_bsz[2])
+        if padded:
+            return padded_peak_tokens(self.workload, micro_batch)
+        if pack is None and self.framework.name == "verl" and self.padding == "none":
+            return remove_padding_peak_tokens(self.workload, micro_batch)
         return peak_pass_tokens(self.workload, micro_batch, pack)
 
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:

@@ -1368,6 +1368,45 @@ def pass_padding(framework: str, version: str | None) -> str:
     return "none"
 
 
+#: verl's ``actor_rollout_ref.model.use_remove_padding`` (and ``critic.model.``): the first release with the key
+#: (``verl/trainer/config/ppo_trainer.yaml`` at v0.2; v0.1's FSDP actor has no remove-padding path) and the first
+#: whose default for the actor's model is ``True`` (``verl/trainer/config/model/hf_model.yaml`` at v0.7.0:
+#: ``use_remove_padding: True``; ``False`` in ``ppo_trainer.yaml`` at v0.2 to v0.4.1 and in ``ppo_trainer.yaml`` /
+#: ``model/hf_model.yaml`` at v0.5.0 to v0.6.1). The critic's default stays ``False`` at every tag
+#: (``critic/dp_critic.yaml`` at v0.7.0), and so does the reward model's (``reward_model.model``).
+VERL_REMOVE_PADDING_SINCE = (0, 2)
+VERL_REMOVE_PADDING_DEFAULT_SINCE = (0, 7)
+#: The roles ``policy.use_remove_padding`` sets: the actor and the reference (``actor_rollout_ref.model``) and the
+#: critic (``critic.model``). The reward model's ``reward_model.model.use_remove_padding`` is not set by it (its
+#: passes stay padded: the key's default).
+VERL_REMOVE_PADDING_ROLES = ("actor", "reference", "critic")
+
+
+def verl_padded_roles(framework: str, version: str | None, setting: bool | None, roles) -> frozenset[str]:
+    """The roles of ``roles`` whose verl FSDP forward and training passes run padded, each micro-batch a
+    ``(m, S + T)`` tensor (``use_remove_padding`` false: ``dp_actor.py`` / ``dp_critic.py``
+    ``_forward_micro_batch`` run the model on ``input_ids`` as the rollout returned them, prompts left-padded to
+    ``data.max_prompt_length`` and responses right-padded to ``rollout.response_length``, the cap:
+    ``vllm_rollout_spmd.py`` ``pad_2d_list_to_length(..., max_length=self.config.response_length)``), at
+    ``framework_version`` ``version`` with ``policy.use_remove_padding`` ``setting`` (``None``: unset).
+
+    ``setting`` true: none of :data:`VERL_REMOVE_PADDING_ROLES` (the reward model stays padded); false: all of
+    ``roles``; unset: verl's default at ``version`` (:data:`VERL_REMOVE_PADDING_DEFAULT_SINCE`: from v0.7.0 the
+    actor and the reference unpad, the critic and the reward model do not), and with no ``version`` the padded
+    default of every release before v0.7.0 (the larger memory charge). Empty for any framework but verl.
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`parse_version`).
+    """
+    roles = frozenset(roles)
+    if framework != "verl":
+        return frozenset()
+    if setting is None:
+        unpads = (version is not None and table_release(version) >= VERL_REMOVE_PADDING_DEFAULT_SINCE)
+        return roles - {"actor", "reference"} if unpads else roles
+    return roles - set(VERL_REMOVE_PADDING_ROLES) if setting else roles
+
+
 def colocated_engine_gpu_memory_utilization(instance) -> float | None:
     """The ``gpu_memory_utilization`` ``instance``'s rollout engine runs with in a plan that colocates every model
     with it (the engine's GPUs those of every trainer: OpenRLHF's ``--colocate_all_models``, the only layout in

@@ -865,6 +865,64 @@ def peak_pass_tokens(workload: Workload, micro_batch: int, pack_tokens: int | No
     return float(micro_batch * (workload.context_length + workload.peak_response))
 
 
+#: Probability, per pass of a step, that verl's largest remove-padding micro-batch holds more tokens than
+#: :func:`remove_padding_peak_tokens` prices (split evenly over the pass's micro-batches: a union bound). A
+#: modelling choice, not a measured constant: over a run of 10,000 passes at most a 1 % chance of one micro-batch
+#: above the priced one.
+REMOVE_PADDING_PASS_TAIL = 1e-6
+
+
+def remove_padding_peak_tokens(workload: Workload, micro_batch: int) -> float:
+    """Tokens of the largest micro-batch of ``micro_batch`` sequences a verl FSDP pass holds under
+    ``use_remove_padding`` (set by verl's example scripts, e.g. examples/grpo_trainer/run_qwen2-7b.sh at v0.3.0
+    to v0.7.0), at which its activations and logits are sized.
+
+    ``verl/workers/actor/dp_actor.py`` ``_forward_micro_batch`` (v0.3.0.post0 to v0.7.0) unpads the micro-batch
+    (flash-attn ``unpad_input`` on its attention mask) and runs the model on ``(1, total_nnz)`` tokens: every
+    layer's activations, the output head's logits ``(total_nnz, V)`` (prompt positions included) and the
+    log-prob / entropy over them are of the micro-batch's real tokens, not of its ``B × (S + T)`` padded
+    tensor. Priced here as ``m·S`` (each prompt at its cap ``S``: the workload has one prompt length) plus
+    :meth:`~packplace.placement.problem.workload.Workload.response_sum` of ``m`` responses in groups of ``K``
+    at the tail :data:`REMOVE_PADDING_PASS_TAIL` ``/ ⌈B·K/m⌉`` (the pass's micro-batches), never above
+    :func:`peak_pass_tokens`' ``m·(S + longest response)``. verl's ``trainer.balance_batch`` (default on)
+    reorders the batch into token-balanced data-parallel shares before the passes (``ray_trainer.py``
+    ``_balance_batch``; each share's indices kept in their order, ``seqlen_balancing.py``
+    ``_check_and_sort_partitions``), which evens the shares' totals and is not modelled as drawing the
+    micro-batches' lengths together. Errors: ``micro_batch`` below 1 (``ValueError``)."""
+    if micro_batch < 1:
+        raise ValueError(f"remove_padding_peak_tokens: micro_batch {micro_batch!r} must be at least 1")
+    passes = max(1, math.ceil(workload.sequences / micro_batch))
+    responses = workload.response_sum(micro_batch, workload.samples_per_prompt, REMOVE_PADDING_PASS_TAIL / passes)
+    return float(micro_batch * workload.context_length + responses)
+
+
+def padded_peak_tokens(workload: Workload, micro_batch: int) -> float:
+    """Tokens of a micro-batch of ``micro_batch`` sequences a verl FSDP pass holds without ``use_remove_padding``:
+    ``m·(S + T)``, every sequence a row of the rollout's padded tensor, its prompt left-padded to
+    ``data.max_prompt_length`` (the workload's ``S``) and its response right-padded to
+    ``rollout.response_length`` (``T``, ``generation_length``: ``vllm_rollout_spmd.py``
+    ``pad_2d_list_to_length(response, ..., max_length=self.config.response_length)``, v0.2 to v0.6.1;
+    ``agent_loop.py`` pads to ``rollout.response_length`` at v0.7.0). ``dp_actor.py`` ``_forward_micro_batch``
+    (v0.2 to v0.7.0, ``use_remove_padding`` false) runs the model on that ``(m, S + T)`` batch, its logits
+    ``(m, S + T, V)``. Errors: ``micro_batch`` below 1 (``ValueError``)."""
+    if micro_batch < 1:
+        raise ValueError(f"padded_peak_tokens: micro_batch {micro_batch!r} must be at least 1")
+    return float(micro_batch * (workload.context_length + workload.generation_length))
+
+
+def dynamic_padded_peak_tokens(workload: Workload, sequences: float, budget: int) -> float:
+    """Tokens per GPU of the largest micro-batch verl's dynamic batch size forms from ``sequences`` sequences per
+    GPU at ``budget`` tokens when its passes run padded (no ``use_remove_padding``, hence no Ulysses:
+    :func:`~packplace.placement.problem.config._use_remove_padding`): ``rearrange_micro_batches`` balances the
+    micro-batches by their real tokens (``attention_mask.sum``, at most ``budget + S + T``:
+    :func:`dynamic_peak_tokens`), each sequence at least ``S + 1`` real tokens (its prompt and one response
+    token), so a micro-batch holds at most ``⌊(budget + S + T)/(S + 1)⌋`` sequences (and at most all
+    ``⌈sequences⌉``), each a padded row of ``S + T`` tokens (:func:`padded_peak_tokens`)."""
+    row = workload.context_length + workload.generation_length
+    count = min(max(1, math.ceil(sequences - 1e-9)), (budget + row) // (workload.context_length + 1))
+    return float(max(1, count) * row)
+
+
 def dynamic_micro_batches(sequences: float, mean_len: float, budget: int) -> int:
     """Micro-batches verl's dynamic batch size splits ``sequences`` sequences of ``mean_len`` tokens on
     average into, at ``budget`` tokens per micro-batch per GPU: ``min(n, ⌈n·s / budget⌉)`` with ``n`` the

@@ -44,6 +44,7 @@ from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
     FRAMEWORK_NAMES,
     INFERENCE_OFFLOAD,
+    VERL_REMOVE_PADDING_SINCE,
     VersionDefaults,
     default_gpu_memory_utilization,
     engine_takes_model_context,
@@ -253,6 +254,13 @@ POLICY_FIELDS: dict[str, Field] = {
                                                     "the dynamic batch size, a micro-batch's tokens are sliced "
                                                     "over this many GPUs, each attention layer adding its "
                                                     "all-to-alls (set with ppo_max_token_len_per_gpu)"),
+    "use_remove_padding": Field("bool", default=None,
+                                meaning="verl actor_rollout_ref.model.use_remove_padding (and critic.model.): true, "
+                                        "each FSDP pass holds its micro-batch's real tokens; false, every sequence "
+                                        "padded to context_length + generation_length; unset: verl's default at "
+                                        "framework_version (false before 0.7.0 and without a version; true from "
+                                        "0.7.0 for the actor and reference, false for the critic; true with "
+                                        "ulysses_sequence_parallel_size above 1, which verl requires); verl only"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
                                      "megatron, or auto (chosen by the plan; verl with context_parallel: megatron); "
@@ -410,6 +418,9 @@ class PlacementInstance:
             (micro-batches by tokens, :meth:`~packplace.placement.model.cost.CostModel.pass_shape`), or ``None``.
         entropy_coeff: ``policy.entropy_coeff``: the actor's loss carries an entropy bonus when above 0
             (:func:`~packplace.placement.model.framework.trainer_logit_bytes`).
+        use_remove_padding: ``policy.use_remove_padding`` (verl only), ``None`` where unset (verl's default at
+            ``framework_version``: :func:`~packplace.placement.model.framework.verl_padded_roles`); true where
+            unset with Ulysses sequence parallelism, which verl runs only with it.
         force_on_policy_ratio: ``policy.force_on_policy_ratio``: NeMo RL's ``loss_fn.force_on_policy_ratio``,
             which from v0.7.0 drops the previous-policy log-prob pass
             (:func:`~packplace.placement.model.nemo_rl_releases.skips_old_log_prob`).
@@ -439,6 +450,7 @@ class PlacementInstance:
     dynamic_bsz: tuple[int, int, int] | None = None
     entropy_coeff: float = 0.0
     force_on_policy_ratio: bool = False
+    use_remove_padding: bool | None = None
     notes: tuple[str, ...] = ()
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -940,9 +952,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  framework_version=policy.get("framework_version"),
                                  sequence_packing=_sequence_packing(policy, algorithm, workload,
                                                                     _actor_context_parallel(balance)),
-                                 dynamic_bsz=dynamic_bsz,
-                                 entropy_coeff=float(policy["entropy_coeff"]),
-                                 force_on_policy_ratio=bool(policy["force_on_policy_ratio"]), notes=notes)
+                                 dynamic_bsz=dynamic_bsz, entropy_coeff=float(policy["entropy_coeff"]),
+                                 force_on_policy_ratio=bool(policy["force_on_policy_ratio"]),
+                                 use_remove_padding=_use_remove_padding(policy, dynamic_bsz), notes=notes)
     check_config(Context.of(instance))
     return instance
 
@@ -1059,6 +1071,35 @@ def _check_forced_ratio(policy: Mapping[str, Any], training: Mapping[str, Traini
         raise ConfigError(f"[training.actor] optimizer_steps: {steps} with policy.force_on_policy_ratio; NeMo RL "
                           "requires train_global_batch_size == num_prompts_per_step * "
                           "num_generations_per_prompt (one optimizer step per step)")
+
+
+def _use_remove_padding(policy: Mapping[str, Any], dynamic_bsz: tuple[int, int, int] | None) -> bool | None:
+    """``policy.use_remove_padding`` as the instance keeps it: the config's value, ``None`` where unset, ``True``
+    where unset with Ulysses sequence parallelism above 1 (verl asserts ``use_remove_padding`` then:
+    ``verl/trainer/ppo/ray_trainer.py`` ``_validate_config``, "When using sequence parallelism for actor/ref
+    policy, you must enable `use_remove_padding`", v0.2 to v0.5.0; ``verl/workers/config/actor.py`` from v0.6.0).
+
+    Raises:
+        ConfigError: set for a framework other than verl, true at a ``framework_version`` before 0.2 (v0.1 has
+            no remove-padding path), or false with ``ulysses_sequence_parallel_size`` above 1.
+    """
+    setting = policy.get("use_remove_padding")
+    ulysses = dynamic_bsz[2] if dynamic_bsz is not None else 1
+    if setting is None:
+        return True if ulysses > 1 else None
+    if policy["framework"] != "verl":
+        raise ConfigError(f"[policy] use_remove_padding: {setting} is verl's actor_rollout_ref.model."
+                          f"use_remove_padding, which the model prices for framework verl only, not "
+                          f"{policy['framework']!r}; drop it")
+    version = policy.get("framework_version")
+    if setting and version is not None and table_release(version) < VERL_REMOVE_PADDING_SINCE:
+        raise ConfigError(f"[policy] use_remove_padding: true at framework_version {version!r}: verl has it from "
+                          f"0.2 (v0.1's FSDP actor pads every pass); drop it")
+    if not setting and ulysses > 1:
+        raise ConfigError(f"[policy] use_remove_padding: false with ulysses_sequence_parallel_size {ulysses}: "
+                          "verl refuses Ulysses sequence parallelism without remove-padding (ray_trainer.py "
+                          "_validate_config); set it true or drop ulysses_sequence_parallel_size")
+    return bool(setting)
 
 
 def _dynamic_bsz(policy: Mapping[str, Any], workload: Workload, actor: ModelSpec,

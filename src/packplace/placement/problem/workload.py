@@ -17,10 +17,12 @@ Config fields: :data:`packplace.placement.problem.config.WORKLOAD_FIELDS`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
+from scipy.signal import fftconvolve
 
 #: CPU seconds to score one response, per rule verifier (``models.reward: {kind: rule, verifier: ...}``): the
 #: mean over 800 sampled chain-of-thought responses of Qwen2.5-Math-Instruct to 100 MATH test problems
@@ -258,6 +260,16 @@ class Workload:
         position = max(1, min(self.generation_length, int(np.ceil(self.quantile(n / (n + 1))))))
         return max(self.max_response, position)
 
+    def response_sum(self, m: int, group: int, tail: float) -> int:
+        """Tokens the responses of a micro-batch of ``m`` sequences exceed with probability at most ``tail``
+        (:func:`response_sum_bound` on this workload's quantile function and cap ``T``; every response at
+        ``T`` without ``gen_quantiles``: ``m·T``), at most ``m`` times :attr:`peak_response`, the bound of
+        ``m`` sequences at the step's longest response. Errors: :func:`response_sum_bound`'s."""
+        qs, ts = self._quantile_points
+        bound = response_sum_bound((tuple(qs.tolist()), tuple(ts.tolist())), self.generation_length, m, group,
+                                   tail)
+        return min(bound, m * self.peak_response)
+
     def _active_at(self, steps: np.ndarray) -> np.ndarray:
         """``1 − F(t − 1)`` at decode steps ``t`` (float array), ``F`` the response-length CDF."""
         qs, ts = self._quantile_points
@@ -308,6 +320,73 @@ class Workload:
     def train_seq_len(self) -> float:
         """Tokens per sequence in training and inference passes ``S + mean response`` (packed)."""
         return self.context_length + self.mean_response
+
+
+#: Equal-probability cells the response-length distribution is cut into for :func:`response_sum_bound`; each
+#: cell is charged its upper end, so the discretised distribution dominates the true one.
+SUM_CELLS = 4096
+#: Token bins of :func:`response_sum_bound`'s arithmetic: lengths are rounded up to multiples of
+#: ``⌈T / SUM_BINS⌉`` tokens (never down), which bounds the convolutions' size for any cap ``T``.
+SUM_BINS = 512
+
+
+def _sum_of_draws(pmf: np.ndarray, count: int) -> np.ndarray:
+    """Probability mass of the sum of ``count`` ≥ 1 independent draws of ``pmf`` (bins, shape ``(k,)``), by
+    repeated squaring with FFT convolutions; shape ``(count·(k − 1) + 1,)``, negatives of rounding clipped."""
+    out, power = None, pmf
+    while count:
+        if count & 1:
+            out = power if out is None else np.clip(fftconvolve(out, power), 0.0, None)
+        count >>= 1
+        if count:
+            power = np.clip(fftconvolve(power, power), 0.0, None)
+    assert out is not None
+    return out
+
+
+def _scaled(pmf: np.ndarray, factor: int) -> np.ndarray:
+    """The mass of ``factor·X`` for ``X`` of ``pmf`` over the same bins (mass at every ``factor``-th bin)."""
+    out = np.zeros(factor * (len(pmf) - 1) + 1)
+    out[::factor] = pmf
+    return out
+
+
+@lru_cache(maxsize=4096)
+def response_sum_bound(points: tuple[tuple[float, ...], tuple[float, ...]], cap: int, m: int, group: int,
+                       tail: float) -> int:
+    """Tokens that the responses of ``m`` sequences of one micro-batch exceed with probability at most ``tail``:
+    the ``1 − tail`` quantile of their sum, on the response-length distribution through ``points`` (the
+    quantile function's ``(q, t)`` knots, :class:`Workload`) with cap ``cap``, rounded up, at most ``m·cap``.
+
+    The ``m`` sequences are taken in groups of ``group`` responses to one prompt (GRPO's ``K``, which verl
+    keeps adjacent: ``ray_trainer.py`` ``batch.repeat(repeat_times=rollout.n, interleave=True)``), each group's
+    lengths comonotonic (all ``group`` at one draw: the coupling that maximises their sum in convex order, so
+    lengths correlated within a prompt are never under-counted), the groups independent. ``m`` split into
+    ``⌊m/c⌋`` whole groups plus a remainder (``c = min(group, m)``) majorises any other split over group
+    boundaries, so the sum ``c·ΣX_j + r·X`` is the largest in convex order. The distribution is discretised
+    to :data:`SUM_CELLS` cells, each at its upper quantile, on bins of ``⌈cap / SUM_BINS⌉`` tokens rounded up:
+    both only raise the bound.
+
+    Raises:
+        ValueError: ``m`` or ``group`` below 1, or ``tail`` outside ``(0, 1)``.
+    """
+    if m < 1 or group < 1 or not 0.0 < tail < 1.0:
+        raise ValueError(f"response_sum_bound: m {m!r} and group {group!r} must be at least 1 and tail {tail!r} "
+                         f"in (0, 1)")
+    width = max(1, math.ceil(cap / SUM_BINS))
+    qs, ts = np.asarray(points[0], dtype=float), np.asarray(points[1], dtype=float)
+    values = np.interp(np.arange(1, SUM_CELLS + 1) / SUM_CELLS, qs, ts)
+    bins = np.ceil(values / width - 1e-9).astype(int)
+    pmf = np.bincount(bins, minlength=math.ceil(cap / width) + 1) / SUM_CELLS
+    c = min(group, m)
+    whole, rest = divmod(m, c)
+    total = _scaled(_sum_of_draws(pmf, whole), c)
+    if rest:
+        total = np.clip(fftconvolve(total, _scaled(pmf, rest)), 0.0, None)
+    above = np.cumsum(total[::-1])[::-1]        # above[i]: mass at bin i or higher
+    over = np.nonzero(above[1:] <= tail)[0]    # first i whose mass strictly above it is at most tail
+    index = int(over[0]) if len(over) else len(total) - 1
+    return int(min(m * cap, index * width))
 
 
 @dataclass(frozen=True)
