@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packplace.errors import ConfigError
+from packplace.placement.candidates import engine_sleeps
 from packplace.placement.model.layout_rules import Context, Placed, refusals
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
 from packplace.placement.problem.config import PlacementInstance
@@ -95,6 +96,10 @@ class PlanView:
             which from v0.7.0 drops the previous-policy log-prob pass the plan then has no phase for).
         framework_version: ``policy.framework_version`` where the target framework is the instance's (an emitter
             may write a release's own flag names), else ``None`` (the emitter's current release).
+        engine_sleeps: The plan was priced with its vLLM engine asleep between its calls where it shares GPUs
+            (:func:`~packplace.placement.candidates.engine_sleeps`: the framework's default or the config's
+            ``policy.engine_sleeps``); an emitter turns the framework's sleep switch on only then (OpenRLHF's
+            ``--vllm.enable_sleep``), so the command runs as priced.
     """
 
     tasks: Mapping[str, Task]
@@ -115,6 +120,7 @@ class PlanView:
     entropy_coeff: float = 0.0
     force_on_policy_ratio: bool = False
     framework_version: str | None = None
+    engine_sleeps: bool = True
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -145,7 +151,8 @@ class PlanView:
                    entropy_coeff=float(getattr(instance, "entropy_coeff", 0.0)),
                    force_on_policy_ratio=bool(getattr(instance, "force_on_policy_ratio", False)),
                    framework_version=getattr(instance, "framework_version", None)
-                   if (framework or instance.framework) == instance.framework else None)
+                   if (framework or instance.framework) == instance.framework else None,
+                   engine_sleeps=engine_sleeps(instance))
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task
