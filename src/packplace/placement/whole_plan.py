@@ -291,7 +291,7 @@ def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float,
     if math.isinf(least):
         return (f"no plan fits: {tasks} share a GPU in any plan on {total} GPUs, and the framework runs "
                 f"{', '.join(sorted(alone.intersection(group)))} on GPUs of its own")
-    parts = ", ".join(f"{n} {gb(res)} + {gb(tr)} GB" + (f", {gb(k)} GB of it kept while it sleeps" if k else "")
+    parts = ", ".join(f"{n} {gb(res)} + {gb(tr)} GB" + (f", {gb(k)} GB of it kept while others run" if k else "")
                       for n, (_, res, tr, k) in zip(group, choice))
     return (f"no plan fits in memory: {tasks} share a GPU in any plan on {total} GPUs, where they need at least "
             f"{gb(least)} GB ({parts} resident + while running), {gb(capacity)} GB available")
