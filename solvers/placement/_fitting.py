@@ -96,7 +96,7 @@ def _over(ev: PlacementEvaluator, segments, chosen: list, floors: list[tuple[flo
     GPU: the evaluator's per-phase rule (:meth:`~packplace.placement.evaluator.PlacementEvaluator._phase_bytes`,
     each term at least the floor, the trainer's state beside a running engine left out), its largest phase."""
     cap = ev.capacity * (1 + _SLACK)
-    vm = ev.vertex_model
+    vm = ev.weight_group   # a model's tasks, or an engine that stays awake on its own (its weight copy)
     for covering, hybrid in segments:
         awake: dict[int, float] = {}
         kept = 0.0

@@ -173,7 +173,9 @@ def test_place_check_prints_what_it_checked_and_exits_by_verdict(tmp_path, capsy
               "models": {"actor": wide, "critic": wide, "reward": wide},
               "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
               # the engine holds its whole fraction: a small one, no CUDA graphs, so that the trainers bind
-              "policy": {"algorithm": "ppo", "gpu_memory_utilization": 0.4, "enforce_eager": True},
+              # asleep beside the trainers (engine_sleeps), whose pair is what the proof names
+              "policy": {"algorithm": "ppo", "gpu_memory_utilization": 0.4, "enforce_eager": True,
+                         "engine_sleeps": True},
               "training": {"sequence_parallel": True}}   # the TP trainers' activations split, as sized below
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -240,7 +242,9 @@ def test_no_proof_where_a_legal_block_size_is_not_proposed(monkeypatch):
            # the engine holds its whole fraction: 0.82 of the GPU holds its 6 GB need, no CUDA graphs beside it
            # (at 0.78, the value this test had, vLLM would refuse to start it: its pool leaves the KV cache nothing
            # after the weights and the profile run's peak; from 0.82 it holds one request of 320 tokens)
-           "policy": {"algorithm": "grpo", "gpu_memory_utilization": 0.82, "enforce_eager": True},
+           # (asleep while the actor trains, engine_sleeps: the plan below is sized so)
+           "policy": {"algorithm": "grpo", "gpu_memory_utilization": 0.82, "enforce_eager": True,
+                      "engine_sleeps": True},
            "workload": dict(batch_size=10, samples_per_prompt=2, context_length=256, generation_length=64)}
     inst = build_instance(cfg)
     assert not every_block_size_proposed(inst.cluster)

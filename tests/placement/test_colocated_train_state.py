@@ -28,8 +28,10 @@ QWEN25_05B = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896
 
 
 def _config(shape: dict, *, gpus: int = 8, framework: str = "verl", gmu: float | None = 0.85, offload: str = "none",
-            backend: str = "fsdp", sharding: str = "zero3") -> dict:
+            backend: str = "fsdp", sharding: str = "zero3", engine_sleeps: bool | None = None) -> dict:
     policy = {"algorithm": "grpo", "framework": framework, "trainer_backend": backend}
+    if engine_sleeps is not None:
+        policy["engine_sleeps"] = engine_sleeps
     if framework == "verl":
         policy["framework_version"] = "0.5.0"
     if gmu is not None:
@@ -133,7 +135,12 @@ def test_verl_megatron_keeps_what_its_options_leave_resident_unless_param_offloa
 
 
 def test_openrlhf_keeps_the_deepspeed_state_and_nemo_rl_offloads_it():
-    inst = build_instance(_config(QWEN25_05B, framework="openrlhf", gmu=0.5, backend="auto", offload="optimizer"))
+    # an OpenRLHF engine that sleeps (--vllm_enable_sleep) has the DeepSpeed state beside it while it generates;
+    # one that stays awake (the flag's default, off) has the trainer's whole resident bytes beside it in every phase
+    config = _config(QWEN25_05B, framework="openrlhf", gmu=0.5, backend="auto", offload="optimizer")
+    assert not keeps_train_state(build_instance(config), "actor.generate")
+    inst = build_instance(_config(QWEN25_05B, framework="openrlhf", gmu=0.5, backend="auto", offload="optimizer",
+                                  engine_sleeps=True))
     table = get_table(inst)
     assert keeps_train_state(inst, "actor.generate")
     assert all(c.rollout_kept_bytes == c.resident_bytes > 0 for c in table.all["actor.train"])

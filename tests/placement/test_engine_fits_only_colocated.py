@@ -33,6 +33,7 @@ def _instance(version: str, memory: float, gmu: float = 0.9):
     cfg["policy"]["framework_version"] = version
     cfg["policy"]["gpu_memory_utilization"] = gmu
     cfg["hardware"]["memory_per_gpu"] = memory
+    cfg["policy"]["engine_sleeps"] = True   # --vllm_enable_sleep: the engine asleep beside the trainers it joins
     return build_instance(cfg)
 
 

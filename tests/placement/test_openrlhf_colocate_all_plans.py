@@ -30,6 +30,7 @@ DP8 = Strategy(8, 1, 1, 1)
 def _instance(version):
     cfg = load_yaml(CONFIG)
     cfg["policy"]["framework_version"] = version
+    cfg["policy"]["engine_sleeps"] = True   # --vllm_enable_sleep, which colocating everything here needs
     return build_instance(cfg)
 
 

@@ -88,7 +88,10 @@ def _plans() -> list[tuple[Path, Plan]]:
 
 def _views(config: Path, plan: Plan, tag: str) -> list[PlanView]:
     instance = load_config(config)
-    view = dataclasses.replace(PlanView.of(instance, plan, "openrlhf"), framework_version=tag.lstrip("v"))
+    # priced with the engine asleep where it shares GPUs (policy.engine_sleeps: true), so colocate-all emits
+    # --vllm_enable_sleep too
+    view = dataclasses.replace(PlanView.of(instance, plan, "openrlhf"), framework_version=tag.lstrip("v"),
+                               engine_sleeps=True)
     base = view.training["actor"]
     heavy = dataclasses.replace(base, recompute="full", offload="optimizer", lora_rank=16)
     views = [view, dataclasses.replace(view, training={**view.training, "actor": heavy}, enforce_eager=True)]

@@ -54,9 +54,11 @@ def ctx(version: str | None) -> Context:
                    release=None if version is None else table_release(version))
 
 
-def instance(version: str | None, offload: str | None = None):
+def instance(version: str | None, offload: str | None = None, engine_sleeps: bool | None = None):
     cfg = load_yaml(PPO_8B)
     cfg["policy"] = {**cfg["policy"], "framework": "openrlhf"}
+    if engine_sleeps is not None:   # --vllm_enable_sleep
+        cfg["policy"]["engine_sleeps"] = engine_sleeps
     if version is not None:
         cfg["policy"]["framework_version"] = version
     if offload is not None:
@@ -143,8 +145,9 @@ def test_every_solver_keeps_the_release_at_0_6_0(solver, work_clock):
 
 def test_the_evaluator_refuses_what_0_6_0_lacks_and_takes_it_later(work_clock):
     # --adam_offload: the actor's DeepSpeed state that stays beside the colocated vLLM engines (no DeepSpeed sleep)
-    # is then its bf16 shard and gradients, and the search colocates a TP 8 trainer with them again
-    old, newer = instance("0.6.0", "optimizer"), instance("0.8.0", "optimizer")
+    # is then its bf16 shard and gradients, and the search colocates a TP 8 trainer with them again (the engines
+    # asleep beside it: --vllm_enable_sleep)
+    old, newer = instance("0.6.0", "optimizer", True), instance("0.8.0", "optimizer", True)
     tp8 = api.solve_placement(newer, "greedy", seed=0, time_limit_s=20).solution
     assert tp8 is not None and placed_of(newer, tp8)[TRAIN].strategy.tp > 1   # allowed from 0.7.4
     synchronous = api.solve_placement(old, "greedy", seed=0, time_limit_s=20).solution

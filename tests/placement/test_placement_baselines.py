@@ -36,7 +36,8 @@ def ppo_one_node(memory_per_gpu: float):
         "hardware": {**HW, "memory_per_gpu": memory_per_gpu},
         "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
         "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-        "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True},
+        "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True,
+                   "engine_sleeps": True},   # asleep beside the trainers, as these toy GPUs were sized
         # the tensor-parallel trainers' activations split along the sequence, as the memory bounds below assume
         "training": {"sequence_parallel": True}})
 
@@ -188,7 +189,8 @@ def test_place_exits_1_when_no_plan_is_found_and_2_only_for_bad_input(tmp_path, 
     from packplace.cli import main
     config = {"hardware": {**HW, "memory_per_gpu": 4.6e9}, "models": {"actor": WIDE, "critic": WIDE, "reward": WIDE},
               "workload": dict(batch_size=8, samples_per_prompt=1, context_length=8192, generation_length=64),
-              "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True},
+              "policy": {"algorithm": "ppo", "gpu_memory_utilization": SMALL_ENGINE_GMU, "enforce_eager": True,
+                         "engine_sleeps": True},
               "training": {"sequence_parallel": True}}   # as ppo_one_node
     path = tmp_path / "tight.yaml"
     path.write_text(yaml.safe_dump(config))

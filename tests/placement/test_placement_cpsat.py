@@ -58,13 +58,17 @@ SMALL_ENGINE_GMU = 0.4
 
 
 def instance(algorithm: str, *, staleness: dict | None = None, batch_size: int = 16,
-             gpu_memory_utilization: float = SMALL_ENGINE_GMU, **hw):
+             gpu_memory_utilization: float = SMALL_ENGINE_GMU, engine_sleeps: bool = True, **hw):
+    """A small bare-engine (framework ``none``) instance; ``engine_sleeps`` is ``policy.engine_sleeps``, on by
+    default here (these solver tests price an engine that sleeps beside the other tasks; a bare engine stays
+    awake unless the config says so, test_engine_sleeps)."""
     models = {"dpo": {"actor": SMALL}, "grpo": {"actor": SMALL, "reward": SMALL},
               "ppo": {"actor": SMALL, "critic": SMALL, "reward": SMALL}}[algorithm]
     config = {"hardware": {**HW, **hw}, "models": models,
               "workload": dict(batch_size=batch_size, samples_per_prompt=2, context_length=256,
                                generation_length=256),
-              "policy": {"algorithm": algorithm, "gpu_memory_utilization": gpu_memory_utilization},
+              "policy": {"algorithm": algorithm, "gpu_memory_utilization": gpu_memory_utilization,
+                         "engine_sleeps": engine_sleeps},
               # anneal (cpsat's default hint) ends on this evaluation budget, not on the clock: the same hint
               # on any machine
               "optimizer": {"e_max": 4000}}

@@ -237,8 +237,10 @@ def test_fast_path_agrees_with_score_and_bound_holds_on_random_plans():
     # and no random plan of the top candidates fits beside it (0 of 300), which this test needs; 39 of 300 fit
     # (48 with the CUDA graphs at 1.3 GiB, 74 before the bytes a sleeping engine keeps beside the trainer counted:
     # CUDA graphs, NCCL, its context)
+    # (verl's sleeping engine too: the bare engine awake beside the trainer, 0 of 300 fit)
     config = load_yaml(GRPO)
     config["policy"]["gpu_memory_utilization"] = 0.5
+    config["policy"]["engine_sleeps"] = True
     inst = build_instance(config)
     ev = PlacementEvaluator(inst)
     table = ev.table

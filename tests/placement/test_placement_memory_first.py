@@ -27,10 +27,11 @@ TWO_H100 = {"hardware": {"gpus_per_node": 2, "preset": "h100-sxm"},
             "models": {"actor": LLAMA_1B, "critic": QWEN_05B, "reward": LLAMA_1B},
             "policy": {"algorithm": "ppo"},
             "workload": {"batch_size": 8, "context_length": 128, "generation_length": 256, "samples_per_prompt": 2}}
-#: 4 A100s, three Llama-3.2-1B-shaped models.
+#: 4 A100s, three Llama-3.2-1B-shaped models, the engine asleep beside the others (as the case was drawn; awake,
+#: the default solver's plan is 5.9156 s against cpsat's proven 5.5452 s).
 FOUR_A100 = {"hardware": {"preset": "a100", "gpus_per_node": 4},
              "models": {"actor": LLAMA_1B, "critic": LLAMA_1B, "reward": LLAMA_1B},
-             "policy": {"algorithm": "ppo"},
+             "policy": {"algorithm": "ppo", "engine_sleeps": True},
              "workload": {"batch_size": 8, "context_length": 128, "generation_length": 1024, "samples_per_prompt": 4}}
 
 

@@ -36,6 +36,7 @@ from packplace.placement.candidates import (
     shared_weights_trainer,
     sleeps_between_calls,
     train_state_kept,
+    weight_group,
 )
 from packplace.solvers.placement.cpsat.chunk import add_chunk
 from packplace.solvers.placement.cpsat.rules import add_layout_rules
@@ -129,6 +130,8 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
     opts, n = tables.options, len(tables.names)
     capacity = math.ceil(instance.hardware.memory_per_gpu / MEMORY_UNIT)
     vertex_model = [v.model for v in instance.graph.vertices]
+    # the key each vertex's resident bytes share memory under: its model's, an awake engine's own (weight_group)
+    group = [weight_group(instance, name) for name in instance.graph.names]
     # a hybrid engine (its model's training state stays resident) holds its weights only while it generates:
     # they count with its transient bytes, or not at all where it may share its trainer's tensors (the
     # evaluator's rule, exact on its trainer's GPUs at the trainer's (pp, tp), a relaxation elsewhere)
@@ -144,7 +147,7 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
         most_resident: dict[str, int] = {}   # per model, its largest resident bytes there (every phase's bound)
         for v in range(n):
             for o, _ in here[v] if not adds[v] else ():
-                most_resident[vertex_model[v]] = max(most_resident.get(vertex_model[v], 0),
+                most_resident[group[v]] = max(most_resident.get(group[v], 0),
                                                      int(o.cand.resident_bytes // MEMORY_UNIT))
         worst = sum(most_resident.values()) + sum(
             max((int(o.cand.kept_bytes // MEMORY_UNIT) for o, _ in here[v]), default=0) for v in range(n))
@@ -153,7 +156,7 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
         rows = []
         for phase in [-1] + [v for v in range(n) if sleeps[v] and here[v]]:
             awake = [v for v in range(n) if not adds[v] and (not sleeps[v] or v == phase)]
-            resident_terms, model_resident = _resident_terms(m, s, phase, vertex_model, awake, here, state_of)
+            resident_terms, model_resident = _resident_terms(m, s, phase, group, awake, here, state_of)
             most_t, t_exprs = 0, []
             for v in ([u for u in range(n) if not sleeps[u]] if phase < 0 else [phase]):
                 weights = adds[v] and not shared[v]
@@ -164,7 +167,7 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
                     most_t = max([most_t] + [c for c, _ in pairs])
                 if pairs and state_of[v] >= 0:
                     expr, bound = _with_kept_state(here[v], opts[state_of[v]], x[state_of[v]], a, b,
-                                                   model_resident[vertex_model[v]])
+                                                   model_resident[group[v]])
                     t_exprs.append(expr)
                     most_t = max(most_t, bound)
             rows.append((resident_terms, most_t, t_exprs, phase))
@@ -180,10 +183,11 @@ def add_memory_rows(m: cp_model.CpModel, instance, tables: ModelTables, x: list[
 def _resident_terms(m: cp_model.CpModel, s: int, phase: int, vertex_model: list[str], awake: list[int],
                     here: list[list[tuple[Any, Any]]], state_of: list[int]) -> tuple[list[Any], dict[str, Any]]:
     """The resident terms of segment ``s`` in ``phase`` (-1: the awake vertices' phases; else that sleeping
-    engine's): per model the largest resident bytes (KiB) of its ``awake`` vertices' options on the segment
-    (``here``), a bare sum where one vertex of the model is there, else a variable at least each; and those
-    variables by model (one is made for a model with an engine of ``state_of``, which :func:`_with_kept_state`
-    reads)."""
+    engine's): per model (``vertex_model``: each vertex's
+    :func:`~packplace.placement.candidates.weight_group`, its model's name or an awake engine's own key) the largest
+    resident bytes (KiB) of its ``awake`` vertices' options on the segment (``here``), a bare sum where one vertex
+    of the model is there, else a variable at least each; and those variables by model (one is made for a model
+    with an engine of ``state_of``, which :func:`_with_kept_state` reads)."""
     terms: list[Any] = []
     model_resident: dict[str, Any] = {}
     for model_name in sorted(set(vertex_model)):

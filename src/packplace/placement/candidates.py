@@ -141,9 +141,10 @@ class Candidate:
             also while other vertices run there: a sleeping vLLM engine's CUDA graphs, NCCL buffers and (in a
             process of its own) CUDA context,
             :func:`~packplace.placement.model.memory.engine_sleep_kept_bytes`, at most its transient bytes;
-            0 for every other vertex (its transient bytes are freed when it ends). The evaluator adds them on
-            every GPU of the block beside whatever else runs there (:meth:`transient_excess` is what only
-            its own run adds).
+            an engine that never sleeps (:func:`stays_awake`) its whole transient bytes (vLLM frees its KV cache
+            only when it sleeps); 0 for every other vertex (its transient bytes are freed when it ends). The
+            evaluator adds them on every GPU of the block beside whatever else runs there
+            (:meth:`transient_excess` is what only its own run adds).
         rollout_kept_bytes: A training vertex's bytes per GPU that stay while its model's rollout engine generates
             on the same GPUs (:func:`rollout_kept_state_bytes`, at most :attr:`resident_bytes` or the state the
             framework keeps); 0 for every other vertex.
@@ -1043,33 +1044,74 @@ def train_state_kept(instance, vertex: str) -> bool:
     return any(u.kind == "train" and u.model == v.model for u in instance.graph.vertices)
 
 
-def sleeps_between_calls(instance, vertex: str) -> bool:
+def engine_sleeps(instance) -> bool:
+    """Whether the instance's vLLM rollout engine sleeps between its generate calls where it shares GPUs with
+    other tasks: the config's ``policy.engine_sleeps`` (:attr:`~packplace.placement.model.engine.RolloutEngine.sleeps`)
+    when set, else the framework's
+    (:attr:`~packplace.placement.model.framework.FrameworkProfile.engine_sleeps`: verl and NeMo RL put it to
+    sleep, OpenRLHF only under ``--vllm_enable_sleep``, a bare engine never); false where the engine is not
+    vLLM (DeepSpeed-Chat's hybrid engine)."""
+    engine = instance.engine
+    if engine.engine_generation is None:
+        return False
+    return profile(instance.framework).engine_sleeps if engine.sleeps is None else bool(engine.sleeps)
+
+
+def _own_engine(instance, vertex: str) -> bool:
     """Whether ``vertex`` is a vLLM rollout engine with weights of its own (not a hybrid engine of
-    :func:`train_state_kept`), which its framework puts to sleep between generate calls where it shares GPUs with
-    other tasks (:func:`_sleep_kept`, the frameworks that already price its :attr:`Candidate.kept_bytes`):
-    ``LLM.sleep(level=1)`` offloads its weights to the host and discards its KV cache, so while another task runs
-    there it holds only its kept bytes
-    (:func:`~packplace.placement.model.memory.engine_sleep_kept_bytes`), not its resident weights. verl: the
-    rollout sharding managers' ``__exit__`` (``verl/workers/sharding_manager/fsdp_vllm.py``: ``sleep(level=1)``
-    under ``rollout.free_cache_engine``, true by default; ``megatron_vllm.py``: ``offload_model_weights()`` on
-    its vLLM 0.5.4 / 0.6.3, else ``sleep(level=1)``); NeMo RL: its colocated vLLM worker is built with
-    ``enable_sleep_mode=True`` and put to sleep after each generation; OpenRLHF: ``batch_vllm_engine_call(
-    self.vllm_engines, "sleep")`` after the rollout under ``--vllm_enable_sleep``, which ``place --emit openrlhf``
-    sets for every plan whose engine shares GPUs. The evaluator, the CP-SAT memory rows, the whole-plan proof and
-    greedy's memory screen charge its weights only in its own phase on each GPU range."""
+    :func:`train_state_kept`)."""
     v = instance.graph.vertex(vertex)
     return (v.kind == "generate" and instance.engine.engine_generation is not None
             and not train_state_kept(instance, vertex))
+
+
+def sleeps_between_calls(instance, vertex: str) -> bool:
+    """Whether ``vertex`` is a vLLM rollout engine with weights of its own (not a hybrid engine of
+    :func:`train_state_kept`) which its framework or config puts to sleep between generate calls where it shares
+    GPUs with other tasks (:func:`engine_sleeps`): ``LLM.sleep(level=1)`` offloads its weights to the host and
+    discards its KV cache, so while another task runs there it holds only its kept bytes
+    (:func:`~packplace.placement.model.memory.engine_sleep_kept_bytes`), not its resident weights. verl (the
+    rollout sharding managers' ``__exit__`` / ``trainer_mode`` under ``rollout.free_cache_engine``, true by
+    default) and NeMo RL (its colocated vLLM worker, built with ``enable_sleep_mode=True``, sleeps after each
+    generation) do; OpenRLHF only under ``--vllm_enable_sleep`` (``policy.engine_sleeps: true``); a bare engine
+    (``none``) only where the config says so (sources:
+    :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_sleeps`). The evaluator, the CP-SAT
+    memory rows, the whole-plan proof and greedy's memory screen charge its weights only in its own phase on each
+    GPU range. An engine that stays awake is :func:`stays_awake`."""
+    return _own_engine(instance, vertex) and engine_sleeps(instance)
+
+
+def stays_awake(instance, vertex: str) -> bool:
+    """Whether ``vertex`` is a vLLM rollout engine with weights of its own that does not sleep between its calls
+    (:func:`sleeps_between_calls` false: OpenRLHF without ``--vllm_enable_sleep``, a bare engine, a config's
+    ``policy.engine_sleeps: false``): vLLM allocates its weights and its whole KV cache at start-up and frees
+    neither until it sleeps or stops, so on every GPU of its block it holds its resident bytes and its whole
+    transient bytes (its pool less its weights and what it holds outside the pool: its
+    :attr:`Candidate.kept_bytes` are its transient bytes) beside every other task there, for the whole step. Its
+    weights are a copy of its own, never the trainer's tensors: the evaluator, the CP-SAT memory rows, the
+    whole-plan proof and greedy's memory screen count them apart from its model's other tasks' resident bytes
+    (:func:`weight_group`), not as the largest of them."""
+    return _own_engine(instance, vertex) and not engine_sleeps(instance)
+
+
+def weight_group(instance, vertex: str) -> str:
+    """The key under which ``vertex``'s resident bytes share GPU memory with other tasks' (the largest per key
+    counts in each phase): its model's name, whose tasks hold one copy of its weights between them, or for an
+    engine of :func:`stays_awake` a key of its own (``"<model>@<vertex>"``), its weight copy held beside its
+    model's other tasks' bytes."""
+    model = instance.graph.vertex(vertex).model
+    return f"{model}@{vertex}" if stays_awake(instance, vertex) else model
 
 
 def keeps_train_state(instance, vertex: str) -> bool:
     """Whether ``vertex`` is a rollout engine that keeps weights of its own while some of its model's training
     state stays beside it on the GPUs they share
     (:attr:`~packplace.placement.model.framework.FrameworkProfile.colocated_kept_state` other than ``offloaded``,
-    a model the graph trains, not a hybrid engine of :func:`train_state_kept`): there the evaluator and the CP-SAT
+    a model the graph trains, not a hybrid engine of :func:`train_state_kept`, not an engine of :func:`stays_awake`,
+    beside which its trainer's whole resident bytes count in every phase): there the evaluator and the CP-SAT
     memory rows count the engine's resident bytes plus its trainer's :attr:`Candidate.rollout_kept_bytes`."""
     v = instance.graph.vertex(vertex)
-    if v.kind != "generate" or train_state_kept(instance, vertex):
+    if v.kind != "generate" or train_state_kept(instance, vertex) or stays_awake(instance, vertex):
         return False
     if profile(instance.framework).colocated_kept_state == "offloaded":
         return False
@@ -1546,6 +1588,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     shard_options = inference_shard_options(instance, name)
     offloaded = inference_offloaded(instance, name)
     balance = vertex_balance(instance, name)
+    awake = stays_awake(instance, name)   # its whole pool held all step (kept = transient)
     options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     release = trainer_release(instance, name)
@@ -1593,7 +1636,7 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                 refused = _start_refusal(cost, model, strategy, pool)
                 stages = ()   # its pool's bytes, the same on every stage
             fits = candidate_fits(res, tra, pool, limit, capacity) and refused is None
-            kept = min(tra, _sleep_kept(cost, strategy)) if pool is not None else 0.0
+            kept = (tra if awake else min(tra, _sleep_kept(cost, strategy))) if pool is not None else 0.0
             out.append(Candidate(name, strategy, mb, extent, strategy.gpus, seconds, res, tra, fits, pool, kept,
                                  refused, rollout_kept_state_bytes(instance, name, model, strategy, options, res),
                                  stages if strategy.pp > 1 else ()))
@@ -1676,11 +1719,11 @@ def engine_fit_at(instance, name: str, gmu: float) -> tuple[Strategy, float, flo
 def _sleep_kept(cost: CostModel, strategy: Strategy) -> float:
     """What a pooled vLLM engine of ``strategy`` keeps per GPU while it sleeps
     (:func:`~packplace.placement.model.memory.engine_sleep_kept_bytes` with the engine's generation and
-    ``enforce_eager``, the GPU's ``memory_workspace`` and the framework's ``engine_own_process``). Every
-    framework profile with a vLLM engine sleeps it where it shares GPUs with other tasks: the layout rules
-    let generation share GPUs only colocated with its trainer (verl's hybrid engine, NeMo RL's colocated
-    generation, OpenRLHF's ``--train.colocate_all`` with ``--vllm.enable_sleep``), and ``none`` is costed
-    the same way."""
+    ``enforce_eager``, the GPU's ``memory_workspace`` and the framework's ``engine_own_process``): its kept bytes
+    where it sleeps between its calls (:func:`sleeps_between_calls`: verl's hybrid engine, NeMo RL's colocated
+    generation, OpenRLHF's ``--train.colocate_all`` with ``--vllm.enable_sleep``, a config's
+    ``policy.engine_sleeps: true``); an engine that stays awake (:func:`stays_awake`) keeps its whole transient
+    bytes instead."""
     e = cost.engine
     return engine_sleep_kept_bytes(tp=strategy.tp, pp=strategy.pp, engine_generation=e.engine_generation,
                                    enforce_eager=bool(e.enforce_eager), workspace=cost.hw.memory_workspace,

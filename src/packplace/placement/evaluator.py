@@ -46,6 +46,7 @@ from packplace.placement.candidates import (
     sleeps_between_calls,
     train_state_kept,
     vertex_parts,
+    weight_group,
 )
 from packplace.placement.model.framework import (
     RAY_ACTOR_CALL_SECONDS,
@@ -259,6 +260,10 @@ class PlacementEvaluator:
         self.shares_weights = [shared_weights_trainer(instance, n) is not None for n in self.names]
         #: per vertex: a vLLM engine that sleeps while the other tasks on its GPUs run (sleeps_between_calls)
         self.sleeps = [sleeps_between_calls(instance, n) for n in self.names]
+        #: per vertex: the index of the key its resident bytes share memory under (weight_group): its model's, or
+        #: for a vLLM engine that stays awake a key of its own (its weight copy beside its model's other tasks')
+        groups = sorted({weight_group(instance, n) for n in self.names})
+        self.weight_group = [groups.index(weight_group(instance, n)) for n in self.names]
         self.capacity = instance.hardware.memory_per_gpu
         #: per vertex: the bytes per GPU it may use on its own (the rollout engine's budget for generation)
         self.own_budget = [memory_budget(instance, v.kind) for v in graph.vertices]
@@ -758,6 +763,13 @@ class PlacementEvaluator:
         held bytes count once: ``kept + (transient − kept)``) of the running vertex. Never more than the count
         with every engine's weights resident in every phase.
 
+        A vLLM engine that stays awake (:func:`~packplace.placement.candidates.stays_awake`: OpenRLHF without
+        ``--vllm_enable_sleep``, a bare engine, ``policy.engine_sleeps: false``) keeps its whole transient bytes
+        (its :attr:`~packplace.placement.candidates.Candidate.kept_bytes`) and its weights, a copy of its own,
+        in every phase: its resident bytes count under a key of its own
+        (:func:`~packplace.placement.candidates.weight_group`, :attr:`weight_group`), beside its trainer's, not
+        as the larger of the two.
+
         A hybrid engine (an engine whose model's training state stays resident,
         :func:`~packplace.placement.candidates.train_state_kept`) on its trainer's GPUs holds no weights of
         its own between generate calls: it generates with the trainer's own tensors
@@ -794,7 +806,7 @@ class PlacementEvaluator:
         plus every vertex's kept bytes, plus the running vertex's transient bytes beyond its kept ones, its
         weights if it is a hybrid engine holding them only while it generates (:meth:`_hybrid_weights`), and
         the trainer's state kept beside a running engine (:meth:`_state_excess`)."""
-        vm = self.vertex_model
+        vm = self.weight_group
         hybrid = {i: self._hybrid_weights(res, i, a, b) for i in here}
         sleeping = [i for i in here if self.sleeps[i] and hybrid[i] is None]
         awake: dict[int, float] = {}   # per model, the largest resident bytes of the vertices that stay awake
@@ -1043,17 +1055,18 @@ class PlacementEvaluator:
         for i in here:
             cand = res[i][0]
             if hybrid[i] is None and (not self.sleeps[i] or i == running) \
-                    and cand.resident_bytes > resident.get(self.vertex_model[i], (0.0, -1))[0]:
-                resident[self.vertex_model[i]] = (cand.resident_bytes, i)
+                    and cand.resident_bytes > resident.get(self.weight_group[i], (0.0, -1))[0]:
+                resident[self.weight_group[i]] = (cand.resident_bytes, i)
         cand = res[running][0]
         own = cand.transient_excess + (hybrid[running] or 0.0) + self._state_excess(
-            res, running, lo, hi, resident.get(self.vertex_model[running], (0.0, -1))[0])
+            res, running, lo, hi, resident.get(self.weight_group[running], (0.0, -1))[0])
         parts = {i: f"{self.names[i]} {gb(nbytes)} GB resident{_stage(res[i][0], 0)}"
                  for nbytes, i in resident.values()}
         for i in here:
             if i != running and res[i][0].kept_bytes > 0:
                 parts[i] = (f"{parts[i]} + " if i in parts else f"{self.names[i]} ") + \
-                    f"{gb(res[i][0].kept_bytes)} GB kept while it sleeps"
+                    f"{gb(res[i][0].kept_bytes)} GB kept while " + \
+                    ("it sleeps" if self.sleeps[i] else "others run")
         parts[running] = (f"{parts[running]} + " if running in parts else f"{self.names[running]} ") + \
             f"{gb(own + cand.kept_bytes)} GB while it runs{_stage(cand, 1)}" + \
             self._kept_note(res, running, lo, hi)

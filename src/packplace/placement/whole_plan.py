@@ -28,6 +28,7 @@ from packplace.placement.candidates import (
     memory_budget,
     sleeps_between_calls,
     train_state_kept,
+    weight_group,
 )
 from packplace.placement.model.layout_rules import Context, own_gpus
 from packplace.placement.problem.hardware import Cluster
@@ -37,8 +38,9 @@ from packplace.placement.problem.hardware import Cluster
 MAX_GROUP = 3
 #: Relative margin over ``memory_per_gpu`` a proof needs (the evaluator adds the same bytes in another order).
 PROOF_MARGIN = 1e-9
-#: A task's model and whether it is a vLLM engine that sleeps between its calls (its weights count only in its own
-#: phase: :func:`~packplace.placement.candidates.sleeps_between_calls`).
+#: A task's model (:func:`~packplace.placement.candidates.weight_group`: an engine that stays awake has a key of
+#: its own, its weight copy beside its model's other tasks') and whether it is a vLLM engine that sleeps between
+#: its calls (its weights count only in its own phase: :func:`~packplace.placement.candidates.sleeps_between_calls`).
 TaskModel = tuple[str, bool]
 #: Partial choices the search over all the tasks' candidates examines before it gives up (no proof).
 SEARCH_NODES = 5_000
@@ -167,7 +169,8 @@ def shared_gpu_shortfall(table: CandidateTable, max_group: int = MAX_GROUP,
     total = instance.cluster.num_gpus
     fronts = _fronts(table)
     names = [v.name for v in instance.graph.vertices if fronts.get(v.name)]
-    model_of = {v.name: (v.model, sleeps_between_calls(instance, v.name)) for v in instance.graph.vertices}
+    model_of = {v.name: (weight_group(instance, v.name), sleeps_between_calls(instance, v.name))
+                for v in instance.graph.vertices}
     alone = own_gpus(Context.of(instance))
     for k in range(2, min(max_group, len(names)) + 1):
         for group in itertools.combinations(names, k):
@@ -288,7 +291,7 @@ def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float,
     if math.isinf(least):
         return (f"no plan fits: {tasks} share a GPU in any plan on {total} GPUs, and the framework runs "
                 f"{', '.join(sorted(alone.intersection(group)))} on GPUs of its own")
-    parts = ", ".join(f"{n} {gb(res)} + {gb(tr)} GB" + (f", {gb(k)} GB of it kept while it sleeps" if k else "")
+    parts = ", ".join(f"{n} {gb(res)} + {gb(tr)} GB" + (f", {gb(k)} GB of it kept while others run" if k else "")
                       for n, (_, res, tr, k) in zip(group, choice))
     return (f"no plan fits in memory: {tasks} share a GPU in any plan on {total} GPUs, where they need at least "
             f"{gb(least)} GB ({parts} resident + while running), {gb(capacity)} GB available")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packplace.errors import ConfigError
+from packplace.placement.candidates import engine_sleeps
 from packplace.placement.model.framework import verl_padded_roles
 from packplace.placement.model.layout_rules import Context, Placed, refusals
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
@@ -99,6 +100,10 @@ class PlanView:
         padded_roles: The roles whose verl FSDP passes the plan was priced padded (``policy.use_remove_padding``
             unset or false: :func:`~packplace.placement.model.framework.verl_padded_roles`); empty for an
             instance of another framework, whose passes were priced at no more than their real tokens' bound.
+        engine_sleeps: The plan was priced with its vLLM engine asleep between its calls where it shares GPUs
+            (:func:`~packplace.placement.candidates.engine_sleeps`: the framework's default or the config's
+            ``policy.engine_sleeps``); an emitter turns the framework's sleep switch on only then (OpenRLHF's
+            ``--vllm.enable_sleep``), so the command runs as priced.
     """
 
     tasks: Mapping[str, Task]
@@ -120,6 +125,7 @@ class PlanView:
     force_on_policy_ratio: bool = False
     framework_version: str | None = None
     padded_roles: frozenset[str] = frozenset()
+    engine_sleeps: bool = True
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -152,7 +158,8 @@ class PlanView:
                    framework_version=getattr(instance, "framework_version", None)
                    if (framework or instance.framework) == instance.framework else None,
                    padded_roles=verl_padded_roles(instance.framework, getattr(instance, "framework_version", None),
-                                                  getattr(instance, "use_remove_padding", None), instance.models))
+                                                  getattr(instance, "use_remove_padding", None), instance.models),
+                   engine_sleeps=engine_sleeps(instance))
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

@@ -210,7 +210,11 @@ def _colocation(out: EmittedPlan, view: PlanView) -> None:
     critic = t.get(CRITIC_TRAIN)
     if same_gpus(train, gen, ref, reward, critic):
         out.settings["--train.colocate_all"] = True
-        out.settings["--vllm.enable_sleep"] = True
+        if view.engine_sleeps:   # as priced: the engine's weights and KV cache leave while the others run
+            out.settings["--vllm.enable_sleep"] = True
+        else:
+            out.notes.append("the vLLM engines stay awake beside the DeepSpeed models (--vllm.enable_sleep not "
+                             "set), as the plan was priced (policy.engine_sleeps: true prices them asleep)")
         # the plan prices the DeepSpeed state as staying beside the engine (colocated_kept_state "resident"), as
         # OpenRLHF runs it without DeepSpeed sleep (default off): not set, so the command runs as priced
         out.notes.append("the DeepSpeed models' state stays on the GPUs while vLLM generates (DeepSpeed's sleep "

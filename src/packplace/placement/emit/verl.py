@@ -337,6 +337,10 @@ def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, trai
     s["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] = train.micro_batch
     stale = view.staleness.get("actor", 0)
     if same_gpus(gen, train):
+        if not view.engine_sleeps:   # priced awake beside the trainer (policy.engine_sleeps: false)
+            s["actor_rollout_ref.rollout.free_cache_engine"] = False
+            note.append("free_cache_engine=False: the engine stays awake beside the trainer, as the plan was priced "
+                        "(before v0.5.0 verl offloads its weights after every rollout whatever the key says)")
         if stale:
             s["trainer.v1.trainer_mode"] = "colocate_async"
             s["trainer.v1.colocate_async.num_warmup_batches"] = stale

@@ -95,6 +95,10 @@ class RolloutEngine:
         model_context: The framework release starts vLLM without a ``max_model_len``, so vLLM takes the model's
             context length (:func:`~packplace.placement.model.framework.engine_takes_model_context`: OpenRLHF
             before v0.3.2); default false (the framework passes prompt + response).
+        sleeps: Whether the vLLM engine sleeps between its generate calls where it shares GPUs with other tasks
+            (the config's ``policy.engine_sleeps``); ``None`` (the default): the framework's
+            (:attr:`~packplace.placement.model.framework.FrameworkProfile.engine_sleeps`,
+            :func:`~packplace.placement.candidates.engine_sleeps`).
     """
 
     batching: str = "continuous"
@@ -107,6 +111,7 @@ class RolloutEngine:
     engine_generation: str | None = "v1"
     vllm_release: tuple[int, ...] | None = None
     model_context: bool = False
+    sleeps: bool | None = None
 
     def model_max_len(self, model: ModelSpec | None) -> int | None:
         """The ``max_model_len`` vLLM takes from ``model`` (tokens): its ``max_position_embeddings`` where the

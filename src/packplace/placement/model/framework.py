@@ -708,6 +708,28 @@ class FrameworkProfile:
             (:mod:`~packplace.placement.model.deepspeed_zero3`;
             :meth:`~packplace.placement.model.cost.CostModel.zero3_gather_latency_seconds`); ``None``: one
             gather of the stage per pass (PyTorch FSDP's units, priced by their bytes).
+        engine_sleeps: The framework puts its vLLM rollout engine to sleep between generate calls where it shares
+            GPUs with other tasks (``LLM.sleep``: its weights leave the GPU and its KV cache is freed) unless the
+            config says otherwise (``policy.engine_sleeps``, :func:`engine_sleeps`); false: the engine stays
+            awake, its weights and its whole ``gpu_memory_utilization`` pool held beside every other task on its
+            GPUs. verl: true at every release (v0.1: ``trainer/ppo/hybrid_engine/fsdp_vllm.py`` ``__exit__``
+            ``offload_model_weights()``, the rollout's ``free_cache_engine()`` under ``rollout.free_cache_engine``;
+            v0.2-v0.4.1: ``workers/sharding_manager/fsdp_vllm.py`` ``__exit__`` ``offload_model_weights()`` on
+            vLLM 0.5.4 / 0.6.3, else ``sleep(level=1)``, whatever ``free_cache_engine`` says; v0.5.0: the same
+            ``__exit__`` ``sleep(level=1)`` under ``rollout.free_cache_engine``; v0.6.0-v0.7.0:
+            ``workers/fsdp_workers.py`` ``trainer_mode`` ``rollout.release()`` (``sleep``) under
+            ``free_cache_engine``, and the asynchronous agent loop's ``AgentLoopManager.generate_sequences`` puts
+            its replicas to sleep after every batch (``experimental/agent_loop/agent_loop.py``);
+            ``free_cache_engine: True`` in ``ppo_trainer.yaml`` v0.1-v0.4.1 and ``config/rollout/rollout.yaml``
+            v0.5.0-v0.7.0). NeMo RL: true (``models/generation/vllm/vllm_worker.py`` builds ``vllm.LLM(...,
+            enable_sleep_mode=True)`` at every release v0.1.0-v0.7.0, ``nemo_reinforcer/models/generation/vllm.py``
+            at v0.1-v0.2; ``VllmGeneration.finish_generation`` calls ``sleep`` when ``colocated.enabled`` and only
+            resets the prefix cache otherwise, ``vllm_generation.py`` v0.4.0-v0.7.0: a non-colocated engine
+            keeps its GPUs to itself, where sleeping changes nothing). OpenRLHF: false (``--vllm_enable_sleep`` /
+            ``--vllm.enable_sleep``, ``store_true``, default off in ``openrlhf/cli/train_ppo_ray.py`` from v0.5.8,
+            its first release; the trainer calls ``batch_vllm_engine_call(..., "sleep")`` only under it).
+            ``none`` (a bare engine): false (vLLM's ``enable_sleep_mode`` is off by default, ``EngineArgs``).
+            DeepSpeed-Chat has no vLLM engine (its hybrid engine, :attr:`colocated_train_state`).
     """
 
     name: str
@@ -738,6 +760,7 @@ class FrameworkProfile:
     engine_logprobs: str | None = None
     zero2_bucket_reduces: bool = False
     zero3_fetch: tuple[Zero3Prefetch, Zero3Prefetch] | None = None
+    engine_sleeps: bool = False
 
 
 #: The profiles (``policy.framework``).
@@ -751,7 +774,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         "docs/advance/one_step_off.md (NCCL group between trainer and rollout ranks)", gather_prefetch=True,
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, gradient_reduce_bytes=4.0, logit_bytes=VERL_LOGIT_BYTES,
         offload_between_passes=True, gpu_memory_utilization=VERL_GPU_MEMORY_UTILIZATION,
-        engine_own_process=False, colocated_kept_state="verl"),
+        engine_own_process=False, colocated_kept_state="verl", engine_sleeps=True),
     "nemo-rl": FrameworkProfile(
         "nemo-rl", True, True, "cuda_ipc", True,
         "NeMo RL nemo_rl/algorithms/grpo.py (get_logprobs + get_reference_policy_logprobs every step; "
@@ -768,7 +791,7 @@ FRAMEWORKS: dict[str, FrameworkProfile] = {
         engine_load_bandwidth=VLLM_WEIGHT_LOAD_BANDWIDTH, refit_gather_bandwidth=NEMO_RL_REFIT_GATHER_BANDWIDTH,
         refit_ipc_bandwidth=NEMO_RL_REFIT_IPC_BANDWIDTH, colocated_offload=True, gradient_reduce_bytes=4.0,
         inprocess_engine=True, gpu_memory_utilization=NEMO_RL_GPU_MEMORY_UTILIZATION,
-        engine_logprobs="processed_logprobs"),
+        engine_logprobs="processed_logprobs", engine_sleeps=True),
     "openrlhf": FrameworkProfile(
         "openrlhf", True, True, "cuda_ipc", True,
         "OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py (actor, critic, reward, reference forwards); "

@@ -213,6 +213,13 @@ POLICY_FIELDS: dict[str, Field] = {
     "enforce_eager": Field("bool", default=None,
                            meaning="vLLM's enforce_eager: no CUDA graphs, every decode iteration issues each "
                                    "kernel from the host (unset: the framework's default)"),
+    "engine_sleeps": Field("bool", default=None,
+                           meaning="the vLLM rollout engine sleeps between its generate calls where it shares GPUs "
+                                   "(LLM.sleep: weights to the host, KV cache freed), so other tasks there are not "
+                                   "charged its weights and pool; false: it stays awake, holding both beside every "
+                                   "task on its GPUs (unset: the framework's: verl true, rollout.free_cache_engine; "
+                                   "nemo-rl true, colocated generation; openrlhf false unless the run passes "
+                                   "--vllm_enable_sleep; none false; refused for deepspeed-chat, no vLLM engine)"),
     "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
     "framework_version": Field("str", default=None,
@@ -839,7 +846,23 @@ def _rollout_engine(policy: Mapping[str, Any], policy_cfg: Mapping[str, Any],
                          enforce_eager=_enforce_eager(policy.get("enforce_eager"), framework, version),
                          host_seconds_per_sequence=host_seconds_per_sequence(generation),
                          engine_generation=generation, vllm_release=engine_vllm_release(framework, release),
-                         model_context=engine_takes_model_context(framework, release))
+                         model_context=engine_takes_model_context(framework, release),
+                         sleeps=_engine_sleeps(policy.get("engine_sleeps"), framework, generation))
+
+
+def _engine_sleeps(value: bool | None, framework: str, generation: str | None) -> bool | None:
+    """``policy.engine_sleeps`` as given (``None``: the framework's,
+    :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_sleeps`).
+
+    Raises:
+        ConfigError: set where the framework's engine is not vLLM (``generation`` ``None``: DeepSpeed-Chat's
+            hybrid engine, which generates with its trainer's own weights).
+    """
+    if value is not None and generation is None:
+        raise ConfigError(f"[policy] engine_sleeps: {value!r} is a vLLM setting; the {framework} framework "
+                          "generates with its trainer's own weights (hybrid engine), which hold no engine copy "
+                          "to put to sleep (remove engine_sleeps)")
+    return value
 
 
 def _check_model_len(engine: RolloutEngine, actor: ModelSpec, workload: Any) -> None:
