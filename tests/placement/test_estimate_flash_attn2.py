@@ -12,7 +12,6 @@ from packplace.placement.candidates import cost_model
 from packplace.placement.checking.validate import load_setup
 from packplace.placement.model import cost as cost_module
 from packplace.placement.model.components import ATTENTION_BACKWARD_FLOPS, pass_times
-from packplace.placement.problem.hardware import HF_PASS_FACTOR_BLACKWELL
 from packplace.placement.task_estimate import estimate, format_estimate
 
 GKE = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation",
@@ -29,9 +28,6 @@ ZERO3_SECONDS = 0.60215 + _A - 3 * _A + 3 * _A / 32
 #: The same pack's log-prob pass (priced per replica: no ``dp``).
 PACKED_INFER = {"seq_len": 4096, "framework": "nemo-rl", "pack_tokens": 8192}
 REL = 1e-9
-#: Seconds ``hf_pass_factor`` (1.114 on B200) adds to the unpacked 2 x 4,096-token DTensor training pass: its
-#: forward + backward kernels (0.13496 + 0.27589 s with the factor) less a 1.114th of them, at 0.67 of the rates.
-UNPACKED_HF_FACTOR_S = (0.13496 + 0.27589) * (1 - 1 / 1.114) / 0.67
 
 
 def _stage(e) -> float:
@@ -60,10 +56,8 @@ def test_the_packed_training_pass_is_places_pass(gke):
     # hand check: each layer's causal attention is 2·T·s·q = 2 x 8,192 x 4,096 x 4,096 = 2.749e11 FLOPs forward,
     # ATTENTION_BACKWARD_FLOPS times that backward; at 0.285 / 0.227 of the table's rate it takes 1/f - 1 longer
     attention = 2.0 * 8192 * 4096 * 4096 / table.attention_flops
-    # and the b200 preset's hf_pass_factor (1.114) on the whole pass's kernels
-    f = HF_PASS_FACTOR_BLACKWELL
-    assert e.parts["forward"] / f - base.forward == pytest.approx(32 * attention * (1 / 0.285 - 1), rel=1e-9)
-    assert e.parts["backward"] / f - base.backward == pytest.approx(
+    assert e.parts["forward"] - base.forward == pytest.approx(32 * attention * (1 / 0.285 - 1), rel=1e-9)
+    assert e.parts["backward"] - base.backward == pytest.approx(
         32 * ATTENTION_BACKWARD_FLOPS * attention * (1 / 0.227 - 1), rel=1e-9)
     assert e.parts["trainer_rate"] == pytest.approx((e.parts["forward"] + e.parts["backward"]) * (1 / 0.67 - 1),
                                                     rel=REL)
@@ -76,7 +70,7 @@ def test_the_packed_log_prob_pass_is_places_pass(gke):
     assert e.parts["forward"] == pytest.approx(32 * layer + head, rel=REL)
     slow = pass_times(replace(table, attention_flops=table.attention_flops * 0.285), model, tokens=8192,
                       seq_len=4096, train=False, kernels="hf")
-    assert e.parts["forward"] == pytest.approx(HF_PASS_FACTOR_BLACKWELL * slow.forward, rel=REL)
+    assert e.parts["forward"] == pytest.approx(slow.forward, rel=REL)
     assert e.parts.get("backward", 0.0) == 0.0 and "trainer_rate" not in e.parts
 
 
@@ -85,11 +79,9 @@ def test_the_repro_is_slower_packed_than_as_two_unpacked_sequences():
     unpacked = estimate("llama3.1-8b", "b200", "train", micro_batch=2, seq_len=4096, framework="nemo-rl", dp=8)
     # the unpacked pass's time, which flash-attn 2 does not move (0.6022 s before DTensor's fp32 reduce_dtype priced
     # its reduce-scatter of 4-byte gradients: 7·2·P/8 bytes more at the B200's 720 GB/s NVLink, 0.0195 s, under
-    # zero1), now on the DTensor workers' own zero3 (ZERO3_SECONDS), plus hf_pass_factor 1.114 on its kernels:
-    # forward + backward 0.1350 + 0.2759 = 0.4109 s after it, 0.3688 s before, at 0.67 of the rates
-    # (0.4109 − 0.3688) / 0.67 = 0.0627 s more (UNPACKED_HF_FACTOR_S)
+    # zero1), now on the DTensor workers' own zero3 (ZERO3_SECONDS)
     assert unpacked.inputs["sharding"] == "zero3"
-    assert unpacked.time_s == pytest.approx(ZERO3_SECONDS + UNPACKED_HF_FACTOR_S, abs=5e-5)
+    assert unpacked.time_s == pytest.approx(ZERO3_SECONDS, abs=5e-5)
     assert packed.time_s > unpacked.time_s
 
 
@@ -147,4 +139,4 @@ def test_the_note_follows_the_cost_models_rule(monkeypatch):
     e = estimate("llama3.1-8b", "b200", "train", **PACKED)
     assert "flash_attn2" not in e.inputs and "flash-attn 2" not in format_estimate(e)
     # the table's own attention (the unpacked pass's time above): 0.8007 s with the rule
-    assert e.time_s == pytest.approx(ZERO3_SECONDS + UNPACKED_HF_FACTOR_S, abs=5e-5)
+    assert e.time_s == pytest.approx(ZERO3_SECONDS, abs=5e-5)

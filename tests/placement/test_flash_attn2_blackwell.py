@@ -13,7 +13,6 @@ from packplace.placement.checking.validate import load_setup
 from packplace.placement.model import cost as cost_module
 from packplace.placement.model.components import pass_times
 from packplace.placement.model.cost import FLASH_ATTN2_ATTENTION_FRACTION
-from packplace.placement.problem.hardware import HF_PASS_FACTOR_BLACKWELL
 
 GKE = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "validation",
                    "gke_blog_nemo_rl_grpo_llama3.1-8b_2x8xb200.yaml")
@@ -73,11 +72,10 @@ def test_the_packed_pass_prices_attention_at_the_fraction_and_nothing_else():
     slow = replace(table, attention_flops=table.attention_flops * 0.285)
     expected = pass_times(slow, model, tokens=tokens, seq_len=seq, train=False, layers=1, head=False, tp=1,
                           kernels="hf")
-    # the b200 preset's hf_pass_factor (1.114) on the whole layer's kernels
-    assert layer == pytest.approx(HF_PASS_FACTOR_BLACKWELL * (expected.forward + expected.backward), rel=1e-12)
+    assert layer == pytest.approx(expected.forward + expected.backward, rel=1e-12)
     base = pass_times(table, model, tokens=tokens, seq_len=seq, train=False, layers=1, head=False, tp=1, kernels="hf")
     # slower, by the attention kernels alone: at most 1/0.285 times the whole layer
-    assert base.total < layer / HF_PASS_FACTOR_BLACKWELL < base.total / 0.285
+    assert base.total < layer < base.total / 0.285
 
 
 def test_a_training_pass_takes_the_forward_and_the_backward_fraction_each_where_it_belongs():
@@ -92,10 +90,9 @@ def test_a_training_pass_takes_the_forward_and_the_backward_fraction_each_where_
         return pass_times(replace(table, attention_flops=table.attention_flops * fraction), model, tokens=tokens,
                           seq_len=seq, train=True, layers=1, head=False, tp=1, kernels="hf")
 
-    f = HF_PASS_FACTOR_BLACKWELL
-    assert layer == pytest.approx(f * (at(0.285).forward + at(0.227).backward) / rate, rel=1e-12)
+    assert layer == pytest.approx((at(0.285).forward + at(0.227).backward) / rate, rel=1e-12)
     # the backward's attention is slower than the forward's fraction would make it
-    assert layer > f * (at(0.285).forward + at(0.285).backward) / rate
+    assert layer > (at(0.285).forward + at(0.285).backward) / rate
 
 
 def test_the_gke_row_gets_slower_only_in_its_trainer_passes(monkeypatch):

@@ -270,8 +270,7 @@ def _table_stage(cost: CostModel, table, shape: ModelSpec, train: bool, tokens: 
     :meth:`~packplace.placement.model.cost.CostModel.pass_kernels`, Megatron's under the Transformer Engine
     release, the bare loop's under autocast, flash-attn 2's attention rates where
     :meth:`~packplace.placement.model.cost.CostModel.runs_flash_attn2`), times ``megatron_pass_factor`` on
-    Megatron's and ``hf_pass_factor`` on the Hugging Face kernels
-    (:meth:`~packplace.placement.model.cost.CostModel.pass_kernel_factor`), a training pass at
+    Megatron's, a training pass at
     :meth:`~packplace.placement.model.cost.CostModel.train_rate_fraction` of the rates (the time that adds:
     ``trainer_rate``), each layer with its communication; a bare PyTorch loop's
     (:meth:`~packplace.placement.model.cost.CostModel.bare_loop_table`) micro-batch's weight casts the part
@@ -280,7 +279,7 @@ def _table_stage(cost: CostModel, table, shape: ModelSpec, train: bool, tokens: 
     _, pp, tp, ep = degrees
     kernels = cost.pass_kernels(pp, tp, ep)
     bare = train and cost.bare_loop_table(shape, pp, tp, ep) is not None
-    factor = cost.pass_kernel_factor(kernels)
+    factor = cost.hw.megatron_pass_factor if kernels == "megatron" else 1.0
     rate = cost.train_rate_fraction(shape, pp, tp, ep) if train else 1.0
     comm = _layer_comm(cost, shape, train, tokens, tp, ep, extent)
     best: tuple[float, dict[str, float]] | None = None

@@ -1503,14 +1503,12 @@ def _backend_inputs(backend: TrainerBackend, shape: ModelSpec, table: ComponentT
                     hw: Hardware) -> dict[str, Any]:
     """The entries of :attr:`Estimate.inputs` that say which trainer priced a train / infer pass:
     ``trainer_backend_resolved`` (:attr:`TrainerBackend.name`), ``pass_kernels`` (``megatron``, ``hf`` or
-    ``knobs``: a mixture of experts or a GPU type without a component table), ``megatron_pass_factor``
-    (the factor on Megatron-Core's kernels, 1 on the others) and ``hf_pass_factor`` (the factor on the
-    Hugging Face kernels, 1 on the others)."""
+    ``knobs``: a mixture of experts or a GPU type without a component table) and ``megatron_pass_factor``
+    (the factor on Megatron-Core's kernels, 1 on the others)."""
     kernels = "knobs" if table is None or shape.is_moe else (
         "megatron" if backend.place and backend.name == "megatron" else "hf")
     return {"trainer_backend_resolved": backend.name, "pass_kernels": kernels,
-            "megatron_pass_factor": hw.megatron_pass_factor if kernels == "megatron" else 1.0,
-            "hf_pass_factor": hw.hf_pass_factor if kernels == "hf" else 1.0}
+            "megatron_pass_factor": hw.megatron_pass_factor if kernels == "megatron" else 1.0}
 
 
 def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: ComponentTable | None, task: str,
@@ -1620,9 +1618,7 @@ def _bare_pass_parts(cost, shape: ModelSpec, table: ComponentTable | None, task:
                      framework: str) -> dict[str, float]:
     """A train, infer or prefill pass on the bare kernels of the component table (one GPU's pass, the kernels the
     tables are fitted to: ``recompute``, fp32 master weights under autocast with ``sharding`` none and the
-    fused AdamW step on the table; a train or infer pass's kernels, not the AdamW step, times the GPU type's
-    ``hf_pass_factor``, :meth:`~packplace.placement.model.cost.CostModel.pass_kernel_factor`), or a prefill by
-    the efficiency knobs, with the stage's communication:
+    fused AdamW step on the table), or a prefill by the efficiency knobs, with the stage's communication:
     tensor-parallel all-reduces, pipeline sends and, for training with Adam, the gradient all-reduce."""
     dp, pp, tp, ep = degrees
     layers = stage_layers(shape.layers, pp)
@@ -1638,9 +1634,6 @@ def _bare_pass_parts(cost, shape: ModelSpec, table: ComponentTable | None, task:
                                      master_fp32=train and uses_autocast(optimizer, sharding),
                                      optimizer=train and optimizer == "adam", params=params,
                                      logits="last" if task == "prefill" else "all"))
-        factor = cost.pass_kernel_factor("hf") if task != "prefill" else 1.0   # vLLM's prefill: not HF's loop
-        stages = [replace(t, forward=factor * t.forward, backward=factor * t.backward, recompute=factor * t.recompute)
-                  for t in stages]
         worst = max(stages, key=lambda t: t.total)
         parts.update({k: v for k, v in worst.as_dict().items() if v > 0 or k == "forward"})
     else:   # a prefill by the knob model: its pass time holds the communication of the micro-batch
@@ -2092,9 +2085,7 @@ def _backend_line(inputs: Mapping[str, Any]) -> str:
     backend asked for came from (the flag, or the config's ``policy.trainer_backend``: ``inputs["from_config"]``)."""
     kernels = inputs["pass_kernels"]
     priced = {"megatron": f"Megatron-Core kernels x megatron_pass_factor {inputs['megatron_pass_factor']:g}",
-              "hf": "Hugging Face kernels" + (f" x hf_pass_factor {inputs['hf_pass_factor']:g}"
-                                              if inputs.get("hf_pass_factor", 1.0) != 1.0 else ""),
-              "knobs": "the efficiency knobs"}[kernels]
+              "hf": "Hugging Face kernels", "knobs": "the efficiency knobs"}[kernels]
     name = inputs["trainer_backend_resolved"]
     if name == "none" and inputs.get("trainer_rate_fraction", 1.0) < 1.0:   # framework none, a trainer's layout
         return (f"trainer: none (framework {inputs['framework']} on a ZeRO or parallel layout: a PyTorch trainer, as "

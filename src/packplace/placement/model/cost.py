@@ -1292,8 +1292,7 @@ class CostModel(metaclass=CountsGuarded):
         """``(one layer, the head)`` seconds of a micro-batch of ``tokens`` on the component table: forward
         (and backward when ``train``) with the kernels of :meth:`component_pass_times`, times the GPU type's
         ``megatron_pass_factor`` on Megatron's kernels (published Megatron-Core pre-training steps over the table's,
-        :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`, ``..._GB200``) and ``hf_pass_factor``
-        on the Hugging Face kernels (:meth:`pass_kernel_factor`); a training pass of
+        :data:`~packplace.placement.problem.hardware.MEGATRON_PASS_FACTOR_H100`, ``..._GB200``); a training pass of
         the Hugging Face kernels at :meth:`train_rate_fraction` of the table's rates; a bare PyTorch loop's
         (:meth:`bare_loop_table`) head adding the micro-batch's weight casts (:meth:`bare_loop_casts`)."""
         kernels = self._pass_kernels_unchecked(pp, tp, ep)
@@ -1301,21 +1300,11 @@ class CostModel(metaclass=CountsGuarded):
         pass_times = self._component_pass_times_unchecked
         layer = pass_times(table, model, tokens, seq_len, train, pp, tp, ep, layers=1, head=False)
         top = pass_times(table, model, tokens, seq_len, train, pp, tp, ep, layers=0, head=True)
-        factor = self.pass_kernel_factor(kernels)
+        factor = self.hw.megatron_pass_factor if kernels == "megatron" else 1.0
         rate = self._train_rate_fraction_unchecked(model, pp, tp, ep) if train else 1.0
         casts = self.bare_loop_casts(table, model) if bare else 0.0   # once per micro-batch, on the one stage
         return (factor * (layer.forward + layer.backward) / rate,
                 factor * (top.forward + top.backward) / rate + casts)
-
-    def pass_kernel_factor(self, kernels: str) -> float:
-        """The GPU type's time factor on a component-table pass of kernel set ``kernels`` (:meth:`pass_kernels`):
-        ``megatron_pass_factor`` on Megatron-Core's (published Megatron-Core pre-training steps over the table's),
-        ``hf_pass_factor`` on the Hugging Face eager kernels (a published same-script whole-iteration gain over
-        the tables', :data:`~packplace.placement.problem.hardware.HF_PASS_FACTOR_BLACKWELL`), 1 on any other.
-        Dimensionless; ``place`` (:meth:`_component_pass`) and ``packplace estimate`` apply it alike."""
-        if kernels == "megatron":
-            return self.hw.megatron_pass_factor
-        return self.hw.hf_pass_factor if kernels == "hf" else 1.0
 
     def component_pass_times(self, table: ComponentTable, model: ModelSpec, tokens: float, seq_len: float,
                              train: bool, pp: int, tp: int, ep: int, layers: float, head: bool) -> PassTimes:

@@ -169,9 +169,6 @@ HARDWARE_FIELDS: dict[str, Field] = {
     "megatron_pass_factor": Field("float", "", 0.5, 2, default=HARDWARE_DEFAULTS["megatron_pass_factor"],
                                   meaning="time factor on the component table's Megatron-Core pass kernels "
                                           "(published pre-training step over the model's; 1: the table)"),
-    "hf_pass_factor": Field("float", "", 0.5, 2, default=HARDWARE_DEFAULTS["hf_pass_factor"],
-                            meaning="time factor on the component table's Hugging Face eager pass kernels "
-                                    "(published whole-iteration gain over the tables'; 1: the table)"),
     "vllm_kv_bandwidth_fraction": Field("float", "", 0.01, 1, default=HARDWARE_DEFAULTS["vllm_kv_bandwidth_fraction"],
                                         meaning="fraction of its kernels' KV-read rate (the component table's "
                                                 "kv_bandwidth, or the knob model's memory_bandwidth x "

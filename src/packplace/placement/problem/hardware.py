@@ -149,13 +149,6 @@ class Hardware:
             NVIDIA's published Megatron-Core pre-training step over the one the component model prices,
             per GPU type; 1 (the default): the table as it is. Sources of the H100 and GB200 values:
             :data:`MEGATRON_PASS_FACTOR_H100`, :data:`MEGATRON_PASS_FACTOR_GB200`.
-        hf_pass_factor: Time factor on the kernels of a pass on the Hugging Face eager kernels priced by the
-            component table (the layers and the head of every training and log-prob micro-batch of a
-            PyTorch-native trainer or a bare PyTorch loop,
-            :meth:`~packplace.placement.model.cost.CostModel.pass_kernels` ``hf``; not vLLM's prefill): a
-            published whole-iteration gain of the GPU over the table's source GPU, run by one script on both,
-            over the gain the two tables price, per GPU type; 1 (the default): the table as it is. Source of
-            the Blackwell value: :data:`HF_PASS_FACTOR_BLACKWELL`.
         vllm_kv_bandwidth_fraction: Fraction of the KV-read rate its kernels reach at which a vLLM engine's
             decode iteration reads the KV cache (every framework profile with a vLLM engine,
             :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_generation` set; not the
@@ -210,7 +203,6 @@ class Hardware:
     moe_decode_bw_eff: float = 0.0
     moe_gemm_peak_fraction: float = 0.0
     megatron_pass_factor: float = 1.0
-    hf_pass_factor: float = 1.0
     vllm_kv_bandwidth_fraction: float = 1.0
     component_table: str = "none"
     memory_workspace: float = 1.02e9
@@ -253,7 +245,6 @@ HARDWARE_DEFAULTS = {
     "host_bandwidth": 25e9, "decode_step_overhead": None, "phase_overhead": 0.0, "weight_sync_overhead": 0.0,
     "inprocess_host_per_sequence": 0.0,
     "moe_decode_bw_eff": 0.0, "moe_gemm_peak_fraction": 0.0, "megatron_pass_factor": 1.0, "component_table": "none",
-    "hf_pass_factor": 1.0,
     "vllm_kv_bandwidth_fraction": 1.0, "memory_workspace": 1.02e9,
 }
 #: Component tables shipped with the package (``placement/model/tables/<name>.json``); ``none`` uses the knobs.
@@ -337,28 +328,6 @@ MEGATRON_PASS_FACTOR_H100 = 1.07
 #: 0.841 -> 1.025). Not a validation row. The ``b200`` preset keeps 1: no BF16 dense B200 table is published
 #: (Megatron-Bridge's B200 rows are FP8 only).
 MEGATRON_PASS_FACTOR_GB200 = 1.24
-#: ``hf_pass_factor`` of the ``b200`` and ``gb200`` presets: the time factor on a Hugging Face eager pass's
-#: kernels on a Blackwell component table. NVIDIA cudnn-frontend's Llama-3.2-1B training benchmark
-#: (github.com/NVIDIA/cudnn-frontend @ 9793df5, ``benchmark/Llama-3.2-1B-Training/README.md``: one script,
-#: ``training_perf.py``, on one NVIDIA B200 and one NVIDIA H200: Hugging Face ``LlamaForCausalLM``, bf16 weights,
-#: forward + cross-entropy + backward + SGD step, mean of 100 iterations; PyTorch 2.7.0, CUDA 12.9, cuDNN 9.9.0;
-#: clocks locked at each GPU's base, 1,665 / 1,500 MHz) publishes seconds per iteration with PyTorch SDPA's
-#: cuDNN backend of 0.200 / 0.329 (24 x 768 tokens), 0.139 / 0.222 (12 x 1,024) and 0.144 / 0.229 (6 x 2,048) on
-#: B200 / H200: gains 1.645, 1.597, 1.590. The ``b200`` and ``h200`` tables price the same passes
-#: (:func:`~packplace.placement.model.components.pass_times`, bf16 weights, no optimizer) at gains 1.842, 1.761,
-#: 1.772; published over priced 0.8932, 0.9068, 0.8974, median 0.8974: the factor 1 / 0.8974 = 1.114. Those are
-#: the benchmark's shapes of at most 2,048 tokens per sequence, where attention is 2-7% of the priced pass on
-#: either table (its 4,096-16,384-token shapes, 12-40%, give 0.875, 0.815, 0.770: cuDNN 9.9's Blackwell
-#: attention, older than the 9.27 the table's attention ratio takes; flash-attn 2's own rate is
-#: ``FLASH_ATTN2_ATTENTION_FRACTION``). The H200 table prices the H200 side at 0.91-0.94 of its published
-#: base-clock times, the B200 table the B200 side at 0.81-0.85. At base clocks the B200's SM clock is 1.11 x
-#: the H200's, at their boost clocks (1,965 / 1,980 MHz) 0.99 x, so the base-clock gain overstates a
-#: compute-bound stock-clock gain, if anything: the factor is a lower bound. Measured on B200, a bare
-#: one-GPU loop on an older PyTorch than the tables' GEMM source (the run's stack's era: NeMo RL v0.5.0 ships
-#: torch 2.9.0+cu129); ``gb200`` by the same die (no GB200 run of the script is published). Not a validation
-#: row (docs/calibration-and-validation.md, "Hugging Face passes on Blackwell against a same-script B200 / H200
-#: run").
-HF_PASS_FACTOR_BLACKWELL = 1.114
 
 #: GPUs of one GB200 NVL72 NVLink domain: 18 compute trays of 4 GPUs (2 GB200 superchips of 1 Grace CPU +
 #: 2 Blackwell GPUs each) joined by 9 NVLink switch trays (NVIDIA GB200 NVL72 product page,
@@ -519,14 +488,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     "b200": {"flops_per_gpu": 2.25e15, "memory_per_gpu": B200_CUDA_TOTAL_BYTES, "memory_bandwidth": 8.0e12,
              **_links(720e9, 45e9), "host_bandwidth": 50e9,
              "gemm_peak_fraction": GEMM_PEAK_FRACTION_B200, "decode_bw_eff": 0.65, "component_table": "b200",
-             "hf_pass_factor": HF_PASS_FACTOR_BLACKWELL,
              "vllm_kv_bandwidth_fraction": VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL},
     "gb200": {"gpus_per_node": GB200_NVLINK_DOMAIN, "gpus_per_host": GB200_TRAY_GPUS,
               "flops_per_gpu": GB200_DENSE_BF16_FLOPS,
               "memory_per_gpu": GB200_HBM_BYTES, "memory_bandwidth": GB200_HBM_BANDWIDTH,
               **_links(GB200_NVLINK_BUS_BANDWIDTH, 45e9), "host_bandwidth": 180e9,
               "gemm_peak_fraction": GEMM_PEAK_FRACTION_GB200, "decode_bw_eff": 0.65, "component_table": "gb200",
-              "megatron_pass_factor": MEGATRON_PASS_FACTOR_GB200, "hf_pass_factor": HF_PASS_FACTOR_BLACKWELL,
+              "megatron_pass_factor": MEGATRON_PASS_FACTOR_GB200,
               "vllm_kv_bandwidth_fraction": VLLM_KV_BANDWIDTH_FRACTION_BLACKWELL},
     "l40s": {"flops_per_gpu": 362e12, "memory_per_gpu": L40S_CUDA_TOTAL_BYTES, "memory_bandwidth": 864e9,
              **_links(20e9, 22.5e9), "host_bandwidth": 25e9,
