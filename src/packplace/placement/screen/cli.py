@@ -23,11 +23,12 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from packplace import interrupt, outputs, yamlio
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, FrameworkVersionWarning, show
 from packplace.jsontext import json_text
 from packplace.outputs import write_atomic
 from packplace.placement import api
@@ -57,6 +58,7 @@ from packplace.placement.checking.validate import (
     validation_files,
 )
 from packplace.placement.emit import FRAMEWORKS, emit
+from packplace.placement.emit.verl_releases import EMITTER_KEYS_WARNING
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, group_backend_name
@@ -381,7 +383,9 @@ def run(args: argparse.Namespace) -> int:
         print(emitted.text())
         args.json_document[REPORT_KEY]["emit"] = emitted.as_dict()
     elif instance.framework in FRAMEWORKS and result.solution is not None:
-        refusals = emit(instance, result.solution, instance.framework).refusals
+        with warnings.catch_warnings():   # nothing is emitted: the emitter's key-table warning is not the user's
+            warnings.filterwarnings("ignore", message=EMITTER_KEYS_WARNING, category=FrameworkVersionWarning)
+            refusals = emit(instance, result.solution, instance.framework).refusals
         if refusals:   # a rule the search cannot keep (the framework has no trainer for the algorithm)
             print(f"note: {instance.framework} cannot run this plan as planned in {len(refusals)} way(s), e.g. "
                   f"{refusals[0]}; `--emit {instance.framework}` lists them all")
