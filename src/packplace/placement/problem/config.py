@@ -87,7 +87,7 @@ from packplace.placement.problem.hardware import (
 )
 from packplace.placement.problem.models import LM_ROLES, ModelSpec
 from packplace.placement.problem.workload import RULE_VERIFIER_SECONDS, RuleReward, Workload, rule_verifier_for
-from packplace.shape import from_hf_config, shape_from_mapping
+from packplace.shape import from_hf_config, shape_from_mapping, warn_past_position_limit
 from packplace.yamlio import load_yaml as _shared_load_yaml
 
 WORKLOAD_REQUIRED = ("batch_size", "samples_per_prompt", "context_length", "generation_length")
@@ -908,6 +908,9 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     _check_training_models(training, models, policy)
     workload = _workload(_section(config, "workload"))
     _check_model_len(engine, models["actor"], workload)
+    for role in (r for r in ("actor", "critic", "reward") if r in models):   # the reference is the actor
+        warn_past_position_limit(models[role], workload.context_length + workload.generation_length,
+                                 f"[models] {role}", "[workload] context_length + generation_length")
     if algorithm == "dpo" and workload.samples_per_prompt != 2:   # NeMo RL and OpenRLHF DPO: chosen + rejected
         raise ConfigError(f"[workload] samples_per_prompt: a DPO step trains preference pairs, a chosen and a "
                           f"rejected response per prompt: must be 2, got {workload.samples_per_prompt}")
