@@ -607,10 +607,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels. Those after it:
             :func:`_megatron` (``bias_activation_fusion`` to ``fp32_params``), :func:`_pooled_engine`.
 
-    Returns:
-        :class:`Estimate` (seconds and bytes per GPU).
-    Raises:
-        ConfigError: an invalid argument, naming it and its value."""
+    Returns :class:`Estimate` (seconds and bytes per GPU); sequences past the model's position limit warn
+    (:func:`_warn_past_position_limit`). Raises ConfigError: an invalid argument, naming it and its value."""
     shape = resolve_model(model)
     recompute = _check_settings(task, recompute, optimizer, framework, enforce_eager, sharding)
     megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype, framework,
@@ -619,9 +617,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     enforce_eager = (version_eager if enforce_eager is None else enforce_eager) and task in ("decode", "generate")
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=1 if dp is None else dp, ep=ep)
     seq_len, context = _lengths(task, seq_len, context, batch, micro_batch, recompute, optimizer, framework_version)
-    warn_past_position_limit(shape, int(context if task in ("decode", "generate") else seq_len or 0),
-                             f"model {model!r}" if isinstance(model, (str, Path)) else "model",
-                             "context" if task in ("decode", "generate") else "seq_len")
+    _warn_past_position_limit(shape, model, task, seq_len, context)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
     dp = _check_replica_dp(task, dp, pp, ep, cp)
@@ -658,6 +654,16 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "", engine=engine)
+
+
+def _warn_past_position_limit(shape: TransformerShape, model: Any, task: str, seq_len: int | None,
+                              context: int | None) -> None:
+    """A :class:`~packplace.errors.PositionLimitWarning` where the task's longest sequence (``context`` for decode
+    and generate, else ``seq_len``, tokens) passes ``shape.max_position_embeddings``."""
+    cached = task in ("decode", "generate")
+    warn_past_position_limit(shape, int((context if cached else seq_len) or 0),
+                             f"model {model!r}" if isinstance(model, (str, Path)) else "model",
+                             "context" if cached else "seq_len")
 
 
 def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any, hw: Hardware,
