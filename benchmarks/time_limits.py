@@ -31,6 +31,13 @@ highly composite count with 6,720 divisors, 5,760 of them even, each a micro-bat
 placement solver runs once more on the shipped 8-GPU DPO config with ``B`` sequences (``batch_size: B/2``
 chosen / rejected pairs).
 
+With ``--problem command`` the rows are whole ``packplace place`` commands instead (``--config``, default the
+shipped GRPO config, ``--json --quiet``), each run ``--repeats`` times as a child process and timed from before its
+start to its exit, as ``time`` measures it: the command-line limit covers the whole command (the interpreter's
+start-up, imports, loading, the solve, the report and the exit), and the rule is ``1.1·limit``. ``--entry main``
+runs the same command through ``packplace.cli.main(argv)`` inside ``python -c``, whose limit counts from that
+call (the clock before the command line counted from the process's start): the baseline.
+
 On a shared machine the wall times are noisy (other processes take cores): rerun an ``OVER`` row
 alone before trusting it.
 
@@ -39,6 +46,7 @@ Usage:
     python benchmarks/time_limits.py --problem balance --solvers kk lpt --samples 1000000
     python benchmarks/time_limits.py --problem placement --racks 32 --nodes 64
     python benchmarks/time_limits.py --problem balance --reference none --busy 1   # no fallback, loaded
+    python benchmarks/time_limits.py --problem command --solvers anneal --time-limit 2   # the whole command
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import json
 import math
 import multiprocessing
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -129,9 +138,56 @@ def _child(queue, problem: str, solver: str, size: int, args: argparse.Namespace
     queue.put(row)
 
 
+GRPO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml"
+
+
+def command_row(solver: str, config: Path, limit: float, seed: int, entry: str) -> dict:
+    """One ``packplace place`` command as a child process: its wall time from before the start to the exit
+    (seconds), exit code and status. ``entry``: ``console`` (the installed script beside this interpreter, else
+    ``python -m packplace.cli``) or ``main`` (``packplace.cli.main(argv)`` called inside ``python -c``)."""
+    words = ["place", "--config", str(config), "--solver", solver, "--time-limit", f"{limit:g}", "--seed",
+             str(seed), "--json", "--quiet"]
+    script = Path(sys.executable).with_name("packplace")
+    if entry == "main":
+        command = [sys.executable, "-c", "import sys; from packplace.cli import main; sys.exit(main(sys.argv[1:]))"]
+    else:
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "packplace.cli"]
+    started = time.perf_counter()
+    done = subprocess.run(command + words, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    try:
+        status = json.loads(done.stdout).get("status", "error")
+    except ValueError:
+        status = f"error: {done.stderr.strip()[-120:]}"
+    return {"wall": wall, "exit": done.returncode, "status": status}
+
+
+def command_rows(args: argparse.Namespace) -> int:
+    """``--problem command``: each solver's whole command ``args.repeats`` times; exit 1 when a run is over
+    ``1.1·limit`` or without a plan."""
+    allowed = 1.1 * args.time_limit
+    config = Path(args.config) if args.config else GRPO_CONFIG
+    print(f"time limit {args.time_limit:g} s, allowed {allowed:.2f} s (whole command), entry {args.entry}, "
+          f"{config.name}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    over = False
+    for solver in args.solvers or ["anneal"]:
+        rows = [command_row(solver, config, args.time_limit, args.seed, args.entry) for _ in range(args.repeats)]
+        walls = sorted(row["wall"] for row in rows)
+        bad = [row for row in rows if row["wall"] > allowed or row["status"] not in ("optimal", "feasible")]
+        over |= bool(bad)
+        print(f"{solver:<10} wall min {walls[0]:.2f} median {walls[len(walls) // 2]:.2f} max {walls[-1]:.2f} s  "
+              f"{'ok' if not bad else f'OVER x{len(bad)}'}  status {', '.join(sorted({r['status'] for r in rows}))}",
+              flush=True)
+    return 1 if over else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--problem", choices=["balance", "placement", "both"], default="both")
+    parser.add_argument("--problem", choices=["balance", "placement", "both", "command"], default="both")
+    parser.add_argument("--config", default=None, help="--problem command: the placement config (default GRPO)")
+    parser.add_argument("--repeats", type=int, default=5, help="--problem command: runs per solver")
+    parser.add_argument("--entry", choices=["console", "main"], default="console",
+                        help="--problem command: the console script, or packplace.cli.main(argv) (the baseline)")
     parser.add_argument("--solvers", nargs="+", default=None, help="default: every solver of the problem")
     parser.add_argument("--samples", type=int, nargs="+", default=[1_000_000, 4_000_000])
     parser.add_argument("--ranks", type=int, default=4096)
@@ -147,6 +203,8 @@ def main() -> int:
                         help="CPU-bound processes spinning while each row runs (another load on the cores)")
     parser.add_argument("--json", action="store_true", help="one JSON row per line instead of the table")
     args = parser.parse_args()
+    if args.problem == "command":
+        return command_rows(args)
     problems = ["balance", "placement"] if args.problem == "both" else [args.problem]
     allowed = allowed_s(args.time_limit)
     over = False

@@ -6,9 +6,14 @@ import) ends the process at once with one line on stderr and exit code 128 + sig
 for SIGTERM): no traceback, no half-initialised native module, nothing written.
 """
 
-import os  # noqa: I001 - os, signal and sys only (loaded with the interpreter), then the handlers at once
+import os  # noqa: I001 - os, signal, sys and time only (loaded with the interpreter), then the handlers at once
 import signal
 import sys
+import time
+
+#: ``time.monotonic()`` at this module's first lines: where the operating system does not say when the process
+#: started, the earliest point a command's ``--time-limit`` counts from (:func:`packplace.cli.process_started`).
+ENTERED = time.monotonic()
 
 #: The subcommands (a ``--json`` error document names the one on the command line, else ``null``).
 _COMMANDS = ("balance", "place", "validate", "calibrate", "compare", "bench")
@@ -83,7 +88,7 @@ def main() -> int:
     from packplace.cli import main as run  # after the handlers: these imports take the longest
 
     try:
-        code = run()
+        code = run(entered=ENTERED)   # --time-limit covers the whole command, the interpreter's start-up included
     except BaseException as exc:
         # the command line's handler raises its Interrupted wherever the signal lands; inside a module's
         # initialisation (a lazy import of numpy or OR-Tools) that surfaces as another error

@@ -64,7 +64,7 @@ def test_an_error_a_received_signal_caused_is_the_interruption(monkeypatch, capf
     cli = importlib.import_module("packplace.cli")
     interrupt = importlib.import_module("packplace.interrupt")
 
-    def broken_by_a_signal() -> int:
+    def broken_by_a_signal(**_: object) -> int:
         monkeypatch.setattr(interrupt._state, "signum", signal.SIGINT)
         raise ImportError("initialization failed")
 
@@ -77,7 +77,7 @@ def test_an_error_a_received_signal_caused_is_the_interruption(monkeypatch, capf
         assert capfd.readouterr().err == "packplace: interrupted by SIGINT\n"
         # without a received signal the error is the error
         monkeypatch.setattr(interrupt._state, "signum", None)
-        monkeypatch.setattr(cli, "main", lambda: (_ for _ in ()).throw(ImportError("real")))
+        monkeypatch.setattr(cli, "main", lambda **_: (_ for _ in ()).throw(ImportError("real")))
         with pytest.raises(ImportError, match="real"):
             packplace_console.main()
     finally:
@@ -147,8 +147,8 @@ def test_the_console_adds_no_second_document_once_the_command_wrote_its_own():
     # signal is, once the document is out) keeps the command's exit code and adds nothing
     code = ("import packplace.cli as cli\n"
             "run = cli.main\n"
-            "def main_then_signal(argv=None):\n"
-            "    code = run(argv)\n"
+            "def main_then_signal(argv=None, **kwargs):\n"
+            "    code = run(argv, **kwargs)\n"
             "    from packplace import interrupt\n"
             "    interrupt._state.signum = signal.SIGINT\n"
             "    raise interrupt.Interrupted(signal.SIGINT)\n"

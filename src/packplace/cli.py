@@ -30,6 +30,13 @@ from packplace import __version__, interrupt, outputs, progress
 from packplace.errors import ConfigError, InfeasibleError, PackplaceWarning
 from packplace.jsontext import json_text
 
+#: ``time.monotonic()`` when this module began to load: where the operating system does not say when the process
+#: started (:func:`process_started`), the earliest point of ``python -m packplace.cli`` a command's limit counts from.
+LOADED_AT = time.monotonic()
+#: A process older than this at the command's entry (seconds) did not start for the command (an interpreter that
+#: called :func:`main` later): its limit counts from the entry point's own clock instead.
+MAX_STARTUP_S = 60.0
+
 #: Modules that contribute subcommands through ``register(subparsers)``.
 COMMAND_MODULES = ("packplace.balance.cli", "packplace.placement.screen.cli", "packplace.harness.cli")
 #: Every subcommand: name -> (the module that registers it, its one-line help). :func:`build_parser`
@@ -221,14 +228,36 @@ def _warnings_shown(command: str) -> Iterator[None]:
         yield
 
 
-def main(argv: list[str] | None = None) -> int:
+def process_started(entered: float) -> float:
+    """When this process started, on ``time.monotonic()``'s clock (seconds): Linux's ``/proc/self/stat`` field 22
+    (``starttime``, clock ticks since boot, proc(5)) against ``CLOCK_BOOTTIME`` (the same boot-based clock), so
+    that the interpreter's start-up and the imports before ``entered`` count. ``entered`` (the entry point's own
+    ``time.monotonic()``) where the system does not say, or says something later than it or more than
+    :data:`MAX_STARTUP_S` before it."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()   # the command name may hold spaces or parentheses
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):   # no /proc (macOS, Windows) or no CLOCK_BOOTTIME
+        return entered
+    started = time.monotonic() - age
+    return started if entered - MAX_STARTUP_S <= started <= entered else entered
+
+
+def main(argv: list[str] | None = None, *, entered: float | None = None) -> int:
     """Run the command line; returns the exit code.
 
     A command puts its JSON document in ``args.json_document``; with ``--json`` it is printed on
     stdout (a command that sets none gets ``{"command", "exit_code", "output"}`` with its text output).
+    ``entered``: the entry point's ``time.monotonic()`` at its first line (the console script's, or
+    :data:`LOADED_AT`); given, a command's ``--time-limit`` counts from the process's start
+    (:func:`process_started`: the whole command as ``time`` measures it), else from this call (a caller
+    running the command line inside its own process).
     """
     _written.clear()
-    started = time.monotonic()  # a command's --time-limit counts from here (balance: solve_budget)
+    called = time.monotonic()
+    # a command's --time-limit counts from here (balance: solve_budget)
+    started = called if entered is None else min(called, process_started(entered))
     words = sys.argv[1:] if argv is None else list(argv)
     try:  # Ctrl-C while the command modules load, before the handlers are installed: no traceback
         parser = build_parser(words)
@@ -248,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                                                               signal.SIGINT), code)
         return code
     args.started_at = started
+    args.startup_s = called - started   # the interpreter's start-up and imports before main: 0 in-process
     interrupt.install()
     json_wanted = bool(getattr(args, "json", False))
     stdout = sys.stdout
@@ -279,4 +309,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(main(entered=LOADED_AT))

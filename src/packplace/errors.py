@@ -7,7 +7,8 @@
 * :class:`PackplaceWarning` (a :class:`UserWarning`, not an error) — accepted input worth a look, e.g.
   :class:`KnobAboveBoundWarning`: an efficiency knob above its GPU's measured bound;
   :class:`FrameworkVersionWarning`: a framework release past the newest the model knows;
-  :class:`OverriddenSettingWarning`: a setting the framework runs otherwise, priced as it runs.
+  :class:`OverriddenSettingWarning`: a setting the framework runs otherwise, priced as it runs;
+  :class:`PositionLimitWarning`: sequences longer than the model's ``max_position_embeddings``.
 * :class:`TimeLimitError` — a subclass of :class:`InfeasibleError` (so ``except InfeasibleError`` still
   catches it) for no answer found before the time limit (or a work budget) ran out, not proven infeasible.
 
@@ -79,6 +80,13 @@ class OverriddenSettingWarning(PackplaceWarning):
     """A setting given explicitly that the framework does not run as given (an explicit
     ``sequence_parallel: false`` under Megatron-Core's tensor plus expert parallelism): priced as the framework
     runs it; the message names the field, the value and why."""
+
+
+class PositionLimitWarning(PackplaceWarning):
+    """The sequences priced are longer than the model's position limit (``config.json``
+    ``max_position_embeddings``, GPT-2 ``n_positions``), where the model gives one: priced as given (RoPE scaling
+    or a longer-context fine-tune may extend the limit, which the shape does not carry); the message names the
+    field, the model, both lengths and where the longer one comes from."""
 
 
 _REPR = reprlib.Repr()

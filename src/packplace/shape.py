@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.contract import plain_bool, plain_number
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, PositionLimitWarning, show
 from packplace.yamlio import read_regular_text
 
 #: MLP kinds: ``gated`` has three ``d × d_ff`` matrices (gate, up, down), ``plain`` two (up, down).
@@ -688,3 +688,18 @@ def _checked_hf_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 #: Every field name of :class:`TransformerShape`.
 SHAPE_FIELDS = tuple(f.name for f in fields(TransformerShape))
+
+
+def warn_past_position_limit(shape: TransformerShape, tokens: int, model: str, length: str) -> bool:
+    """Warn (:class:`~packplace.errors.PositionLimitWarning`) where ``tokens`` (one sequence's length) exceeds
+    ``shape.max_position_embeddings``; ``model`` names the model (``[models] actor``, ``--model llama3.1-8b``),
+    ``length`` where ``tokens`` comes from (``--seq-len``). Not an error: RoPE scaling extends a rotary model's
+    limit, and the shape does not carry it. Returns whether it warned (False without a limit)."""
+    limit = shape.max_position_embeddings
+    if limit is None or tokens <= limit:
+        return False
+    import warnings
+    warnings.warn(f"{model}: {length} is {tokens} tokens per sequence, more than the model's "
+                  f"max_position_embeddings {limit}: priced as given (RoPE scaling or a longer-context variant may "
+                  f"extend the limit; the model as given was not trained past it)", PositionLimitWarning, stacklevel=3)
+    return True

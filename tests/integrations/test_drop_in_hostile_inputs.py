@@ -233,3 +233,15 @@ def test_micro_batch_partitions_names_its_own_dp_size(dp_size):
     # its own argument, not the balance problem's data_parallel_size
     with pytest.raises(ConfigError, match=r"^dp_size: must be an integer >= 1, got "):
         micro_batch_partitions([1, 2, 3], 100, dp_size)
+
+
+@pytest.mark.parametrize("call", [lambda: partition([1e308, 1e308], 1), lambda: partition([1e308] * 3, 2),
+                                  lambda: micro_batch_partitions([3, 3], 100, 2, costs=[1e308] * 2)])
+def test_costs_past_float64_are_refused_without_a_numpy_overflow_warning(call):
+    """The overflowing float64 sum is only the check's: numpy's RuntimeWarning must not print before the
+    ConfigError line (it used to, from the exact-integer check's sum in make_instance)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ConfigError, match="the costs sum to more than float64 holds"):
+            call()

@@ -120,6 +120,8 @@ def small_instances(draw):
     framework = draw(st.sampled_from([None, "deepspeed-chat", "verl", "openrlhf", "nemo-rl"]))
     if framework is not None:   # layout rules; DeepSpeed-Chat's hybrid engine shares its trainer's weights
         policy["framework"] = framework
+    if framework == "nemo-rl" and algorithm == "ppo":   # a reward model is refused at load: NeMo RL's PPO scores
+        models["reward"] = "rule"                         # with a rule
     cfg = {"hardware": dict(hw, memory_per_gpu=1e12), "models": models, "policy": policy,
            "workload": dict(batch_size=draw(st.sampled_from([2, 4, 8])), samples_per_prompt=2,
                             context_length=draw(st.sampled_from([256, 2048, 8192])), generation_length=64)}

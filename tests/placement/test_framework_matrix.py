@@ -63,7 +63,7 @@ def config_lines(config: Path, framework: str, backend: str) -> list[str]:
 def test_a_plan_searched_for_a_framework_emits_no_refusal_and_only_known_keys(config, framework, backend):
     expected_errors = config_lines(config, framework, backend)
     if expected_errors:  # options the framework cannot express (e.g. OpenRLHF's one --ds.lora.rank): load fails
-        with pytest.raises(ConfigError, match=r"\[(training|policy)\]|^training\.(actor\.|critic\.)?sharding: "):
+        with pytest.raises(ConfigError, match=r"\[(training|policy|models)\]|^training\.(actor\.|critic\.)?sharding: "):
             planned_for(config, framework, backend)
         return
     instance = planned_for(config, framework, backend)
@@ -138,13 +138,16 @@ def test_nemo_rl_runs_the_reference_in_the_policy_layout_and_the_evaluator_refus
 def test_place_emit_on_a_config_without_a_framework_plans_for_it(capsys):
     from packplace.cli import main
     config = str(ROOT / "configs" / "placement" / "ppo_llama3.1-8b_4x8xh100.yaml")
-    for framework in ("verl", "openrlhf", "nemo-rl"):
+    for framework in ("verl", "openrlhf"):
         assert main(["place", "--config", config, "--solver", "greedy", "--time-limit", "20",
                      "--emit", framework]) == 0
         out = capsys.readouterr().out
         assert f"note: planned with policy.framework: {framework}" in out
         refusals = [line for line in out.splitlines() if line.startswith("# cannot run as planned")]
-        assert len(refusals) == (1 if framework == "nemo-rl" else 0), refusals   # NeMo RL: the reward model
+        assert refusals == []
+    # NeMo RL's PPO keeps no GPUs for a reward model (layout_rules.NEMO_RL_PPO_REWARD_MODEL): refused at load
+    assert main(["place", "--config", config, "--solver", "greedy", "--time-limit", "20", "--emit", "nemo-rl"]) == 2
+    assert "(policy.framework: nemo-rl)" in capsys.readouterr().err
     assert main(["place", "--config", config, "--solver", "greedy", "--time-limit", "20", "--emit", "verl",
                  "--verl-backend", "megatron", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -65,8 +65,8 @@ def test_help_says_what_the_limit_counts(capsys, command):
         run_cli(capsys, command, "--help")
     text = " ".join(capsys.readouterr().out.split()).replace("start- up", "start-up")   # argparse's wrap
     other = "balance" if command == "place" else "place"
-    assert (f"counted as in {other} from packplace's command-line entry (after Python's start-up and packplace's "
-            f"own import): importing the command, parsing the arguments, loading the config") in text
+    assert (f"counted as in {other} from the process's start (Python's start-up and packplace's own import "
+            f"included): importing the command, parsing the arguments, loading the config") in text
     if command == "place":
         assert ("the candidate table must be built first: a limit too short for it ends the call with no plan, "
                 "status unknown (exit 1)") in text

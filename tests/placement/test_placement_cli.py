@@ -194,6 +194,8 @@ def test_a_mixed_plan_reports_each_worker_groups_backend_as_it_is_priced(framewo
 
     raw = load_yaml(PPO)
     raw.setdefault("policy", {}).update(framework=framework, trainer_backend="auto")
+    if framework == "nemo-rl":   # NeMo RL's PPO scores with a rule (a reward model is refused at load)
+        raw["models"]["reward"] = "rule"
     inst = build_instance(raw)
     plan = packplace.place(inst, "greedy").solution
     for name in ("actor.train", "reference.infer"):

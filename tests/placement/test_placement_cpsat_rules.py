@@ -33,11 +33,14 @@ def ppo(algorithm: str = "ppo", version: str | None = "0.6.0", gpus: int = 2, st
         framework: str = "openrlhf", nodes: int = 1):
     """OpenRLHF PPO (actor, critic, reward model: 6 vertices) or GRPO (actor, reward model: 4) of 8 sequences on
     ``nodes`` nodes of ``gpus`` GPUs of 20 GB (``stale``: actor staleness 0 or 1, the periodic model;
-    ``framework``: another)."""
+    ``framework``: another; NeMo RL's PPO scores with a rule, its reward model being refused at load,
+    ``layout_rules.NEMO_RL_PPO_REWARD_MODEL``)."""
     key = (algorithm, version, gpus, stale, framework, nodes)
     if key not in _CACHE:
         models = {"actor": SMALL, "critic": SMALL, "reward": SMALL} if algorithm == "ppo" else \
             {"actor": SMALL, "reward": SMALL}
+        if framework == "nemo-rl" and algorithm == "ppo":
+            models["reward"] = "rule"
         _CACHE[key] = build_instance({
             "hardware": {**CPSAT_TEST_HW, "gpus_per_node": gpus, "nodes_per_rack": nodes, "memory_per_gpu": 20e9},
             "models": models,

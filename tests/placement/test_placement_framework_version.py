@@ -221,6 +221,8 @@ def test_an_unset_gpu_memory_utilization_takes_the_frameworks_default_at_its_rel
     cfg["policy"].pop("framework_version")
     cfg["policy"].pop("gpu_memory_utilization", None)
     cfg["policy"]["framework"] = framework
+    if framework == "nemo-rl":   # its PPO scores with a rule (a reward model is refused at load)
+        cfg["models"]["reward"] = "rule"
     if version is not None:
         cfg["policy"]["framework_version"] = version
     assert build_instance(cfg).engine.gpu_memory_utilization == fraction
@@ -434,3 +436,20 @@ def test_the_command_line_warns_on_stderr_and_keeps_json_stdout_clean(tmp_path):
     assert json.loads(out)["status"] in ("feasible", "optimal")
     assert ("packplace place: warning: [policy] framework_version: '5.0' is newer than verl 0.7.x, the newest "
             "release the model knows" in err)
+    # no --emit: the emitter runs only for its refusal lines, and its key-table warning is not printed
+    assert "emitter knows" not in err and json.loads(out)["report"]["framework_refusals"] == []
+
+
+def test_the_emitters_key_table_warning_is_printed_only_with_emit(tmp_path, capsys):
+    from packplace.cli import main
+    config = copy.deepcopy(QWEN3_8B_VERL)
+    config["policy"]["framework_version"] = "9.9"
+    path = tmp_path / "future.yaml"
+    path.write_text(json.dumps(config))
+    keys = ("packplace place: warning: [policy] framework_version: '9.9' is newer than verl 0.9.1, the newest "
+            "release whose config keys the emitter knows; emitted with 0.9.1's keys")
+    for extra, printed in (([], False), (["--emit", "verl"], True)):
+        assert main(["place", "--config", str(path), "--solver", "greedy", "--quiet", *extra]) == 0
+        err = capsys.readouterr().err
+        assert "is newer than verl 0.7.x, the newest release the model knows" in err
+        assert (keys in err) == printed, (extra, err)

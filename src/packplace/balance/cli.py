@@ -50,8 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--time-limit", type=float, default=None, metavar="S",
-        help="time limit in seconds, counted as in place from packplace's command-line entry (after Python's "
-             "start-up and packplace's own import): importing the command, parsing the arguments, loading the "
+        help="time limit in seconds, counted as in place from the process's start (Python's start-up and "
+             "packplace's own import included): importing the command, parsing the arguments, loading the "
              "config, the checks and the score all count (default: the solver's own; "
              "cpsat 10 s, the heuristics run to completion); the solve gets at least 5%% of it and its answer is "
              "still scored, so a limit shorter than that runs over; loading the config counts against it but is "

@@ -152,7 +152,9 @@ def _cost_column(values: Any, keys: Sequence[SampleKey]
         i = int(np.argmin(valid))
         name = f"sample {keys[i]!r}" if i < len(keys) else f"costs[{i}]"
         raise ConfigError(f"{name}: cost must be finite and >= 0, got {show(column[i].item())}")
-    exact = _exact_integer_costs(given, values) if float(column.sum()) >= EXACT_CHECK_TOTAL else None
+    with np.errstate(over="ignore"):  # an overflowing sum (inf) is refused with its own message by the schema
+        total = float(column.sum())
+    exact = _exact_integer_costs(given, values) if total >= EXACT_CHECK_TOTAL else None
     return column, None, exact
 
 

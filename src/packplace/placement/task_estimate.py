@@ -150,7 +150,7 @@ from packplace.placement.problem.hardware import PRESETS, Cluster, Hardware
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.plan import Strategy
 from packplace.placement.problem.workload import Workload
-from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping
+from packplace.shape import TransformerShape, from_hf_config, shape_from_mapping, warn_past_position_limit
 
 #: Tasks ``estimate`` prices (module docstring).
 TASKS = ("train", "infer", "prefill", "decode", "generate")
@@ -183,16 +183,17 @@ MODEL_PRESETS: dict[str, dict[str, Any]] = {
     "qwen2.5-7b": {"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944,
                    "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
                    "tie_word_embeddings": False},
+    # huggingface.co/meta-llama/Llama-3.1-8B config.json (max_position_embeddings 131072, with rope_scaling llama3)
     "llama3.1-8b": {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
                     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-                    "tie_word_embeddings": False},
+                    "tie_word_embeddings": False, "max_position_embeddings": 131072},
     "qwen3-8b": {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "intermediate_size": 12288,
                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
                  "tie_word_embeddings": False},
     # huggingface.co/meta-llama/Llama-3.1-70B config.json (the actor of configs/placement/ppo_llama3.1-70b_*)
     "llama3.1-70b": {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "intermediate_size": 28672,
                      "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
-                     "tie_word_embeddings": False},
+                     "tie_word_embeddings": False, "max_position_embeddings": 131072},
 }
 #: Frameworks of ``--framework``: ``none`` (bare kernels) or a placement framework profile; ``vllm`` is a
 #: bare vLLM engine (the placement profile ``none``: its per-step overhead, no RL framework around it).
@@ -612,10 +613,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
             trainer_pass_parts`), ``framework="none"`` under ``auto``: the bare one-GPU kernels. Those after it:
             :func:`_megatron` (``bias_activation_fusion`` to ``fp32_params``), :func:`_pooled_engine`.
 
-    Returns:
-        :class:`Estimate` (seconds and bytes per GPU).
-    Raises:
-        ConfigError: an invalid argument, naming it and its value."""
+    Returns :class:`Estimate` (seconds and bytes per GPU); sequences past the model's position limit warn
+    (:func:`_warn_past_position_limit`). Raises ConfigError: an invalid argument, naming it and its value."""
     shape = resolve_model(model)
     recompute = _check_settings(task, recompute, optimizer, framework, enforce_eager, sharding)
     megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype, framework,
@@ -624,6 +623,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     enforce_eager = (version_eager if enforce_eager is None else enforce_eager) and task in ("decode", "generate")
     _check_degrees(micro_batch=micro_batch, batch=batch, tp=tp, pp=pp, dp=1 if dp is None else dp, ep=ep)
     seq_len, context = _lengths(task, seq_len, context, batch, micro_batch, recompute, optimizer, framework_version)
+    _warn_past_position_limit(shape, model, task, seq_len, context)
     logit_bytes = _logit_bytes(framework, framework_version, task, entropy_coeff)
     cp, mbs, given_length = _context_parallel(cp, task), _micro_batches(micro_batches, task, pp), seq_len  # unpacked
     sharded = sharded_forward(task, sharding, framework, trainer_backend, (tp, pp, ep), cp)   # dp counts for it
@@ -661,6 +661,16 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "", engine=engine)
+
+
+def _warn_past_position_limit(shape: TransformerShape, model: Any, task: str, seq_len: int | None,
+                              context: int | None) -> None:
+    """A :class:`~packplace.errors.PositionLimitWarning` where the task's longest sequence (``context`` for decode
+    and generate, else ``seq_len``, tokens) passes ``shape.max_position_embeddings``."""
+    cached = task in ("decode", "generate")
+    warn_past_position_limit(shape, int((context if cached else seq_len) or 0),
+                             f"model {model!r}" if isinstance(model, (str, Path)) else "model",
+                             "context" if cached else "seq_len")
 
 
 def _pooled_engine(memory: dict[str, float], inputs: Mapping[str, Any], gmu: Any, hw: Hardware,

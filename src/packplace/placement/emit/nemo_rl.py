@@ -14,8 +14,9 @@ when ``policy.framework`` is nemo-rl, the emitter reports any a plan breaks):
 * the DTensor policy has tensor but no pipeline parallelism: ``pp`` or ``ep`` above 1 selects the Megatron
   config, unless a trained model shards with ``zero3`` (or ``policy.trainer_backend`` forces one);
 * a GRPO reward model runs as an environment on GPUs of its own (``examples/configs/grpo_rm_1B.yaml``:
-  ``env.reward_model.resources``, DTensor tensor parallelism); PPO's example configs have no
-  ``env.reward_model`` section, so a PPO reward model is one line.
+  ``env.reward_model.resources``, DTensor tensor parallelism); a PPO config with a reward model is refused
+  when it loads (:data:`~packplace.placement.model.layout_rules.NEMO_RL_PPO_REWARD_MODEL`: v0.7.0's PPO keeps
+  no GPUs for the environment).
 """
 
 from __future__ import annotations

@@ -204,6 +204,12 @@ def first_release(key: str, release: Release, megatron: bool) -> Release | None:
     return next((since for since, _ in _SPANS.get(key, ((), ()))[megatron] if since > release), None)
 
 
+#: A regular expression matching the start of :func:`for_release`'s :class:`FrameworkVersionWarning` (a release past
+#: :data:`CURRENT`): ``place`` silences it where it runs the emitter only for its refusal lines, without ``--emit``.
+EMITTER_KEYS_WARNING = (r"\[policy\] framework_version: .* is newer than verl [0-9.]+, "
+                        r"the newest release whose config keys")
+
+
 def for_release(settings: dict[str, Any], version: str | None, megatron: bool, refusals: list[str],
                 notes: list[str]) -> None:
     """``settings`` (0.9.1 names) in place as release ``version`` names them: renamed (:data:`RENAMED`), a key

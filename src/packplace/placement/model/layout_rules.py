@@ -34,7 +34,8 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   cluster), and asynchronous GRPO (staleness ≥ 1) needs GPUs of its own; PPO runs the policy, the value
   model and generation on one cluster (``nemo_rl/algorithms/ppo.py`` v0.7.0: non-colocated PPO is not
   supported); a GRPO reward model runs as an environment on GPUs of its own (whole nodes on a multi-node
-  plan), tensor-parallel only (``examples/configs/grpo_rm_1B.yaml``). The DTensor policy (``fsdp``) has no
+  plan), tensor-parallel only (``examples/configs/grpo_rm_1B.yaml``); PPO's reward model is refused at load
+  (:data:`NEMO_RL_PPO_REWARD_MODEL`). The DTensor policy (``fsdp``) has no
   pipeline or expert parallelism; the Megatron one shards no parameters.
 * **OpenRLHF** (``openrlhf/cli/train_ppo_ray.py``): vLLM engines take a tensor-parallel size only;
   DeepSpeed trains without pipeline parallelism, every trained model with one
@@ -252,10 +253,6 @@ def unsupported(ctx: Context) -> str | None:
     if ctx.framework == "verl" and ctx.algorithm == "dpo":
         return ("algorithm dpo: verl.trainer.main_ppo runs PPO-family algorithms (algorithm.adv_estimator); "
                 "verl has no DPO trainer on this config")
-    if ctx.framework == "nemo-rl" and ctx.reward_model and ctx.algorithm == "ppo":
-        return ("reward model: NeMo RL's PPO takes a reward-model environment from an env.reward_model section, "
-                "which its example configs (ppo_math_1B) do not have (GRPO's grpo_rm_1B does); the emitted "
-                "settings score with the math environment's rule")
     return None
 
 
@@ -373,6 +370,22 @@ def own_gpus(ctx: Context) -> frozenset[str]:
     return frozenset()
 
 
+#: Why NeMo RL's PPO cannot run a reward model as planned (on GPUs of its own beside the policy's cluster), from
+#: NeMo RL v0.7.0, the first release with PPO: ``examples/run_ppo.py`` creates the environments of
+#: ``data.default.env_name`` (``setup_response_data``, ``extract_necessary_env_names``: a ``reward_model``
+#: environment takes ``env.reward_model.resources``), but ``nemo_rl/algorithms/ppo.py`` ``setup`` (lines 376-386)
+#: keeps those GPUs out of the policy's cluster only for a top-level ``data.env_name``, a key its ``DataConfig``
+#: does not have and ``ppo_math_1B.yaml`` does not set (its data's ``default.env_name`` is ``math``); no PPO config
+#: of the release has an ``env.reward_model`` section. GRPO's ``setup`` reads the same names the environments come
+#: from (``grpo_rm_1B.yaml``).
+NEMO_RL_PPO_REWARD_MODEL = (
+    "[models] reward: a reward model with algorithm ppo: NeMo RL's PPO (v0.7.0, nemo_rl/algorithms/ppo.py setup) "
+    "keeps a reward-model environment's GPUs out of the policy's cluster only for a top-level data.env_name its "
+    "data config does not have (the environment comes from data.default.env_name), and no PPO example config has "
+    "an env.reward_model section, so the planned reward model on GPUs of its own does not run; use reward: rule "
+    "(the math environment) or algorithm grpo (grpo_rm_1B.yaml)")
+
+
 def config_refusals(ctx: Context) -> list[str]:
     """Training options the framework cannot run whatever the layout, ``[(field, line)]``-style lines
     ``"[training] field: why"``: verl's context parallelism on its FSDP workers (``trainer_backend: fsdp``, or
@@ -383,7 +396,8 @@ def config_refusals(ctx: Context) -> list[str]:
     with different ``sharding`` or ``lora_rank`` (one ``--ds.zero_stage`` and ``--ds.lora.rank`` for all), or GRPO /
     DAPO with one sample per prompt (``group_norm`` asserts more); for
     DeepSpeed-Chat, parameter offload without ``sharding: zero3`` (DeepSpeed's ``offload_param`` is a ZeRO-3
-    option: deepspeed.ai/docs/config-json, "Parameter offloading")."""
+    option: deepspeed.ai/docs/config-json, "Parameter offloading"); for NeMo RL, PPO with a reward model
+    (:data:`NEMO_RL_PPO_REWARD_MODEL`)."""
     out = []
     if _megatron_only(ctx) and (ctx.backend == "fsdp" or (ctx.backend == "auto" and _fsdp_only(ctx))):
         models = ", ".join(f"{degree}{' dynamic' if dynamic else ''} ({model})"
@@ -421,6 +435,8 @@ def config_refusals(ctx: Context) -> list[str]:
         out.append(f"[workload] samples_per_prompt: 1 with {ctx.algorithm}: OpenRLHF's group_norm advantage asserts "
                    f"n_samples_per_prompt > 1 at every release that has it (openrlhf/cli/train_ppo_ray.py, v0.6.0 "
                    f"lines 415-416 to v0.11.0 lines 612-615; one sample leaves every advantage 0); set 2 or more")
+    if ctx.framework == "nemo-rl" and ctx.algorithm == "ppo" and ctx.reward_model:
+        out.append(NEMO_RL_PPO_REWARD_MODEL)
     if ctx.framework == "openrlhf" and ctx.algorithm == "ppo":
         actor, critic = ctx.options("actor"), ctx.options("critic")
         for option in ("sharding", "lora_rank"):

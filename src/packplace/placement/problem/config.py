@@ -88,7 +88,7 @@ from packplace.placement.problem.hardware import (
 )
 from packplace.placement.problem.models import LM_ROLES, ModelSpec
 from packplace.placement.problem.workload import RULE_VERIFIER_SECONDS, RuleReward, Workload, rule_verifier_for
-from packplace.shape import from_hf_config, shape_from_mapping
+from packplace.shape import from_hf_config, shape_from_mapping, warn_past_position_limit
 from packplace.yamlio import load_yaml as _shared_load_yaml
 
 WORKLOAD_REQUIRED = ("batch_size", "samples_per_prompt", "context_length", "generation_length")
@@ -877,15 +877,22 @@ def _check_model_len(engine: RolloutEngine, actor: ModelSpec, workload: Any) -> 
                           f"prompt that reaches it; give at most {most} tokens in all")
 
 
+def _warn_past_position_limits(models: Mapping[str, ModelSpec], workload: Workload) -> None:
+    """A :class:`~packplace.errors.PositionLimitWarning` per model (actor, critic, reward; the reference is the
+    actor) whose ``max_position_embeddings`` is below the workload's ``context_length + generation_length``."""
+    for role in (r for r in ("actor", "critic", "reward") if r in models):
+        warn_past_position_limit(models[role], workload.context_length + workload.generation_length,
+                                 f"[models] {role}", "[workload] context_length + generation_length")
+
+
 def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> PlacementInstance:
-    """Validate a config mapping (the parsed YAML) and build the instance.
+    """Validate a config mapping (the parsed YAML) and build the instance (warnings: :class:`PackplaceWarning`s).
 
     Raises:
         ConfigError: missing section or field, wrong type or range, unknown algorithm, model role,
             field or staleness key (the message lists the valid ones), ``max_num_seqs`` with static
             batching, a ``framework_version`` that is not a quoted release, precedes the framework's
-            first known release or names a framework without release defaults.
-    """
+            first known release or names a framework without release defaults."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"config: must be a mapping of sections, got {type(config).__name__}")
     for key in config:
@@ -943,6 +950,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
     _check_training_models(training, models, policy)
     workload = _workload(_section(config, "workload"))
     _check_model_len(engine, models["actor"], workload)
+    _warn_past_position_limits(models, workload)
     if algorithm == "dpo" and workload.samples_per_prompt != 2:   # NeMo RL and OpenRLHF DPO: chosen + rejected
         raise ConfigError(f"[workload] samples_per_prompt: a DPO step trains preference pairs, a chosen and a "
                           f"rejected response per prompt: must be 2, got {workload.samples_per_prompt}")

@@ -23,11 +23,12 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from packplace import interrupt, outputs, yamlio
-from packplace.errors import ConfigError, show
+from packplace.errors import ConfigError, FrameworkVersionWarning, show
 from packplace.jsontext import json_text
 from packplace.outputs import write_atomic
 from packplace.placement import api
@@ -57,6 +58,7 @@ from packplace.placement.checking.validate import (
     validation_files,
 )
 from packplace.placement.emit import FRAMEWORKS, emit
+from packplace.placement.emit.verl_releases import EMITTER_KEYS_WARNING
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK
 from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, group_backend_name
@@ -102,9 +104,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help=f"one of {', '.join(available('placement'))}; default concurrent; with --check the "
                         f"whole plan checked is this solver's alone (default: greedy, then concurrent)")
     p.add_argument("--time-limit", type=float, default=None, dest="time_limit", metavar="S",
-                   help="time limit in seconds, counted as in balance from packplace's command-line entry (after "
-                        "Python's start-up and packplace's own import): importing the command, parsing the "
-                        "arguments, loading the config, the candidate table, the checks and the bound all count "
+                   help="time limit in seconds, counted as in balance from the process's start (Python's start-up "
+                        "and packplace's own import included): importing the command, parsing the arguments, "
+                        "loading the config, the candidate table, the checks and the bound all count, and as "
+                        "long as the start-up took is kept back for the report and the exit "
                         "(the solve gets at least 5%% of it; default: the solver's own; anneal 30 s, cpsat 60 s); the "
                         "candidate table must be built first: a limit too short for it ends the call with no plan, "
                         "status unknown (exit 1), and the message says how far the build got; once the table is "
@@ -326,6 +329,14 @@ def load_for_emit(path: str, emit_for: str | None, backend: str | None) -> tuple
     return build_instance(raw, source=str(path)), note
 
 
+def finish_reserve_s(args: argparse.Namespace) -> float:
+    """Seconds of ``--time-limit`` ``place`` keeps from the solve for what follows it (scoring the plan, the report,
+    the JSON document, the interpreter's exit): the start-up :func:`packplace.cli.main` measured (``startup_s``:
+    the process's start to the command's entry, 0 when the command line runs inside another program), an
+    estimate (the exit frees the modules the start-up loaded), 0 without a limit."""
+    return float(getattr(args, "startup_s", 0.0)) if args.time_limit is not None else 0.0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``packplace place``; returns the exit code (0 ok, 1 no feasible plan). ConfigError propagates
     to the top-level CLI (one line on stderr, exit code 2)."""
@@ -339,9 +350,11 @@ def run(args: argparse.Namespace) -> int:
         check_format(args.gantt)
     instance, planned_for = load_for_emit(args.config, getattr(args, "emit", None),
                                           getattr(args, "trainer_backend", None))
-    # --time-limit counts from the command line's start, as balance's does (loading the config included)
+    # --time-limit counts from the process's start, as balance's does (start-up and loading the config included);
+    # the finish is set aside as long as the start-up took (the interpreter's exit unloads what its start loaded,
+    # and the report's scoring, tables and JSON are a small part beside it on the shipped configs)
     args.time_left = solve_budget(args.time_limit, time.monotonic() - getattr(args, "started_at", time.monotonic()),
-                                  0.0)
+                                  finish_reserve_s(args))
     if getattr(args, "check", False):
         return run_check(args, instance)
     result = api.solve_placement(instance, args.solver or api.DEFAULT_SOLVER, time_limit_s=args.time_left,
@@ -351,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
         result.info["solve_time_limit_s"] = args.time_left
         if result.hit_time_limit:
             said = (f"--time-limit {args.time_limit:g} counts from the command's start: the call got the "
-                    f"{args.time_left:.3g} s left after start-up and loading the config")
+                    f"{args.time_left:.3g} s left after start-up and loading the config, less the finish kept back")
             result.message = f"{result.message}; {said}" if result.message else said
     print(format_table(instance, result))
     if planned_for:
@@ -381,7 +394,9 @@ def run(args: argparse.Namespace) -> int:
         print(emitted.text())
         args.json_document[REPORT_KEY]["emit"] = emitted.as_dict()
     elif instance.framework in FRAMEWORKS and result.solution is not None:
-        refusals = emit(instance, result.solution, instance.framework).refusals
+        with warnings.catch_warnings():   # nothing is emitted: the emitter's key-table warning is not the user's
+            warnings.filterwarnings("ignore", message=EMITTER_KEYS_WARNING, category=FrameworkVersionWarning)
+            refusals = emit(instance, result.solution, instance.framework).refusals
         if refusals:   # a rule the search cannot keep (the framework has no trainer for the algorithm)
             print(f"note: {instance.framework} cannot run this plan as planned in {len(refusals)} way(s), e.g. "
                   f"{refusals[0]}; `--emit {instance.framework}` lists them all")
