@@ -38,7 +38,10 @@ def _place(config: Path, solver: str, out: Path, capsys) -> dict:
     return printed
 
 
-def test_place_out_on_the_published_config_that_carries_a_numpy_bool(tmp_path, capsys):
+def test_place_out_on_the_published_config_that_carries_a_numpy_bool(tmp_path, capsys, work_clock):
+    # on the work clock (deadlines a count of evaluator calls): greedy's first plan on this config comes 4-5 s into
+    # the 10 there, at any load; on the wall clock a loaded 2-core machine took 19 s for the family, and a cut
+    # before its first plan had answered `unknown`
     printed = _place(PUBLISHED, "greedy", tmp_path / "o.json", capsys)
     assert printed["report"]["implausible_step_time"] is False and printed["status"] in ("feasible", "optimal")
 

@@ -426,13 +426,26 @@ def tight_58_samples():
                            cost="flops").instance
 
 
-def test_a_short_limit_returns_the_start_and_repeats_its_status():
-    # 0.3 s: the start's fifth of the limit is too short for the construction, the whole limit is not
+def test_a_short_limit_returns_the_start_and_repeats_its_status(monkeypatch, work_clock):
+    # 0.3 s: the start's fifth of the limit is too short for the construction, the whole limit is not. On the work
+    # clock each bin completion (the construction's search: 0.2-0.9 s of wall clock on a loaded 2-core machine, so
+    # past the whole 0.3 s there once it is slowed a little more) costs 0.1 s, so that where the limit cuts it is
+    # the same on any machine: repair's start is cut at its fifth (0.05 s), and lpt's retry, on the time left and its
+    # last resort's 0.25 s, packs them
+    from packplace.solvers.balance import construction
+
     inst = tight_58_samples()
     assert packplace.balance(inst, solver="lpt").status == "feasible"
+    original = construction._bin_completion
+
+    def costly(*args, **kwargs):
+        work_clock.now += 0.1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(construction, "_bin_completion", costly)
     results = [packplace.balance(inst, solver="cpsat", time_limit_s=0.3) for _ in range(2)]
     assert [r.status for r in results] == ["feasible", "feasible"], [r.message for r in results]
-    assert all(r.solution is not None and r.info["start"] is not None for r in results)
+    assert all(r.solution is not None and r.info["start"] == "lpt" and r.hit_time_limit for r in results)
 
 
 def test_a_deterministic_limit_gives_the_same_answer_twice():
@@ -530,11 +543,15 @@ def test_context_parallel_cpsat_says_why_a_model_was_invalid(monkeypatch):
     cp = cp_instance([5, 5, 4, 4, 3, 3, 3], dp=2, context_parallel={"max": 2})
     assert packplace.balance(cp, solver="greedy").objective == 28.5  # the start CP-SAT is handed
     bad = {"max_time_in_seconds": -5}
-    result = packplace.balance(cp, solver="cpsat", time_limit_s=5, cp_parameters=bad)
+    # deterministic_time: the start's heuristics run to their own work budgets, not to a share of the wall clock
+    # (greedy's CP-SAT polish, 29.5 -> 28.5, took 0.26 s of its 0.33 s share of a 5 s limit on a loaded 2-core
+    # machine), with the wall clock (60 s) far past them
+    result = packplace.balance(cp, solver="cpsat", time_limit_s=60, cp_parameters=bad, deterministic_time=1.0)
     assert (result.status, result.objective, result.info["cp_status"]) == ("feasible", 28.5, "MODEL_INVALID")
     assert result.message == ("CP-SAT ended MODEL_INVALID (Parameters max_time_in_seconds must be non-negative) "
                               "without a plan; returning the greedy start")
-    alone = packplace.balance(cp, solver="cpsat", time_limit_s=5, cp_parameters=bad, start=False)
+    alone = packplace.balance(cp, solver="cpsat", time_limit_s=60, cp_parameters=bad, start=False,
+                              deterministic_time=1.0)
     assert alone.status == "unknown" and alone.solution is None
     assert alone.message == ("CP-SAT ended MODEL_INVALID (Parameters max_time_in_seconds must be non-negative) "
                              "without a plan and there is no start")

@@ -9,6 +9,7 @@ import os
 import sys
 
 import pytest
+from conftest import cp_work
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ortools.sat.python import cp_model
@@ -453,10 +454,12 @@ def test_cpsat_without_a_hint_counts_the_layouts_greedy_tried_and_searches_witho
     """No hint solver finds a plan: the message gives the disjoint model layouts greedy tried (it had given "0
     disjoint model layouts tried" where greedy alone tried over a thousand), and the model is built without a hint
     (it had not been built at all): CP-SAT finds no plan either, which is `unknown`, never a proof."""
+    # greedy's whole family both times: its layouts are a bounded count, which the wall clock (600 s) never cuts (at
+    # 30 s a loaded machine had cut one call's and not the other's); CP-SAT ends on its work counter (cp_work)
     inst = _no_fit_ppo()
-    greedy = packplace.place(inst, "greedy", time_limit_s=30)
-    assert greedy.solution is None and greedy.iterations > 1000
-    result = packplace.place(inst, "cpsat", time_limit_s=30, hint_solvers=("greedy",))
+    greedy = packplace.place(inst, "greedy", time_limit_s=600)
+    assert greedy.solution is None and greedy.iterations > 1000 and not greedy.hit_time_limit
+    result = packplace.place(inst, "cpsat", time_limit_s=600, hint_solvers=("greedy",), cp_parameters=cp_work(5.0))
     assert result.solution is None and result.status == "unknown" and result.info["search_ran"] is True
     assert f"found a plan ({greedy.iterations} disjoint model layouts tried by greedy)" in result.message
     assert "0 disjoint model layouts tried" not in result.message

@@ -7,6 +7,7 @@ import importlib
 import os
 
 import pytest
+from conftest import cp_work
 
 import packplace
 from packplace.placement.config import load_config
@@ -27,7 +28,9 @@ def test_the_hints_stop_at_their_shared_deadline_and_the_model_is_built(work_clo
     # its own warm start) at a 60 s limit: past the 30 s build budget, the model was not built and the answer was
     # anneal's plan, `feasible`. Now they share 18 s: greedy's plan, concurrent until the deadline, anneal skipped
     limit = 60.0
-    result = packplace.place(load_config(OPENRLHF), solver="cpsat", time_limit_s=limit, seed=0)
+    # CP-SAT on its work counter (cp_work): the proof, on the wall clock, had had only what the table and build left
+    result = packplace.place(load_config(OPENRLHF), solver="cpsat", time_limit_s=limit, seed=0,
+                             cp_parameters=cp_work(20.0))
     share = HINT_PHASE_SHARE * limit
     assert result.info["hint_phase_s"] == pytest.approx(share)
     assert set(result.info["hint_s"]) == {"greedy", "concurrent"} and result.info["hints_skipped"] == ["anneal"]
@@ -48,7 +51,8 @@ def test_greedy_stops_at_the_hints_deadline_and_the_model_is_built(work_clock):
     # deadline like the others, with the best plan it has scored by then (its colocated plan is always scored
     # first), the other hints are skipped and the build gets the rest of its 5 s
     limit = 10.0
-    result = packplace.place(load_config(QWEN), solver="cpsat", time_limit_s=limit, seed=0)
+    # CP-SAT on its work counter (cp_work): on the wall clock a loaded machine left it no time for the proof (UNKNOWN)
+    result = packplace.place(load_config(QWEN), solver="cpsat", time_limit_s=limit, seed=0, cp_parameters=cp_work(20.0))
     assert not result.info["hint_late"] and result.info["hints_skipped"] == ["concurrent", "anneal"]
     assert result.info["hint_s"]["greedy"] <= HINT_PHASE_SHARE * limit + MINIMUM_WORK_S
     assert "were spent before concurrent, anneal ran" in result.message

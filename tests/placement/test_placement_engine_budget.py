@@ -5,6 +5,7 @@ accepts can beat a bound a solver proved."""
 from __future__ import annotations
 
 import pytest
+from conftest import cp_work
 
 import packplace
 from packplace.placement.candidates import memory_budget
@@ -67,10 +68,12 @@ def test_a_plan_over_the_engine_budget_is_out_of_memory_for_the_evaluator_and_va
     assert predict(loose, plan, {"published": {"step": 1.0}})[1] is True
 
 
-def test_no_plan_the_evaluator_accepts_beats_the_cpsat_bound_under_the_engine_budget():
-    # 16% of 6 MB: a one-GPU engine replica (no NCCL buffers beside the pool) fits at dp 2 but not at dp 1
+def test_no_plan_the_evaluator_accepts_beats_the_cpsat_bound_under_the_engine_budget(work_clock):
+    # 16% of 6 MB: a one-GPU engine replica (no NCCL buffers beside the pool) fits at dp 2 but not at dp 1. On the
+    # work clock, CP-SAT on its work counter (cp_work): on the wall clock a loaded machine had spent the build budget
     inst = grpo(0.16)
-    result = packplace.place(inst, solver="cpsat", time_limit_s=30, seed=0, hint_solvers=("greedy",))
+    result = packplace.place(inst, solver="cpsat", time_limit_s=30, seed=0, hint_solvers=("greedy",),
+                             cp_parameters=cp_work(20.0))
     # proven within CP-SAT's rounding (a few ticks of 10 ns: above the 1e-6 tolerance on a 9 ms step)
     assert result.info["cp_status"] == "OPTIMAL" and 0 < result.bound <= result.objective
     ev = PlacementEvaluator(inst)

@@ -38,7 +38,9 @@ def test_a_highly_composite_batch_stops_the_table_at_the_limit(tmp_path, capsys)
     assert "candidate table not built" in capsys.readouterr().out
 
 
-def test_an_absurd_step_time_exits_1_and_writes_nothing(tmp_path, capsys):
+def test_an_absurd_step_time_exits_1_and_writes_nothing(tmp_path, capsys, work_clock):
+    # on the work clock (deadlines a count of evaluator calls): at 5 s of wall clock a loaded machine had found no
+    # plan at all, so no step time to refuse
     path = config_with_batch(tmp_path, 2**39)  # 40 divisors: the table is small, the step is centuries
     out = tmp_path / "plan.json"
     assert main(["place", "--config", path, "--time-limit", "5", "--out", str(out)]) == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from conftest import cp_work
 
 import packplace
 from packplace.placement.evaluator import get_evaluator
@@ -59,10 +60,11 @@ def test_per_vertex_layouts_on_two_gpus_are_each_assignment_once_up_to_the_mirro
 
 
 @pytest.mark.parametrize("config, gpus", [(TWO_H100, 2), (FOUR_A100, 4)])
-def test_the_default_solver_finds_cpsats_optimum_where_its_family_found_nothing(config, gpus):
+def test_the_default_solver_finds_cpsats_optimum_where_its_family_found_nothing(config, gpus, work_clock):
     inst = build_instance(config)
     assert inst.cluster.num_gpus == gpus
-    exact = packplace.place(inst, solver="cpsat", time_limit_s=60)
+    # on the work clock, CP-SAT on its work counter (cp_work): on the wall clock a loaded machine had cut the proof
+    exact = packplace.place(inst, solver="cpsat", time_limit_s=60, cp_parameters=cp_work(20.0))
     assert exact.status == "optimal"
     ev = get_evaluator(inst)
     # no colocated plan fits, items 2-5 find no plan, nor does one block per model (each model's vertices share

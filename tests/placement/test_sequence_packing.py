@@ -470,7 +470,8 @@ def test_packs_that_fit_each_task_alone_but_plan_nothing_are_halved_until_a_plan
     assert f"train_mb_tokens: {train // 2}, logprob_mb_tokens: {logprob // 2}}} (halved 1x" in message
 
 
-def test_the_configs_own_packs_that_fit_each_task_alone_but_plan_nothing_are_halved():
+def test_the_configs_own_packs_that_fit_each_task_alone_but_plan_nothing_are_halved(unhurried):
+    # unhurried: the hints stop at a wall-clock budget (fit_hints.HINTS_BUDGET_S), which a loaded machine had reached
     from packplace.placement.fit_hints import fit_hints, largest_fitting_packs
     # the packs of the test above, given by the config: each task fits alone, the plan does not
     inst = _qwen7b_packed(82_422, 183_900)
