@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -698,7 +699,6 @@ def warn_past_position_limit(shape: TransformerShape, tokens: int, model: str, l
     limit = shape.max_position_embeddings
     if limit is None or tokens <= limit:
         return False
-    import warnings
     warnings.warn(f"{model}: {length} is {tokens} tokens per sequence, more than the model's "
                   f"max_position_embeddings {limit}: priced as given (RoPE scaling or a longer-context variant may "
                   f"extend the limit; the model as given was not trained past it)", PositionLimitWarning, stacklevel=3)

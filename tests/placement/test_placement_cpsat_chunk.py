@@ -25,7 +25,9 @@ pytestmark = pytest.mark.usefixtures("toy_cuda_graphs")
 
 #: The toy cluster of test_placement_cpsat.py (decode_step_overhead 0: the bare roofline) on 2 GPUs of 11 GB (10 GB
 #: before the actor's DeepSpeed state was counted beside the colocated engine, which OpenRLHF 0.6.0 keeps there: the
-#: same 81 feasible plans and optimum at 11); its model.
+#: same 81 feasible plans and optimum at 11); its model. Its engine sleeps between calls (``policy.engine_sleeps``,
+#: OpenRLHF's ``--vllm_enable_sleep``), as the plans were counted (awake, its weights and pool stay beside the
+#: trainer in every phase).
 HW = {**CPSAT_TEST_HW, "gpus_per_node": 2, "memory_per_gpu": 11e9}
 _CACHE: dict = {}
 
@@ -37,7 +39,7 @@ def grpo(version: str | None = "0.6.0"):
             "hardware": HW, "models": {"actor": SMALL, "reward": SMALL},
             "workload": dict(batch_size=4, samples_per_prompt=2, context_length=256, generation_length=256),
             "policy": {"algorithm": "grpo", "gpu_memory_utilization": 0.4, "framework": "openrlhf",
-                       "framework_version": version},
+                       "framework_version": version, "engine_sleeps": True},
             "optimizer": {"e_max": 4000}})
     return _CACHE[version]
 

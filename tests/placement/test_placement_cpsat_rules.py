@@ -34,7 +34,9 @@ def ppo(algorithm: str = "ppo", version: str | None = "0.6.0", gpus: int = 2, st
     """OpenRLHF PPO (actor, critic, reward model: 6 vertices) or GRPO (actor, reward model: 4) of 8 sequences on
     ``nodes`` nodes of ``gpus`` GPUs of 20 GB (``stale``: actor staleness 0 or 1, the periodic model;
     ``framework``: another; NeMo RL's PPO scores with a rule, its reward model being refused at load,
-    ``layout_rules.NEMO_RL_PPO_REWARD_MODEL``)."""
+    ``layout_rules.NEMO_RL_PPO_REWARD_MODEL``). OpenRLHF's engine sleeps between calls (``policy.engine_sleeps``,
+    its ``--vllm_enable_sleep``), as the optima below were found (awake, its weights and pool stay beside the
+    trainers in every phase)."""
     key = (algorithm, version, gpus, stale, framework, nodes)
     if key not in _CACHE:
         models = {"actor": SMALL, "critic": SMALL, "reward": SMALL} if algorithm == "ppo" else \
@@ -46,7 +48,7 @@ def ppo(algorithm: str = "ppo", version: str | None = "0.6.0", gpus: int = 2, st
             "models": models,
             "workload": dict(batch_size=4, samples_per_prompt=2, context_length=256, generation_length=256),
             "policy": {"algorithm": algorithm, "gpu_memory_utilization": 0.4, "framework": framework,
-                       "framework_version": version},
+                       "framework_version": version, **({"engine_sleeps": True} if framework == "openrlhf" else {})},
             "optimizer": {"e_max": 4000, **({"staleness_candidates": {"actor": [0, 1]}} if stale else {})}})
     return _CACHE[key]
 

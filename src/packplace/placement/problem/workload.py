@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import numpy as np
-from scipy.signal import fftconvolve
 
 #: CPU seconds to score one response, per rule verifier (``models.reward: {kind: rule, verifier: ...}``): the
 #: mean over 800 sampled chain-of-thought responses of Qwen2.5-Math-Instruct to 100 MATH test problems
@@ -333,6 +332,7 @@ SUM_BINS = 512
 def _sum_of_draws(pmf: np.ndarray, count: int) -> np.ndarray:
     """Probability mass of the sum of ``count`` ≥ 1 independent draws of ``pmf`` (bins, shape ``(k,)``), by
     repeated squaring with FFT convolutions; shape ``(count·(k − 1) + 1,)``, negatives of rounding clipped."""
+    from scipy.signal import fftconvolve  # start-up time: scipy loads only when a sum of responses is priced
     out, power = None, pmf
     while count:
         if count & 1:
@@ -370,6 +370,7 @@ def response_sum_bound(points: tuple[tuple[float, ...], tuple[float, ...]], cap:
     Raises:
         ValueError: ``m`` or ``group`` below 1, or ``tail`` outside ``(0, 1)``.
     """
+    from scipy.signal import fftconvolve  # start-up time: scipy loads only when a sum of responses is priced
     if m < 1 or group < 1 or not 0.0 < tail < 1.0:
         raise ValueError(f"response_sum_bound: m {m!r} and group {group!r} must be at least 1 and tail {tail!r} "
                          f"in (0, 1)")
