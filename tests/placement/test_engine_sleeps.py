@@ -15,6 +15,7 @@ import os
 import pytest
 from test_phase_memory import LLAMA_70B_PARAMS, _llama70b_nemo_rl
 from test_placement_cpsat import instance, proven_optimal
+from test_placement_cpsat_chunk import every_plan
 
 import packplace
 from packplace.errors import ConfigError
@@ -204,10 +205,8 @@ def test_cpsat_optimum_is_the_brute_force_with_an_awake_engine():
 
     roomy = get_evaluator(grpo(8e9))
     names = roomy.names
-    options = [[(c, a) for c in roomy.table.feasible[n] for a in roomy.table.origins(c.extent)] for n in names]
     rows = []
-    for combo in itertools.product(*options):
-        plan = Plan.build({n: c.at(a) for n, (c, a) in zip(names, combo)})
+    for plan in every_plan(roomy, {n: roomy.table.feasible[n] for n in names}):
         res = roomy._resolve(plan)
         rows.append((max(u for _, _, u in roomy._memory_segments(res)), roomy._objective(res, plan)))
     fastest = min(t for _, t in rows)

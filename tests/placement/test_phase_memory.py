@@ -14,6 +14,7 @@ import os
 
 import pytest
 from test_placement_cpsat import instance, proven_optimal
+from test_placement_cpsat_chunk import every_plan
 
 import packplace
 from packplace.placement.candidates import sleeps_between_calls
@@ -245,10 +246,8 @@ def test_cpsat_optimum_is_the_brute_force_where_the_engines_weights_decide():
     # and origin (the rule with the engine's weights in every phase had a slower optimum there)
     roomy = get_evaluator(_grpo(8e9))
     names = roomy.names
-    options = [[(c, a) for c in roomy.table.feasible[n] for a in roomy.table.origins(c.extent)] for n in names]
     rows = []
-    for combo in itertools.product(*options):
-        plan = Plan.build({n: c.at(a) for n, (c, a) in zip(names, combo)})
+    for plan in every_plan(roomy, {n: roomy.table.feasible[n] for n in names}):
         res = roomy._resolve(plan)
         rows.append((max(u for _, _, u in roomy._memory_segments(res)), max(_old_peaks(roomy, res)),
                      roomy._objective(res, plan)))
