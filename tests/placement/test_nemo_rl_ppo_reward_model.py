@@ -47,3 +47,16 @@ def test_with_a_rule_reward_nemo_rl_ppo_plans_and_emits_without_a_cannot_run_lin
     assert main(["place", "--config", str(path), "--solver", "greedy", "--emit", "nemo-rl", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "nemo-rl (" in out and "cannot run as planned" not in out
+
+
+@pytest.mark.parametrize("release", ["0.6.1", "0.4.0", "v0.6"])
+def test_ppo_on_a_nemo_rl_release_before_its_ppo_loop_is_refused(release):
+    # nemo_rl/algorithms/ppo.py and examples/run_ppo.py first appear at v0.7.0 (absent from the v0.6.0 and v0.6.1
+    # trees); a rule reward, so that only the release is at fault
+    config = _config({"kind": "rule"})
+    config["policy"]["framework_version"] = release
+    with pytest.raises(ConfigError, match=rf"^\[policy\] framework_version: '{release}' with algorithm ppo: NeMo RL "
+                                          r"has PPO from v0\.7\.0"):
+        build_instance(config)
+    config["policy"]["framework_version"] = "0.7.0"
+    assert build_instance(config).algorithm == "ppo"

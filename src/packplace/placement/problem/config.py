@@ -51,6 +51,7 @@ from packplace.placement.model.framework import (
     engine_vllm_release,
     host_seconds_per_sequence,
     newer_than_known,
+    parse_version,
     profile,
     table_release,
     version_defaults,
@@ -847,6 +848,23 @@ def _rollout_engine(policy: Mapping[str, Any], policy_cfg: Mapping[str, Any],
                          sleeps=_engine_sleeps(policy.get("engine_sleeps"), framework, generation))
 
 
+#: NeMo RL's first release with PPO (``examples/run_ppo.py``, ``nemo_rl/algorithms/ppo.py``: absent from v0.6.x).
+NEMO_RL_PPO_SINCE = (0, 7)
+
+
+def _check_nemo_rl_ppo_release(framework: str, algorithm: str, release: str | None) -> None:
+    """Refuse ``algorithm: ppo`` on a NeMo RL release before :data:`NEMO_RL_PPO_SINCE`, which has no PPO loop.
+
+    Raises:
+        ConfigError: naming ``policy.framework_version`` and the first release with PPO.
+    """
+    if framework == "nemo-rl" and algorithm == "ppo" and release is not None \
+            and parse_version(release) < NEMO_RL_PPO_SINCE:
+        raise ConfigError(f"[policy] framework_version: {release!r} with algorithm ppo: NeMo RL has PPO from v0.7.0 "
+                          "(examples/run_ppo.py, nemo_rl/algorithms/ppo.py); use a release from 0.7.0, or algorithm "
+                          "grpo")
+
+
 def _engine_sleeps(value: bool | None, framework: str, generation: str | None) -> bool | None:
     """``policy.engine_sleeps`` as given (``None``: the framework's,
     :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_sleeps`).
@@ -917,6 +935,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                           "continuous-batching engine takes every request at once (set batching: static, or "
                           "drop dispatch)")
     version = version_defaults(policy["framework"], policy.get("framework_version"))
+    _check_nemo_rl_ppo_release(policy["framework"], algorithm, policy.get("framework_version"))
     if (newer := newer_than_known(policy["framework"], policy.get("framework_version"))) is not None:
         warnings.warn(newer, FrameworkVersionWarning, stacklevel=2)
     engine = _rollout_engine(policy, policy_cfg, version)
