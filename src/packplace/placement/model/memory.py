@@ -917,7 +917,9 @@ def dynamic_padded_peak_tokens(workload: Workload, sequences: float, budget: int
     micro-batches by their real tokens (``attention_mask.sum``, at most ``budget + S + T``:
     :func:`dynamic_peak_tokens`), each sequence at least ``S + 1`` real tokens (its prompt and one response
     token), so a micro-batch holds at most ``⌊(budget + S + T)/(S + 1)⌋`` sequences (and at most all
-    ``⌈sequences⌉``), each a padded row of ``S + T`` tokens (:func:`padded_peak_tokens`)."""
+    ``⌈sequences⌉``), each a padded row of ``S + T`` tokens (:func:`padded_peak_tokens`). An assumption, not a
+    bound: ``S`` (``workload.context_length``) is taken as every prompt's real length; prompts shorter than it admit
+    more padded rows per micro-batch (a padded pass under the dynamic batch size is then under-counted)."""
     row = workload.context_length + workload.generation_length
     count = min(max(1, math.ceil(sequences - 1e-9)), (budget + row) // (workload.context_length + 1))
     return float(max(1, count) * row)
