@@ -221,8 +221,11 @@ def test_an_unset_gpu_memory_utilization_takes_the_frameworks_default_at_its_rel
     cfg["policy"].pop("framework_version")
     cfg["policy"].pop("gpu_memory_utilization", None)
     cfg["policy"]["framework"] = framework
-    if framework == "nemo-rl":   # its PPO scores with a rule (a reward model is refused at load)
-        cfg["models"]["reward"] = "rule"
+    if framework == "nemo-rl":   # its PPO scores with a rule (a reward model is refused at load) and has no PPO
+        cfg["models"]["reward"] = "rule"   # before v0.7.0: the config's step as GRPO there
+        if version is not None and version != "0.7.0":
+            cfg["policy"]["algorithm"] = "grpo"
+            cfg["models"] = {k: v for k, v in cfg["models"].items() if k != "critic"}
     if version is not None:
         cfg["policy"]["framework_version"] = version
     assert build_instance(cfg).engine.gpu_memory_utilization == fraction

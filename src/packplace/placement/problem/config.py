@@ -852,8 +852,9 @@ def _rollout_engine(policy: Mapping[str, Any], policy_cfg: Mapping[str, Any],
 NEMO_RL_PPO_SINCE = (0, 7)
 
 
-def _check_nemo_rl_ppo_release(framework: str, algorithm: str, release: str | None) -> None:
-    """Refuse ``algorithm: ppo`` on a NeMo RL release before :data:`NEMO_RL_PPO_SINCE`, which has no PPO loop.
+def _release_defaults(framework: str, algorithm: str, release: str | None) -> VersionDefaults | None:
+    """:func:`version_defaults` of ``framework`` at ``release``, refusing ``algorithm: ppo`` on a NeMo RL release
+    before :data:`NEMO_RL_PPO_SINCE`, which has no PPO loop.
 
     Raises:
         ConfigError: naming ``policy.framework_version`` and the first release with PPO.
@@ -863,6 +864,7 @@ def _check_nemo_rl_ppo_release(framework: str, algorithm: str, release: str | No
         raise ConfigError(f"[policy] framework_version: {release!r} with algorithm ppo: NeMo RL has PPO from v0.7.0 "
                           "(examples/run_ppo.py, nemo_rl/algorithms/ppo.py); use a release from 0.7.0, or algorithm "
                           "grpo")
+    return version_defaults(framework, release)
 
 
 def _engine_sleeps(value: bool | None, framework: str, generation: str | None) -> bool | None:
@@ -934,8 +936,7 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         raise ConfigError(f"[policy] dispatch: {policy_cfg['dispatch']!r} hands out static batches; a "
                           "continuous-batching engine takes every request at once (set batching: static, or "
                           "drop dispatch)")
-    version = version_defaults(policy["framework"], policy.get("framework_version"))
-    _check_nemo_rl_ppo_release(policy["framework"], algorithm, policy.get("framework_version"))
+    version = _release_defaults(policy["framework"], algorithm, policy.get("framework_version"))
     if (newer := newer_than_known(policy["framework"], policy.get("framework_version"))) is not None:
         warnings.warn(newer, FrameworkVersionWarning, stacklevel=2)
     engine = _rollout_engine(policy, policy_cfg, version)
