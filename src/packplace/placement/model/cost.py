@@ -239,9 +239,10 @@ class CostModel(metaclass=CountsGuarded):
             padded pass priced on the plan's micro-batches pays each one's longest sequence (:meth:`pass_shape`,
             :meth:`attention_length`).
         padded_models: The roles whose verl FSDP passes run without ``use_remove_padding``
-            (:func:`~packplace.placement.model.framework.verl_padded_roles`): their memory is sized at padded
-            rows of ``S + T`` tokens (:meth:`peak_pass_tokens`); their time is priced on real tokens as every
-            verl pass (a known limit: the padded rows' FLOPs are not charged).
+            (:func:`~packplace.placement.model.framework.verl_padded_roles`): their passes run padded rows of
+            ``S + T`` tokens (:meth:`padded_row`), at which their memory is sized (:meth:`peak_pass_tokens`) and
+            their dense layers are timed, their attention on each sequence's real tokens (:meth:`pass_shape`,
+            :meth:`attention_length`).
 
     Every setting above is keyed by role, never by shape: two roles of one shape (a reward model of the
     critic's trunk, a reference identical to the actor) keep their own. A vertex's time is priced on the view of
@@ -430,7 +431,13 @@ class CostModel(metaclass=CountsGuarded):
         (:meth:`packed`) takes its packs (:meth:`~packplace.placement.model.sequence_packing.PackedPasses.shape`):
         Megatron-Core workers when :meth:`pass_kernels` says so, else DTensor; in lockstep on ZeRO-3 / FSDP
         weights (:attr:`sharded_models`); training over ``optimizer_steps`` global batches, a log-prob pass
-        over the whole batch."""
+        over the whole batch. A verl pass on padded rows (:meth:`padded_row`, ``S + T`` tokens a row) takes
+        ``mb`` rows of ``S + T`` tokens a micro-batch, and under the dynamic batch size the same micro-batch
+        count (verl splits by real tokens: ``rearrange_micro_batches`` sums ``attention_mask``), each of its
+        mean ``n/m`` sequences a whole row (the micro-batches are rows of the padded batch, ``batch[idx:idx+1]``
+        concatenated, v0.4.1 ``verl/utils/seqlen_balancing.py``; ``index_select_tensor_dict`` at v0.7.0): the
+        mean micro-batch, at most the rows the memory side's :func:`~packplace.placement.model.memory.
+        dynamic_padded_peak_tokens` admits at its largest."""
         w = self.workload
         if self.packed(model):
             assert self.packing is not None
@@ -438,12 +445,16 @@ class CostModel(metaclass=CountsGuarded):
             m, tokens, _ = self.packing.shape(kind, dp, pp, tp, self._pass_kernels_unchecked(pp, tp, ep) == "megatron",
                                               self.shards(model), steps)
             return m, tokens
+        row = self._padded_row_unchecked(model, pp, tp, ep)
         dynamic = self._dynamic_chunk_unchecked(model, kind, dp)
         if dynamic is not None:
             sequences, budget, chunks = dynamic
-            m = dynamic_micro_batches(sequences, w.train_seq_len, budget)
-            return m * chunks, sequences * w.train_seq_len / m
-        length = w.padded_seq_len(micro_batch) if self.padding != "none" else w.train_seq_len
+            m = dynamic_micro_batches(sequences, w.train_seq_len, budget)   # split by real tokens, padded or not
+            return m * chunks, sequences * (row or w.train_seq_len) / m
+        if row:
+            length = row
+        else:
+            length = w.padded_seq_len(micro_batch) if self.padding != "none" else w.train_seq_len
         return w.sequences // (dp * micro_batch), micro_batch * length
 
     def dynamic_chunk(self, model: ModelSpec, kind: str, dp: int) -> tuple[float, int, int] | None:
@@ -472,17 +483,46 @@ class CostModel(metaclass=CountsGuarded):
         sequence's own tokens, as the unpadded pass, ``s²/P`` over its ``P`` (``s`` = ``train_seq_len``;
         FlashAttention-2 on the unpadded tokens of the padded batch, transformers 4.40
         ``LlamaFlashAttention2._upad_input`` then ``flash_attn_varlen_func``); ``dense`` over the padded batch,
-        ``P`` (eager attention with a mask)."""
+        ``P`` (eager attention with a mask). A verl pass on padded rows of ``R = S + T`` tokens
+        (:meth:`padded_row`, micro-batches of ``mb·R`` tokens, with or without the dynamic batch size) attends as
+        ``varlen``, ``s²/R``, so that its attention FLOPs are the unpadded pass's ``mb·s²``: verl's FSDP workers
+        load every model with ``attn_implementation="flash_attention_2"`` (``verl/workers/fsdp_workers.py``:
+        hard-coded at v0.2 to v0.4.1, ``override_config.get("attn_implementation", "flash_attention_2")`` at v0.6.1
+        and v0.7.0, actor, critic and reward model alike) and the padded path passes the ``attention_mask``
+        (``dp_actor.py`` / ``dp_critic.py`` ``_forward_micro_batch``, ``# not using rmpad``), which transformers
+        unpads before ``flash_attn_varlen_func`` (``src/transformers/modeling_flash_attention_utils.py``
+        ``_flash_attention_forward`` / ``_upad_input``; ``LlamaFlashAttention2._upad_input`` at 4.40)."""
         if self.packed(model):
             assert self.packing is not None
             steps = self.options(model).optimizer_steps if kind == "train" else 1
             return self.packing.shape(kind, dp, pp, tp, self._pass_kernels_unchecked(pp, tp, ep) == "megatron",
                                       self.shards(model), steps)[2]
         s = float(self.workload.train_seq_len)
+        row = self._padded_row_unchecked(model, pp, tp, ep)
+        if row:   # verl's padded rows under flash_attention_2: varlen over each sequence's own tokens
+            return s * s / row if row > s else s
         if self.padding == "none" or not micro_batch or self._dynamic_chunk_unchecked(model, kind, dp) is not None:
             return s
         padded = self.workload.padded_seq_len(micro_batch)
         return s * s / padded if self.padding == "varlen" else padded
+
+    def padded_row(self, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> float:
+        """Tokens of each row of a verl pass that runs padded, ``S + T`` (the prompt cap
+        ``data.max_prompt_length``, the workload's ``context_length``, and the response cap
+        ``rollout.response_length``, its ``generation_length``), else 0: a role of :attr:`padded_models`
+        (``use_remove_padding`` false) not packed (:meth:`packed`) on verl's FSDP workers (:meth:`pass_kernels`
+        not ``megatron``: verl's Megatron workers always unpad). ``dp_actor.py`` / ``dp_critic.py``
+        ``_forward_micro_batch`` (v0.2 to v0.7.0, ``else:  # not using rmpad and no ulysses sp``) and the reward
+        model's (``fsdp_workers.py`` ``RewardModelWorker``, its re-tokenized batch padded to ``max_length``,
+        default the source's ``S + T``) run the Hugging Face model on the ``(mb, S + T)`` batch as the rollout
+        returned it, prompts left-padded to the cap and responses right-padded to it
+        (:func:`~packplace.placement.model.memory.padded_peak_tokens`): every dense kernel (projections, MLP,
+        norms, the output head's logits) runs on all ``mb·(S + T)`` positions. One rule for the memory
+        (:meth:`peak_pass_tokens`) and the time (:meth:`pass_shape`, :meth:`attention_length`) of the pass."""
+        if (self.packed(model) or not self._holds(self.padded_models, model)
+                or self._pass_kernels_unchecked(pp, tp, ep) == "megatron"):
+            return 0.0
+        return float(self.workload.context_length + self.workload.generation_length)
 
     def peak_pass_tokens(self, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                          ep: int = 1) -> float:
@@ -504,8 +544,7 @@ class CostModel(metaclass=CountsGuarded):
             megatron = self._pass_kernels_unchecked(pp, tp, ep) == "megatron"
             pack = self.packing.packing.peak_tokens(kind, megatron)
         dynamic = self._dynamic_chunk_unchecked(model, kind, dp) if pack is None else None
-        padded = (pack is None and self._holds(self.padded_models, model)
-                  and self._pass_kernels_unchecked(pp, tp, ep) != "megatron")
+        padded = pack is None and self._padded_row_unchecked(model, pp, tp, ep) > 0.0
         if dynamic is not None:
             assert self.dynamic_bsz is not None
             if padded:
@@ -1953,6 +1992,7 @@ class CostModel(metaclass=CountsGuarded):
     _pass_shape_unchecked = pass_shape
     _pass_time_unchecked = pass_time
     _p2p_unchecked = p2p
+    _padded_row_unchecked = padded_row
     _peak_pass_tokens_unchecked = peak_pass_tokens
     _pipeline_unchecked = pipeline
     _prefill_time_unchecked = prefill_time

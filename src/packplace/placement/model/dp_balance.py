@@ -6,9 +6,10 @@ seeded batches of ``B·K`` sequence lengths are drawn from the workload (:func:`
 tokens plus a response of the ``gen_quantiles`` distribution, a prompt's ``K`` samples consecutive, as
 GRPO dispatches siblings), split over the ``dp`` ranks and their ``m = B·K/(dp·mb)`` micro-batches as
 ``training.balance`` says (:func:`split_batch`), and each micro-batch's load measured in forward FLOPs
-``Σ l·(2N + 2·L·l·q)`` (:func:`sequence_costs`). The ranks wait for the slowest: with ZeRO-3 / FSDP
-partitioned weights every micro-batch all-gathers each layer over the group, so micro-batch ``k`` ends with
-its slowest rank (``lockstep``: ``Σ_k max_r load[r, k]``, :func:`lockstep_load`); otherwise the ranks meet
+``Σ l·(2N + 2·L·l·q)`` (:func:`sequence_costs`; a verl pass on padded rows of ``R`` tokens
+``Σ (R·2N + 2·L·l²·q)``). The ranks wait for the slowest: with ZeRO-3 / FSDP partitioned weights every
+micro-batch all-gathers each layer over the group, so micro-batch ``k`` ends with its slowest rank
+(``lockstep``: ``Σ_k max_r load[r, k]``, :func:`lockstep_load`); otherwise the ranks meet
 once, at the gradient all-reduce or the result gather (``makespan``: ``max_r Σ_k load[r, k]``). The
 imbalance factor ``f`` is that over the mean rank's total, averaged over the batches; the pass's
 per-micro-batch part ``P`` stretches to ``f·P`` (phase ``imbalance`` = ``(f − 1)·P``,
@@ -117,12 +118,18 @@ def draw_lengths(workload: Workload, seed: int = LENGTH_SEED, cap: int = MAX_DRA
     return (workload.context_length + response).astype(np.int64)
 
 
-def sequence_costs(model: ModelSpec, lengths: np.ndarray) -> np.ndarray:
+def sequence_costs(model: ModelSpec, lengths: np.ndarray, row: float = 0.0) -> np.ndarray:
     """Forward FLOPs of each sequence, shape like ``lengths``: ``l·(2N + 2·L·l·q)`` (document-masked
     causal attention, :meth:`~packplace.shape.TransformerShape.forward_flops`; Kaplan et al. 2020,
-    Table 1). Backward passes cost a fixed multiple, so the ratios of loads are those of training too."""
+    Table 1). Backward passes cost a fixed multiple, so the ratios of loads are those of training too.
+    ``row > 0``: each sequence a padded row of ``row`` tokens (verl without ``use_remove_padding``,
+    :meth:`~packplace.placement.model.cost.CostModel.padded_row`), its dense layers on the whole row and its
+    attention on its own ``l`` tokens (flash-attention varlen): ``row·2N + 2·L·l²·q``."""
     ctx = lengths.astype(np.float64)
-    return ctx * model.forward_flops_per_token(ctx)
+    costs = ctx * model.forward_flops_per_token(ctx)
+    if row > 0.0:
+        costs = costs + (float(row) - ctx) * 2.0 * model.gemm_params
+    return costs
 
 
 def contiguous_split(n: int, dp: int, micro_batch: int) -> np.ndarray:
@@ -264,13 +271,16 @@ class DataParallelBalance:
         return costs
 
     def loads(self, model: ModelSpec, dp: int, micro_batch: int, setting: BalanceSetting,
-              draw: int = 0, micro_batches: int | None = None) -> np.ndarray:
+              draw: int = 0, micro_batches: int | None = None, row: float = 0.0) -> np.ndarray:
         """FLOPs per micro-batch per rank of batch ``draw``, shape ``(dp, m)``, split as ``setting``
-        (resolved) says; with ``micro_batches`` only the first ``dp·m·mb`` sequences of the batch."""
+        (resolved) says; with ``micro_batches`` only the first ``dp·m·mb`` sequences of the batch. ``row > 0``:
+        the split is the same (verl's ``_balance_batch`` balances real token counts, ``attention_mask.sum``), the
+        loads those of padded rows of ``row`` tokens (:func:`sequence_costs`)."""
         lengths, costs = self.draws[draw], self.costs(model, draw)
+        paid = sequence_costs(model, lengths, row) if row > 0.0 else costs
         if micro_batches is not None:
             count = dp * micro_batches * micro_batch
-            lengths, costs = lengths[:count], costs[:count]
+            lengths, costs, paid = lengths[:count], costs[:count], paid[:count]
         ranks = None
         if setting.split != "none" and dp > 1:
             key = (draw, self._shape_key(model), dp, len(lengths), setting.split)
@@ -278,12 +288,14 @@ class DataParallelBalance:
             if ranks is None:
                 ranks = self._ranks[key] = solver_ranks(lengths, costs, dp, setting.split)
         idx = split_batch(lengths, costs, dp, micro_batch, setting, ranks)
-        return costs[idx].sum(axis=2)
+        return paid[idx].sum(axis=2)
 
-    def factor(self, model: ModelSpec, dp: int, micro_batch: int, setting: BalanceSetting, lockstep: bool) -> float:
-        """The mean over the drawn batches of :func:`imbalance_factor` of :meth:`loads` (cached), on the
-        :func:`reduced_shape` of a step larger than :data:`MAX_DRAWN_SEQUENCES`."""
-        key = (self._shape_key(model), dp, micro_batch, setting, lockstep)
+    def factor(self, model: ModelSpec, dp: int, micro_batch: int, setting: BalanceSetting, lockstep: bool,
+               row: float = 0.0) -> float:
+        """The mean over the drawn batches of :func:`imbalance_factor` of :meth:`loads` (cached; ``row``: padded
+        rows of that many tokens), on the :func:`reduced_shape` of a step larger than
+        :data:`MAX_DRAWN_SEQUENCES`."""
+        key = (self._shape_key(model), dp, micro_batch, setting, lockstep, float(row))
         f = self._factors.get(key)
         if f is None:
             if len(self._factors) >= FACTOR_CACHE_LIMIT:
@@ -294,7 +306,7 @@ class DataParallelBalance:
             else:
                 mb, m, scale = shape
                 sample = float(np.mean([
-                    imbalance_factor(self.loads(model, dp, mb, setting, k, m), lockstep)
+                    imbalance_factor(self.loads(model, dp, mb, setting, k, m, row), lockstep)
                     for k in range(len(self.draws))]))
                 f = 1.0 + (sample - 1.0) * scale
             self._factors[key] = f
@@ -318,9 +330,10 @@ class VertexBalance:
     lora_rank: int = 0
     context_parallel_forward: bool = False
 
-    def factor(self, model: ModelSpec, dp: int, micro_batch: int) -> float:
-        """Slowest over mean rank (≥ 1) of the vertex's passes (:meth:`DataParallelBalance.factor`)."""
-        return self.balance.factor(model, dp, micro_batch, self.setting, self.lockstep)
+    def factor(self, model: ModelSpec, dp: int, micro_batch: int, row: float = 0.0) -> float:
+        """Slowest over mean rank (≥ 1) of the vertex's passes (:meth:`DataParallelBalance.factor`; ``row``: a
+        verl pass on padded rows of that many tokens, :meth:`~packplace.placement.model.cost.CostModel.padded_row`)."""
+        return self.balance.factor(model, dp, micro_batch, self.setting, self.lockstep, row)
 
     def seconds(self, cost: Any, model: ModelSpec, kind: str, dp: int, pp: int, tp: int, micro_batch: int,
                 extent: tuple[int, int, int], ep: int, phases: dict[str, float]) -> float:
@@ -334,7 +347,9 @@ class VertexBalance:
         runs with it (``context_parallel_forward``) at a forward's cost (one pass of FLOPs and of K/V
         exchange). 0 for generation, ``dp = 1``
         and a model whose passes run NeMo RL's sequence packing (``cost.packed(model)``): their packs' slowest
-        path is already the pass's micro-batches (:mod:`packplace.placement.model.sequence_packing`)."""
+        path is already the pass's micro-batches (:mod:`packplace.placement.model.sequence_packing`). A verl pass on
+        padded rows (``cost.padded_row``) weighs each sequence as its row: its dense layers equal on every rank,
+        only its attention uneven (:func:`sequence_costs`), against ``P`` priced on those rows."""
         packed = getattr(cost, "packed", None)   # a cost stand-in without packing has no such method
         if kind == "generate" or dp <= 1 or (packed is not None and packed(model)):
             return 0.0
@@ -344,7 +359,8 @@ class VertexBalance:
             f = self.balance.context_parallel.factor(model, dp, tp, cp,   # the trainer's CP plan
                                                      "train" if kind == "train" else "inference")
         else:
-            f = self.factor(model, dp, micro_batch)
+            padded_row = getattr(cost, "padded_row", None)   # a cost stand-in has no padded rows
+            f = self.factor(model, dp, micro_batch, padded_row(model, pp, tp, ep) if padded_row is not None else 0.0)
         if f <= 1.0:
             return 0.0
         if kind == "infer":

@@ -33,9 +33,11 @@ def plan_balance(instance: Any, plan: Plan) -> dict[str, dict[str, Any]]:
         vb = vertex_balance(instance, name)
         if vb is None:
             continue
-        model = instance.models[instance.graph.vertex(name).model]
+        role = instance.graph.vertex(name).model
+        model, st = instance.models[role], vp.strategy
+        row = ev.cost.for_role(role).padded_row(model, st.pp, st.tp, st.ep)   # verl's padded rows, else 0
         out[name] = {"balance": vb.setting.split, "objective": vb.setting.objective, "lockstep": vb.lockstep,
-                     "imbalance_factor": vb.factor(model, vp.strategy.dp, vp.micro_batch),
+                     "imbalance_factor": vb.factor(model, st.dp, vp.micro_batch, row),
                      "imbalance_s": score.phases[name].get("imbalance", 0.0)}
     return out
 
