@@ -517,8 +517,12 @@ class CostModel(metaclass=CountsGuarded):
         default the source's ``S + T``) run the Hugging Face model on the ``(mb, S + T)`` batch as the rollout
         returned it, prompts left-padded to the cap and responses right-padded to it
         (:func:`~packplace.placement.model.memory.padded_peak_tokens`): every dense kernel (projections, MLP,
-        norms, the output head's logits) runs on all ``mb·(S + T)`` positions. One rule for the memory
-        (:meth:`peak_pass_tokens`) and the time (:meth:`pass_shape`, :meth:`attention_length`) of the pass."""
+        norms, the output head's logits and their ``div_(temperature)``) runs on all ``mb·(S + T)`` positions. One
+        rule for the memory (:meth:`peak_pass_tokens`) and the time (:meth:`pass_shape`, :meth:`attention_length`)
+        of the pass. Not resolved: the actor's log-softmax and entropy run on the sliced response logits
+        ``logits[:, -T - 1:-1]`` (``mb·T`` positions) but are priced with the head on the whole row, an over-charge
+        of those elementwise kernels by ``(S + T)/T`` (the remove-padding pass computes them on all its real
+        tokens, prompts included, as priced)."""
         if (self.packed(model) or not self._holds(self.padded_models, model)
                 or self._pass_kernels_unchecked(pp, tp, ep) == "megatron"):
             return 0.0
