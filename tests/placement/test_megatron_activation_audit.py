@@ -23,7 +23,9 @@ MLP (fc1 is ``2f`` wide; the formula's ``4f/h`` is GeLU's ``f``-wide MLP), ``+8`
 from __future__ import annotations
 
 import pytest
+import yaml
 
+from packplace.placement.checking.validate import load_setup, plan_evaluator
 from packplace.placement.model.pass_memory import (
     EMBEDDING_INPUT_BYTES,
     EMBEDDING_MASK_BYTES,
@@ -119,3 +121,39 @@ def test_head_input_bytes_on_megatron_core():
     assert head_input_bytes_per_token(LLAMA_8B, False, False, fused_kernels=True) == 4 * 4096 + 4
     assert head_input_bytes_per_token(LLAMA_8B, False, True, fused_kernels=True) == 4 * 4096 + 4
     assert head_input_bytes_per_token(LLAMA_8B, False, False) == 8 * 4096
+
+
+def _evaluator_stages(tmp_path) -> tuple:
+    """``Candidate.stage_bytes`` of a Megatron-Core Llama-3.1-8B trainer at dp 1 × pp 4 × tp 4 (sequence parallelism,
+    selective recomputation, 8 sequences of 4,096 tokens a step, one a micro-batch), as the evaluator resolves it."""
+    config = {
+        "hardware": {"preset": "h100-sxm", "nodes_per_rack": 3, "gpus_per_node": 8},
+        "models": {"actor": dict(MODEL_PRESETS["llama3.1-8b"]), "reward": "rule"},
+        "workload": {"batch_size": 8, "samples_per_prompt": 1, "context_length": 4095, "generation_length": 1},
+        "policy": {"algorithm": "grpo", "framework": "none", "trainer_backend": "megatron"},
+        "training": {"actor": {"sharding": "zero1", "recompute": "selective", "sequence_parallel": True}},
+        "validation": {"source": "megatron activation audit", "published": {"step": 1.0}, "plan": {
+            "actor.generate": {"dp": 1, "pp": 1, "tp": 8, "micro_batch": 1, "origin": [0, 2, 0], "extent": [1, 1, 8]},
+            "reference.infer": {"dp": 1, "pp": 1, "tp": 8, "micro_batch": 1, "origin": [0, 2, 0],
+                                "extent": [1, 1, 8]},
+            "actor.train": {"dp": 1, "pp": 4, "tp": 4, "micro_batch": 1, "origin": [0, 0, 0], "extent": [1, 2, 8]}}}}
+    path = tmp_path / "llama8b_tp4_pp4.yaml"
+    path.write_text(yaml.safe_dump(config))
+    instance, plan, _ = load_setup(str(path))
+    ev = plan_evaluator(instance, plan)
+    cand = ev._resolve(plan)[ev.names.index("actor.train")][0]
+    assert (cand.strategy.pp, cand.strategy.tp) == (4, 4)
+    return cand.stage_bytes
+
+
+def test_the_evaluators_stages_differ_by_the_micro_batches_in_flight(tmp_path):
+    # one micro-batch of a stage's 8 layers: 167,944 × 1,024 × 8 = 1,375,797,248 bytes, and its allocator slack, a
+    # tenth (20 tensors a layer of 8.6 MB each, each a tenth over: pass_memory._slack); the middle stages hold
+    # 3 and 2 micro-batches, the first 4 and its embedding ids (147,456 bytes); the middle stages hold equal resident
+    stages = _evaluator_stages(tmp_path)
+    one = 167_944 * 1024 * 8
+    assert one == 1_375_797_248
+    (r0, t0), (r1, t1), (r2, t2), _ = stages
+    assert r1 == r2
+    assert t1 - t2 == pytest.approx(one * 1.1, rel=1e-12)
+    assert t0 - t1 == pytest.approx(one * 1.1 + 147_456, rel=1e-12)
