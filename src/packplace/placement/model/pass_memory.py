@@ -163,8 +163,8 @@ EAGER_SAVED_SCORE_TENSORS = 3
 #: ``setWorkspaceForHandle``). The calling thread's pair is in the stack's workspace (:data:`STACKS`, fitted on
 #: forward-only rows; a forward-only row measured after a training case in the same process may hold this pair
 #: too, so it can count twice: an over-count of 33 MiB at most); the sm90 figure, the largest, is charged on
-#: every GPU. Charged under full recomputation only, as :func:`head_input_bytes_per_token` is (its docstring says
-#: why).
+#: every GPU. Charged under full recomputation only, as :func:`head_input_bytes_per_token` is on every trainer but
+#: Megatron-Core (its docstring says why).
 BACKWARD_BLAS_WORKSPACE = 33 * (1 << 20)
 #: Tensors of one layer's backward working set for the slack count (:func:`backward_working_bytes_per_token`: the
 #: residual's two gradients, ``dO``, ``dQ``, ``dq_accum``, ``softmax_d``, ``dK`` and ``dV``): an upper count.
