@@ -10,8 +10,11 @@ save per token per layer 2·(4d + 4) (two Transformer Engine norms) + 4q + 4k + 
 SwiGLU) = 12,296 + 7,216 + 71,680 = 91,192 bytes: one micro-batch's stage is 91,192 × 2,048 × 7 =
 1,307,328,512 bytes. With 4 or more micro-batches the first stage holds four of them, 5,229,314,048 bytes, and its
 first layer's backward working set beside them (2 × 2d of residual gradients and the unfused SwiGLU's 8f, above the
-attention's 12q + 4k + 4h: 77,824 bytes a token, 159.4 MB, and 8 MiB of slack), and sets the peak; with 1 to 3 the
-last stage's logits do (estimate's old peak whatever the step).
+attention's 12q + 4k + 4h: 77,824 bytes a token, 159.4 MB, and 8 MiB of slack) and its embedding's int64 token ids of
+the four (8 × 2,048 × 4 = 65,536 bytes; one rank, so no mask byte), and sets the peak; with 1 to 3 the last stage's
+logits do (estimate's old peak whatever the step), beside the final norm's input and rsigma and the output layer's
+input, (4d + 4) × 2,048 = 12,591,104 bytes plus a tenth of it of slack on three tensors (1,259,110.4):
+13,850,214.4 bytes (Megatron-LM ``theoretical_memory_usage.py``'s "Inputs to output layer", core_v0.19.0).
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ DP, PP = 2, 4
 STAGE_MICRO_BATCH = 91_192 * SEQ * 7
 #: The first layer's backward working set of one micro-batch and its slack (module docstring).
 WORKING = (4 * 1536 + 8 * 8960) * SEQ + 8 * 2**20
+#: The first stage's embedding ids of its four micro-batches in flight (module docstring).
+IDS = 8 * SEQ * PP
+#: The last stage's final-norm and output-layer inputs of its one micro-batch, with their slack (module docstring).
+HEAD = (4 * 1536 + 4) * SEQ * 1.1
 
 
 def _setup(tmp_path, micro_batches: int):
@@ -86,10 +93,11 @@ def test_estimate_peak_is_the_evaluators_vertex_memory_at_pp_4(tmp_path, micro_b
     assert ev.vertex_memory(plan)["actor.train"] >= vertex   # the plan's check: the stages' peaks
     first_stage = in_flight(PP, 0, micro_batches)
     if first_stage == PP:   # the first stage's four micro-batches set the peak
-        assert e.memory["activations"] == STAGE_MICRO_BATCH * 4 + WORKING == 5_229_314_048 + 167_772_160
+        assert e.memory["activations"] == STAGE_MICRO_BATCH * 4 + WORKING + IDS == 5_229_314_048 + 167_772_160 + 65_536
         assert e.memory["logits"] == 0.0
     else:                    # the last stage's one micro-batch and its logits
-        assert e.memory["activations"] == STAGE_MICRO_BATCH == 1_307_328_512
+        assert e.memory["activations"] == pytest.approx(STAGE_MICRO_BATCH + HEAD, rel=1e-12)
+        assert STAGE_MICRO_BATCH + HEAD == pytest.approx(1_307_328_512 + 13_850_214.4, rel=1e-12)
         assert e.memory["logits"] > 0.0
 
 
@@ -97,7 +105,8 @@ def test_the_default_is_the_pipeline_depth_and_place_s_vertex_of_that_many(tmp_p
     # estimate --pp 4 had priced one micro-batch in flight: 11.83 GB, where place's vertex of four micro-batches per
     # rank (and of any more) is 12.58 GB (12.41 GB before the first layer's backward working set was priced); both
     # with bf16 gradients: Megatron-LM's fp32 gradient buffer (its bf16 default, the trainer's now) adds 2 bytes a
-    # parameter of the first stage, 13.70 GB and 12.95 GB
+    # parameter of the first stage, 13.70 GB and 12.95 GB; the last stage's head inputs (13.85 MB, module docstring)
+    # then took the one-micro-batch peak to 12.97 GB (11.85 GB with bf16 gradients), the first stage's ids 65,536 bytes
     ev, plan = _setup(tmp_path, PP)
     vertex = _fullest_stage(ev, plan)
     default = _estimate()
@@ -105,15 +114,16 @@ def test_the_default_is_the_pipeline_depth_and_place_s_vertex_of_that_many(tmp_p
     assert default.memory["peak_bytes"] == pytest.approx(vertex, rel=1e-9)
     one = _estimate(1)
     assert vertex / 1e9 == pytest.approx(13.70, abs=0.005) and one.memory["peak_bytes"] / 1e9 == pytest.approx(
-        12.95, abs=0.005)
+        12.97, abs=0.005)
     bf16 = _estimate(), _estimate(1)
     assert [estimate("qwen2.5-1.5b", "h100-sxm", "train", seq_len=SEQ, dp=DP, pp=PP, sharding="zero1",
                      trainer_backend="megatron", micro_batches=m, recompute="none",
                      fp32_grad_buffer=False).memory["peak_bytes"] / 1e9 for m in (None, 1)] == pytest.approx(
-        [12.58, 11.83], abs=0.005)
+        [12.58, 11.85], abs=0.005)
     assert [e.memory["gradients"] for e in bf16] == [4.0 * e.memory["weights"] / 2.0 for e in bf16]
-    # the first stage's three more micro-batches, less the last stage's logits peak it replaces
-    assert default.memory["activations"] - one.memory["activations"] == 3 * STAGE_MICRO_BATCH + WORKING
+    # the first stage's three more micro-batches (and their ids), less the last stage's head inputs beside the logits
+    assert default.memory["activations"] - one.memory["activations"] == pytest.approx(
+        3 * STAGE_MICRO_BATCH + WORKING + IDS - HEAD, rel=1e-12)
     # the time is one micro-batch's on the slowest stage, whatever M
     assert default.time_s == one.time_s
 

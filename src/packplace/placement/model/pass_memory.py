@@ -93,6 +93,19 @@ LOGIT_FORWARD_BYTES = 10
 #: Bytes per vocabulary entry per token while the loss's backward runs: the saved fp32 log-softmax, its
 #: incoming gradient and the gradient it produces (3 × 4).
 LOGIT_BACKWARD_BYTES = 12
+#: Bytes per token a Megatron-Core trainer's first pipeline stage keeps per micro-batch in flight for its input
+#: embedding's backward, on every tensor-parallel rank for the whole micro-batch (the token ids are not split over
+#: TP or sequence parallelism; the embedding's output is reduce-scattered after the lookup): ``F.embedding`` keeps
+#: its int64 ``masked_input`` (8) and, at ``tp`` above 1, the in-place ``output_parallel[input_mask, :] = 0.0`` keeps
+#: its bool ``input_mask`` for its backward (1; PyTorch ``derivatives.yaml`` ``index_put_``: ``grad.index_put(indices,
+#: ...)``). Megatron-LM core_v0.19.0 (commit 5be9626709af2722333bf54797c954c09edeada3)
+#: ``megatron/core/tensor_parallel/layers.py`` ``VocabParallelEmbedding.forward``; its own estimate,
+#: ``megatron/training/theoretical_memory_usage.py`` ``compute_activation_memory``, charges "Input to embedding" as
+#: ``8·s·b·pp`` bytes over ``t`` on the first stage. No embedding dropout mask: Megatron-Bridge's Llama / Qwen
+#: providers set ``hidden_dropout`` 0, and ``torch.nn.functional.dropout`` at ``p = 0`` returns its input
+#: (ATen ``native/Dropout.cpp`` ``_dropout``), where that estimate adds ``s·b·h·pp`` bytes of mask.
+EMBEDDING_INPUT_BYTES = 8
+EMBEDDING_MASK_BYTES = 1
 #: Frameworks whose trainer and experience passes run Hugging Face's eager attention, which materialises the
 #: ``b·h·s·s`` score matrix (:func:`eager_score_bytes_per_token`) where the rest of this model assumes a fused
 #: (flash / memory-efficient) kernel that keeps none: DeepSpeed-Chat (DeepSpeedExamples e468799f,
@@ -150,8 +163,8 @@ EAGER_SAVED_SCORE_TENSORS = 3
 #: ``setWorkspaceForHandle``). The calling thread's pair is in the stack's workspace (:data:`STACKS`, fitted on
 #: forward-only rows; a forward-only row measured after a training case in the same process may hold this pair
 #: too, so it can count twice: an over-count of 33 MiB at most); the sm90 figure, the largest, is charged on
-#: every GPU. Charged under full recomputation only, as :func:`head_input_bytes_per_token` is (its docstring says
-#: why).
+#: every GPU. Charged under full recomputation only, as :func:`head_input_bytes_per_token` is on every trainer but
+#: Megatron-Core (its docstring says why).
 BACKWARD_BLAS_WORKSPACE = 33 * (1 << 20)
 #: Tensors of one layer's backward working set for the slack count (:func:`backward_working_bytes_per_token`: the
 #: residual's two gradients, ``dO``, ``dQ``, ``dq_accum``, ``softmax_d``, ``dK`` and ``dV``): an upper count.
@@ -512,7 +525,7 @@ def checkpoint_bytes_per_token(model: ModelSpec, autocast: bool) -> float:
     return (4.0 if autocast else 2.0) * model.hidden_dim
 
 
-def head_input_bytes_per_token(model: ModelSpec, autocast: bool, backward: bool) -> float:
+def head_input_bytes_per_token(model: ModelSpec, autocast: bool, backward: bool, fused_kernels: bool = False) -> float:
     """Bytes per token that the final norm and the output head's input hold while the logits and the loss
     run (forward's end) and while the loss's backward runs (``backward``), on the last stage. Hugging Face
     checkpoints the decoder layers only (``GradientCheckpointingLayer``, transformers ``modeling_layers.py``;
@@ -531,23 +544,34 @@ def head_input_bytes_per_token(model: ModelSpec, autocast: bool, backward: bool)
 
     bf16: ``8d``; autocast: ``14d`` (forward's end) and ``10d`` (the loss's backward).
 
+    ``fused_kernels`` (a Megatron-Core trainer, bf16 weights): its final norm is Transformer Engine's
+    (``TENorm``), which keeps its bf16 input (``2d``) and the fp32 per-token ``rsigma`` (4 bytes), and the output
+    layer (``ColumnParallelLinear``) keeps the bf16 normalised tensor as its input (``2d``): ``4d + 4`` in both
+    phases. Megatron-LM's own estimate charges them too, "Inputs to output layer and CE loss" ``4·s·b·h`` of its
+    ``s·b·h·4·(1 + V/h)`` over ``t`` (``megatron/training/theoretical_memory_usage.py``
+    ``compute_activation_memory``, core_v0.19.0), and Korthikanti et al. 2022 (arXiv 2205.05198) §4.3: the final
+    layer norm and the output projection each store their ``2sbh/t`` input.
+
     :func:`train_transient` charges them (and :data:`BACKWARD_BLAS_WORKSPACE`) under full recomputation, where
     the saved set is otherwise the layers' inputs alone and the measured checkpointed rows fall short without
-    them. The same tensors exist without recomputation; there they are not added, since the measured
-    no-recompute training rows keep a margin over their peak without them (the figures:
-    ``python benchmarks/hardware/memory_table.py``; docs/placement-model.md, "Peak memory of one pass").
+    them, and on a Megatron-Core trainer in every mode (the sourced terms above). The same tensors exist without
+    recomputation on the other trainers; there they are not added, since the measured no-recompute training rows
+    keep a margin over their peak without them (the figures: ``python benchmarks/hardware/memory_table.py``;
+    docs/placement-model.md, "Peak memory of one pass").
     """
     d = model.hidden_dim
+    if fused_kernels and not autocast:
+        return 4.0 * d + 4.0
     total = _norm_bytes(model, autocast)
     if autocast:
         total += 2.0 * d + (0.0 if backward else 4.0 * d)
     return total
 
 
-def _head_bytes(model: ModelSpec, autocast: bool, backward: bool, tokens: float) -> float:
+def _head_bytes(model: ModelSpec, autocast: bool, backward: bool, tokens: float, fused_kernels: bool = False) -> float:
     """:func:`head_input_bytes_per_token` of ``tokens`` tokens with its tensors' allocator slack (three, four
     at the forward's end under autocast)."""
-    total = head_input_bytes_per_token(model, autocast, backward) * tokens
+    total = head_input_bytes_per_token(model, autocast, backward, fused_kernels) * tokens
     tensors = 4 if autocast and not backward else 3
     return total + _slack(tensors, total / tensors)
 
@@ -995,6 +1019,14 @@ def with_fsdp_root(part: TrainTransient, root: tuple[float, float, float]) -> Tr
     return replace(part, root_weights=root[0], root_gradient=root[1], root_end=root[2])
 
 
+def embedding_input_bytes(tokens: float, tp: int, inflight: int) -> float:
+    """Bytes per GPU a Megatron-Core trainer's first pipeline stage keeps for its input embedding's backward:
+    :data:`EMBEDDING_INPUT_BYTES` per token, plus :data:`EMBEDDING_MASK_BYTES` at ``tp`` above 1, for each of the
+    ``inflight`` micro-batches of ``tokens`` tokens (the GPU's share under context parallelism, before the TP split:
+    every TP rank looks up the whole micro-batch's ids)."""
+    return (EMBEDDING_INPUT_BYTES + (EMBEDDING_MASK_BYTES if tp > 1 else 0)) * tokens * inflight
+
+
 def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: bool, first: bool,
                     recompute: str, tp: int, inflight: int, autocast: bool, ep: int = 1,
                     cp: int = 1, logit_bytes: tuple[float, float] | None = None,
@@ -1026,7 +1058,11 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     checkpoint on every framework (:func:`_recomputed_layer`). That phase and the backward's end hold the layer's
     backward working set (:func:`backward_working_bytes_per_token`, every framework and recomputation mode).
     The output head's backward (``head_gradient``, :func:`head_backward_bytes`) is priced on every trainer's last
-    stage. ``bare``: a bare PyTorch loop (:func:`bare_loop`), whose first layer's weight gradients are priced as well
+    stage. A Megatron-Core trainer (``fused_kernels`` with bf16 weights) also keeps its embedding's token ids on its
+    first stage (:func:`embedding_input_bytes`) and its final norm's and output layer's inputs on its last in every
+    recomputation mode (``head_forward`` / ``head_backward``, :func:`head_input_bytes_per_token`), terms of
+    Megatron-LM's own estimate (docs/placement-model.md, "Pipeline activations against Megatron-LM's estimate").
+    ``bare``: a bare PyTorch loop (:func:`bare_loop`), whose first layer's weight gradients are priced as well
     (:func:`_bare_loop_backward`); ``held_gradients``: its gradients are held through
     the step (several micro-batches), else they are allocated from the head's backward on. ``sequence_parallel``
     false with ``tp > 1``: what tensor parallelism leaves whole on every rank is priced for all ``tokens``, not
@@ -1058,9 +1094,12 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     embed_grad = grad_bytes * model.vocab_size * (model.embedding_dim or model.hidden_dim) / tp if tied else 0.0
     weights = weight_slack(model, n_layers, tp, ep)
     saved_each = (saved / saved_tensors) if saved_tensors else 0.0
+    te = fused_kernels and not autocast   # Megatron-Core: its embedding's saved ids, its head's inputs in every mode
+    saved += embedding_input_bytes(tokens, tp, inflight) if first and te else 0.0
     ring_backward = _ring_bytes(model, cp, tp, tokens, True)
     # charged where the saved set is enumerated tensor by tensor (:func:`head_input_bytes_per_token`)
     full = recompute == "full"
+    head_in = last and (full or te)
     blas = BACKWARD_BLAS_WORKSPACE if full else 0.0
     combine = megatron_combine_bytes_per_token(model, router_dtype, expert_tp) * t if fused_kernels else 0.0
     combine += _slack(3, combine / 4.0) if combine else 0.0   # the cast, the stacked copy and the output
@@ -1080,8 +1119,9 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
         slack_forward=weights + _slack(saved_tensors, saved_each) + blas,
         slack_end=2 * weights + _slack(layer_tensors, a_layer / layer_tensors) + blas,
         ring_forward=_ring_bytes(model, cp, tp, tokens, False), ring_backward=ring_backward,
-        head_forward=_head_bytes(model, autocast, False, t + whole) if last and full else 0.0,
-        head_backward=_head_bytes(model, autocast, True, t + whole) if last and full else 0.0, combine=combine,
+        head_forward=_head_bytes(model, autocast, False, t + whole, fused_kernels) if head_in else 0.0,
+        head_backward=_head_bytes(model, autocast, True, t + whole, fused_kernels) if head_in else 0.0,
+        combine=combine,
         layer_backward=_score_backward(model, score_bytes, t) + working + layer_gradients
         + (_recomputed_layer(a_layer, layer_tensors, (2.0 * layer_gemm if autocast else 0.0)
                              + max(ring_backward, combine)) if full else 0.0),
