@@ -725,9 +725,11 @@ class FrameworkProfile:
             enable_sleep_mode=True)`` at every release v0.1.0-v0.7.0, ``nemo_reinforcer/models/generation/vllm.py``
             at v0.1-v0.2; ``VllmGeneration.finish_generation`` calls ``sleep`` when ``colocated.enabled`` and only
             resets the prefix cache otherwise, ``vllm_generation.py`` v0.4.0-v0.7.0: a non-colocated engine
-            keeps its GPUs to itself, where sleeping changes nothing). OpenRLHF: false (``--vllm_enable_sleep`` /
+            keeps its GPUs to itself, where sleeping changes nothing; no setting keeps a colocated one awake, so the
+            config's ``engine_sleeps: false`` is refused for NeMo RL). OpenRLHF: false (``--vllm_enable_sleep`` /
             ``--vllm.enable_sleep``, ``store_true``, default off in ``openrlhf/cli/train_ppo_ray.py`` from v0.5.8,
-            its first release; the trainer calls ``batch_vllm_engine_call(..., "sleep")`` only under it).
+            its first release, so ``engine_sleeps: true`` with an earlier ``framework_version`` is refused; the
+            trainer calls ``batch_vllm_engine_call(..., "sleep")`` only under it).
             ``none`` (a bare engine): false (vLLM's ``enable_sleep_mode`` is off by default, ``EngineArgs``).
             DeepSpeed-Chat has no vLLM engine (its hybrid engine, :attr:`colocated_train_state`).
     """

@@ -58,6 +58,7 @@ from packplace.placement.model.framework import (
 )
 from packplace.placement.model.layout_rules import (
     MEGATRON_FIELDS,
+    OPENRLHF_VLLM_SLEEP,
     TRAINER_BACKENDS,
     Context,
     check_config,
@@ -216,8 +217,10 @@ POLICY_FIELDS: dict[str, Field] = {
                                    "(LLM.sleep: weights to the host, KV cache freed), so other tasks there are not "
                                    "charged its weights and pool; false: it stays awake, holding both beside every "
                                    "task on its GPUs (unset: the framework's: verl true, rollout.free_cache_engine; "
-                                   "nemo-rl true, colocated generation; openrlhf false unless the run passes "
-                                   "--vllm_enable_sleep; none false; refused for deepspeed-chat, no vLLM engine)"),
+                                   "nemo-rl true, colocated generation, false refused: NeMo RL has no switch; "
+                                   "openrlhf false unless the run passes --vllm_enable_sleep, true refused at a "
+                                   "framework_version before 0.5.8; none false; refused for deepspeed-chat, no vLLM "
+                                   "engine)"),
     "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
     "framework_version": Field("str", default=None,
@@ -845,7 +848,7 @@ def _rollout_engine(policy: Mapping[str, Any], policy_cfg: Mapping[str, Any],
                          host_seconds_per_sequence=host_seconds_per_sequence(generation),
                          engine_generation=generation, vllm_release=engine_vllm_release(framework, release),
                          model_context=engine_takes_model_context(framework, release),
-                         sleeps=_engine_sleeps(policy.get("engine_sleeps"), framework, generation))
+                         sleeps=_engine_sleeps(policy.get("engine_sleeps"), framework, generation, release))
 
 
 #: NeMo RL's first release with PPO (``examples/run_ppo.py``, ``nemo_rl/algorithms/ppo.py``: absent from v0.6.x).
@@ -867,18 +870,46 @@ def _release_defaults(framework: str, algorithm: str, release: str | None) -> Ve
     return version_defaults(framework, release)
 
 
-def _engine_sleeps(value: bool | None, framework: str, generation: str | None) -> bool | None:
+def _engine_sleeps(value: bool | None, framework: str, generation: str | None,
+                   release: str | None = None) -> bool | None:
     """``policy.engine_sleeps`` as given (``None``: the framework's,
-    :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_sleeps`).
+    :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_sleeps`), where the framework ``framework``
+    at ``release`` (``policy.framework_version``, ``None``: unset) can run it.
+
+    NeMo RL has no switch for its engine's sleep: ``vllm_worker.py`` builds ``vllm.LLM(..., enable_sleep_mode=True)``
+    (``nemo_reinforcer/models/generation/vllm.py`` at v0.1.0-v0.2.1, ``nemo_rl/models/generation/vllm.py`` at
+    v0.3.x, ``vllm/vllm_worker.py`` v0.4.0-v0.7.0; ``vllm_kwargs`` cannot turn it off: a second
+    ``enable_sleep_mode`` keyword is a ``TypeError``) and ``VllmGeneration.finish_generation`` calls ``sleep``
+    after every generation when ``policy.generation.colocated.enabled`` (only resetting the prefix cache on GPUs
+    of its own, where no other task runs beside it and sleeping changes nothing). So ``false`` could only describe
+    a colocated engine NeMo RL puts to sleep, and is refused; ``true`` is its own behaviour. OpenRLHF's engines
+    sleep only under ``--vllm_enable_sleep``, from
+    :data:`~packplace.placement.model.layout_rules.OPENRLHF_VLLM_SLEEP` (v0.5.8): ``true`` with an earlier
+    ``framework_version`` is refused; without a version it is kept, as every release-gated option is (the
+    emitter writes the current release's option names).
 
     Raises:
         ConfigError: set where the framework's engine is not vLLM (``generation`` ``None``: DeepSpeed-Chat's
-            hybrid engine, which generates with its trainer's own weights).
+            hybrid engine, which generates with its trainer's own weights); ``false`` for NeMo RL; ``true`` for
+            OpenRLHF at a ``framework_version`` before 0.5.8. Each names ``policy.engine_sleeps`` and its value
+            (and the release).
     """
     if value is not None and generation is None:
         raise ConfigError(f"[policy] engine_sleeps: {value!r} is a vLLM setting; the {framework} framework "
                           "generates with its trainer's own weights (hybrid engine), which hold no engine copy "
                           "to put to sleep (remove engine_sleeps)")
+    if value is False and framework == "nemo-rl":
+        raise ConfigError("[policy] engine_sleeps: False: NeMo RL has no switch to keep its vLLM engine awake (it "
+                          "builds vllm.LLM with enable_sleep_mode=True and VllmGeneration.finish_generation puts a "
+                          "colocated engine to sleep after every generation, v0.1.0-v0.7.0); an engine on GPUs of "
+                          "its own (colocated.enabled: false) shares them with no task, where sleeping changes "
+                          "nothing (remove engine_sleeps)")
+    if value is True and framework == "openrlhf" and release is not None \
+            and table_release(release) < OPENRLHF_VLLM_SLEEP:
+        raise ConfigError(f"[policy] engine_sleeps: True with framework_version {release!r}: OpenRLHF has vLLM's "
+                          "sleep mode from 0.5.8 (--vllm_enable_sleep, openrlhf/cli/train_ppo_ray.py), so this "
+                          "release's engines never sleep; drop engine_sleeps or set framework_version 0.5.8 or "
+                          "later")
     return value
 
 
