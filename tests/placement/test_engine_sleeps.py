@@ -7,7 +7,7 @@ bound and greedy's screen against the evaluator, and the OpenRLHF emitter's slee
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import itertools
 import math
 import os
@@ -60,7 +60,8 @@ def test_the_profiles_say_which_engines_sleep():
 @pytest.mark.parametrize("framework, default", [("none", False), ("verl", True), ("nemo-rl", True),
                                                 ("openrlhf", False)])
 def test_the_config_key_overrides_the_framework(framework, default):
-    for given, sleeps in ((None, default), (True, True), (False, False)):
+    # NeMo RL's engine cannot be kept awake: false is refused (test_nemo_rl_refuses_an_awake_engine)
+    for given, sleeps in ((None, default), (True, True)) + (((False, False),) if framework != "nemo-rl" else ()):
         inst = build_instance(_grpo(framework, **({} if given is None else {"engine_sleeps": given})))
         assert engine_sleeps(inst) is sleeps
         assert sleeps_between_calls(inst, "actor.generate") is sleeps
@@ -85,22 +86,48 @@ def test_deepspeed_chat_has_no_engine_to_sleep_and_the_key_is_checked():
         build_instance(_grpo("none", engine_sleeps="yes"))
 
 
+def test_nemo_rl_refuses_an_awake_engine():
+    """NeMo RL builds its vLLM engine with ``enable_sleep_mode=True`` and ``VllmGeneration.finish_generation`` puts a
+    colocated one to sleep after every generation (``nemo_rl/models/generation/vllm/vllm_worker.py``,
+    ``vllm_generation.py`` at v0.4.0-v0.7.0; ``nemo_reinforcer/models/generation/vllm.py`` at v0.1.0): no switch
+    keeps it awake, so ``engine_sleeps: false`` is refused at load, naming the field and its value, with or without
+    a release; ``true`` (what it runs) is accepted."""
+    for version in (None, "0.1.0", "0.7.0"):
+        cfg = _grpo("nemo-rl", engine_sleeps=False, **({} if version is None else {"framework_version": version}))
+        with pytest.raises(ConfigError, match=r"\[policy\] engine_sleeps: False: NeMo RL has no switch to keep its "
+                                              r"vLLM engine awake .*enable_sleep_mode=True.*colocated.enabled: "
+                                              r"false"):
+            build_instance(cfg)
+        cfg["policy"]["engine_sleeps"] = True
+        assert engine_sleeps(build_instance(cfg))
+
+
+@pytest.mark.parametrize("version, refused", [("0.5.7", True), ("0.4.4", True), ("0.5.8", False), ("0.6.0", False),
+                                              (None, False)])
+def test_openrlhf_refuses_a_sleeping_engine_before_0_5_8(version, refused):
+    """OpenRLHF's ``--vllm_enable_sleep`` arrives in v0.5.8 (``openrlhf/cli/train_ppo_ray.py``: absent at v0.5.7), so
+    ``engine_sleeps: true`` with an earlier ``framework_version`` is refused, naming both fields and the values;
+    without a version it is kept, as every release-gated option is (the emitter writes the current names), and
+    ``false`` (what such a release runs) is accepted at every release."""
+    cfg = _grpo("openrlhf", engine_sleeps=True, **({} if version is None else {"framework_version": version}))
+    if refused:
+        with pytest.raises(ConfigError, match=rf"\[policy\] engine_sleeps: True with framework_version "
+                                              rf"'{version}': OpenRLHF has vLLM's sleep mode from 0\.5\.8 "
+                                              r"\(--vllm_enable_sleep"):
+            build_instance(cfg)
+    else:
+        assert engine_sleeps(build_instance(cfg))
+    cfg["policy"]["engine_sleeps"] = False
+    assert not engine_sleeps(build_instance(cfg))
+
+
 def _nemo_70b_awake():
-    """The NeMo RL Llama-3.1-70B plan of test_phase_memory with ``policy.engine_sleeps: false``."""
-    import test_phase_memory as phase
-
-    original = phase.load_setup_mapping
-
-    def awake(cfg):
-        cfg = copy.deepcopy(cfg)
-        cfg["policy"]["engine_sleeps"] = False
-        return original(cfg)
-
-    phase.load_setup_mapping = awake
-    try:
-        return _llama70b_nemo_rl()
-    finally:
-        phase.load_setup_mapping = original
+    """The NeMo RL Llama-3.1-70B plan of test_phase_memory with its engine forced awake (the instance's
+    ``engine.sleeps`` false). A config cannot ask it (``policy.engine_sleeps: false`` is refused for NeMo RL, whose
+    colocated engine always sleeps); the evaluator's charge of an awake engine is the same for every framework
+    that runs one (verl's ``free_cache_engine: false``, OpenRLHF without ``--vllm_enable_sleep``)."""
+    inst, plan = _llama70b_nemo_rl()
+    return dataclasses.replace(inst, engine=dataclasses.replace(inst.engine, sleeps=False), _cache={}), plan
 
 
 def test_an_awake_engine_is_charged_its_weights_and_pool_in_the_trainers_phase():

@@ -15,7 +15,12 @@ import os
 import pytest
 
 from packplace.placement.evaluator import PlacementEvaluator
-from packplace.placement.model.framework import colocated_engine_gpu_memory_utilization, overridden_profile
+from packplace.placement.model.framework import (
+    colocated_engine_gpu_memory_utilization,
+    overridden_profile,
+    table_release,
+)
+from packplace.placement.model.layout_rules import OPENRLHF_VLLM_SLEEP
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.solvers.placement.cpsat.solve import _choice_of
@@ -30,7 +35,9 @@ DP8 = Strategy(8, 1, 1, 1)
 def _instance(version):
     cfg = load_yaml(CONFIG)
     cfg["policy"]["framework_version"] = version
-    cfg["policy"]["engine_sleeps"] = True   # --vllm_enable_sleep, which colocating everything here needs
+    # --vllm_enable_sleep, which colocating everything here needs (from 0.5.8; before it, refused: the engines stay
+    # awake on GPUs of their own)
+    cfg["policy"]["engine_sleeps"] = version is None or table_release(version) >= OPENRLHF_VLLM_SLEEP
     return build_instance(cfg)
 
 

@@ -14,6 +14,8 @@ from test_placement_cpsat import SMALL
 
 import packplace
 from packplace.placement.evaluator import PlacementEvaluator
+from packplace.placement.model.framework import table_release
+from packplace.placement.model.layout_rules import OPENRLHF_VLLM_SLEEP
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Plan
 from packplace.run import run_for
@@ -27,9 +29,16 @@ pytestmark = pytest.mark.usefixtures("toy_cuda_graphs")
 #: before the actor's DeepSpeed state was counted beside the colocated engine, which OpenRLHF 0.6.0 keeps there: the
 #: same 81 feasible plans and optimum at 11); its model. Its engine sleeps between calls (``policy.engine_sleeps``,
 #: OpenRLHF's ``--vllm_enable_sleep``), as the plans were counted (awake, its weights and pool stay beside the
-#: trainer in every phase).
+#: trainer in every phase), from OpenRLHF 0.5.8, the first release with the flag (before it the key is refused: the
+#: engine never sleeps).
 HW = {**CPSAT_TEST_HW, "gpus_per_node": 2, "memory_per_gpu": 11e9}
 _CACHE: dict = {}
+
+
+def sleep_flag(version: str | None) -> bool:
+    """``policy.engine_sleeps`` for OpenRLHF ``version``: true (``--vllm_enable_sleep``) where the release has the
+    flag (from :data:`OPENRLHF_VLLM_SLEEP`, or no release), false (the engine's only mode) before it."""
+    return version is None or table_release(version) >= OPENRLHF_VLLM_SLEEP
 
 
 def grpo(version: str | None = "0.6.0"):
@@ -39,7 +48,7 @@ def grpo(version: str | None = "0.6.0"):
             "hardware": HW, "models": {"actor": SMALL, "reward": SMALL},
             "workload": dict(batch_size=4, samples_per_prompt=2, context_length=256, generation_length=256),
             "policy": {"algorithm": "grpo", "gpu_memory_utilization": 0.4, "framework": "openrlhf",
-                       "framework_version": version, "engine_sleeps": True},
+                       "framework_version": version, "engine_sleeps": sleep_flag(version)},
             "optimizer": {"e_max": 4000}})
     return _CACHE[version]
 

@@ -12,7 +12,7 @@ import pytest
 from ortools.sat.python import cp_model
 from test_placement_cpsat import HW as CPSAT_TEST_HW
 from test_placement_cpsat import SMALL
-from test_placement_cpsat_chunk import grpo
+from test_placement_cpsat_chunk import grpo, sleep_flag
 
 import packplace
 from packplace.placement.evaluator import PlacementEvaluator
@@ -35,8 +35,8 @@ def ppo(algorithm: str = "ppo", version: str | None = "0.6.0", gpus: int = 2, st
     ``nodes`` nodes of ``gpus`` GPUs of 20 GB (``stale``: actor staleness 0 or 1, the periodic model;
     ``framework``: another; NeMo RL's PPO scores with a rule, its reward model being refused at load,
     ``layout_rules.NEMO_RL_PPO_REWARD_MODEL``). OpenRLHF's engine sleeps between calls (``policy.engine_sleeps``,
-    its ``--vllm_enable_sleep``), as the optima below were found (awake, its weights and pool stay beside the
-    trainers in every phase)."""
+    its ``--vllm_enable_sleep``, from 0.5.8: before it the engine stays awake, on GPUs of its own), as the optima
+    below were found (awake, its weights and pool stay beside the trainers in every phase)."""
     key = (algorithm, version, gpus, stale, framework, nodes)
     if key not in _CACHE:
         models = {"actor": SMALL, "critic": SMALL, "reward": SMALL} if algorithm == "ppo" else \
@@ -48,7 +48,8 @@ def ppo(algorithm: str = "ppo", version: str | None = "0.6.0", gpus: int = 2, st
             "models": models,
             "workload": dict(batch_size=4, samples_per_prompt=2, context_length=256, generation_length=256),
             "policy": {"algorithm": algorithm, "gpu_memory_utilization": 0.4, "framework": framework,
-                       "framework_version": version, **({"engine_sleeps": True} if framework == "openrlhf" else {})},
+                       "framework_version": version,
+                       **({"engine_sleeps": sleep_flag(version)} if framework == "openrlhf" else {})},
             "optimizer": {"e_max": 4000, **({"staleness_candidates": {"actor": [0, 1]}} if stale else {})}})
     return _CACHE[key]
 

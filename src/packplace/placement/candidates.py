@@ -1319,7 +1319,7 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
     training vertex (:func:`~packplace.placement.model.nemo_rl_releases.trainer_release`), the roles that run
     verl's dynamic batch size and those that train in a bare loop (:func:`bare_loop_models`), the forwards that
     run with their trainer's context parallelism (:func:`forward_context_parallel`, at that trainer's degree),
-    the roles whose verl passes run padded (``policy.use_remove_padding``:
+    the roles whose verl passes run padded (``policy.use_remove_padding``, ``policy.reward_use_remove_padding``:
     :func:`~packplace.placement.model.framework.verl_padded_roles`), and the Transformer Engine release a NeMo
     RL release pins (:func:`~packplace.placement.model.nemo_rl_releases.release_for`; the host time of its
     Megatron passes' linear modules). The reference, which runs in the actor's workers wherever the actor's
@@ -1349,7 +1349,8 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                      frozenset(role for role, _ in forwards), models=instance.models,
                      padding=pass_padding(instance.framework, getattr(instance, "framework_version", None)),
                      padded_models=verl_padded_roles(instance.framework, getattr(instance, "framework_version", None),
-                                                     getattr(instance, "use_remove_padding", None), instance.models))
+                                                     getattr(instance, "use_remove_padding", None), instance.models,
+                                                     getattr(instance, "reward_use_remove_padding", None)))
 
 
 def bare_loop_models(instance) -> frozenset:

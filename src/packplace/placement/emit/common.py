@@ -97,8 +97,9 @@ class PlanView:
             which from v0.7.0 drops the previous-policy log-prob pass the plan then has no phase for).
         framework_version: ``policy.framework_version`` where the target framework is the instance's (an emitter
             may write a release's own flag names), else ``None`` (the emitter's current release).
-        padded_roles: The roles whose verl FSDP passes the plan was priced padded (``policy.use_remove_padding``
-            unset or false: :func:`~packplace.placement.model.framework.verl_padded_roles`); empty for an
+        padded_roles: The roles whose verl FSDP passes the plan was priced padded (``policy.use_remove_padding``,
+            the reward model's ``policy.reward_use_remove_padding``, unset or false:
+            :func:`~packplace.placement.model.framework.verl_padded_roles`); empty for an
             instance of another framework, whose passes were priced at no more than their real tokens' bound.
         engine_sleeps: The plan was priced with its vLLM engine asleep between its calls where it shares GPUs
             (:func:`~packplace.placement.candidates.engine_sleeps`: the framework's default or the config's
@@ -158,7 +159,8 @@ class PlanView:
                    framework_version=getattr(instance, "framework_version", None)
                    if (framework or instance.framework) == instance.framework else None,
                    padded_roles=verl_padded_roles(instance.framework, getattr(instance, "framework_version", None),
-                                                  getattr(instance, "use_remove_padding", None), instance.models),
+                                                  getattr(instance, "use_remove_padding", None), instance.models,
+                                                  getattr(instance, "reward_use_remove_padding", None)),
                    engine_sleeps=engine_sleeps(instance))
 
     def layout_refusals(self) -> list[str]:

@@ -47,6 +47,7 @@ from packplace.placement.model.layout_rules import (
     OPENRLHF_ASYNC_QUEUE,
     OPENRLHF_COLOCATE_ALL,
     OPENRLHF_DS_TENSOR_PARALLEL,
+    OPENRLHF_VLLM_SLEEP,
     config_refusals,
 )
 
@@ -94,7 +95,7 @@ NOTE_FLAT_NAMES = {"--actor.eps_clip_low_high": "--eps_clip_low_high",
 #: option this drops.
 FLAT_SINCE = {
     "--n_samples_per_prompt": (0, 3, 2), "--enforce_eager": (0, 4, 4), "--advantage_estimator": (0, 5, 1),
-    "--colocate_all_models": OPENRLHF_COLOCATE_ALL, "--vllm_enable_sleep": (0, 5, 8),
+    "--colocate_all_models": OPENRLHF_COLOCATE_ALL, "--vllm_enable_sleep": OPENRLHF_VLLM_SLEEP,
     "--vllm_gpu_memory_utilization": (0, 5, 8), "--ds_tensor_parallel_size": OPENRLHF_DS_TENSOR_PARALLEL,
     "--async_train": OPENRLHF_ASYNC, "--async_queue_size": OPENRLHF_ASYNC_QUEUE,
 }

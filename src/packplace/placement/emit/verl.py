@@ -356,8 +356,10 @@ def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, trai
 def _reward(s: dict[str, Any], view: PlanView, train: Task, megatron: bool) -> None:
     """The reward model's vLLM engine and its resource pool (none for a rule reward); before the engine (a
     release without ``reward.reward_model.rollout``, v0.7.0) its forward worker on the trainer's backend
-    (``RewardModelWorker``): micro-batch per GPU, on Megatron its tensor and pipeline parallelism, as the
-    search priced it (:func:`~packplace.placement.model.layout_rules.reward_forward_worker`)."""
+    (``RewardModelWorker``): micro-batch per GPU, on Megatron its tensor and pipeline parallelism, on FSDP its
+    ``model.use_remove_padding`` (``policy.reward_use_remove_padding``: true where the plan priced its passes
+    unpadded, :attr:`PlanView.padded_roles`; verl's Megatron workers always unpad), as the search priced it
+    (:func:`~packplace.placement.model.layout_rules.reward_forward_worker`)."""
     reward = view.get(REWARD)
     if reward is None or view.rule_reward:
         if view.algorithm != "dpo":
@@ -373,6 +375,8 @@ def _reward(s: dict[str, Any], view: PlanView, train: Task, megatron: bool) -> N
         if megatron:
             s["reward.reward_model.megatron.tensor_model_parallel_size"] = reward.strategy.tp
             s["reward.reward_model.megatron.pipeline_model_parallel_size"] = reward.strategy.pp
+        else:
+            s["reward.reward_model.model.use_remove_padding"] = "reward" not in view.padded_roles
     if same_gpus(reward, train):
         s["reward.reward_model.enable_resource_pool"] = False
     elif disjoint(reward, train):

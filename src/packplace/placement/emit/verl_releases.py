@@ -106,6 +106,7 @@ AVAILABLE: dict[str, tuple[str, str]] = {
     "reward.reward_model.megatron.pipeline_model_parallel_size": ("", "0.1-0.7.1"),
     "reward.reward_model.megatron.tensor_model_parallel_size": ("", "0.1-0.7.1"),
     "reward.reward_model.micro_batch_size_per_gpu": ("0.2-0.7.1", "0.2-0.7.1"),
+    "reward.reward_model.model.use_remove_padding": ("0.2-0.7.1", ""),
     "reward.reward_model.n_gpus_per_node": ("0.6.0", "0.6.0"),
     "reward.reward_model.nnodes": ("0.6.0", "0.6.0"),
     "reward.reward_model.rollout.tensor_model_parallel_size": ("0.7.0", "0.7.0"),
@@ -123,10 +124,12 @@ AVAILABLE: dict[str, tuple[str, str]] = {
 #: ``self._is_offload_param = False``, "we only support reference model param offload"), which is
 #: ``megatron.param_offload`` / ``optimizer_offload`` false; v0.1 has no ``model.use_remove_padding`` and its FSDP
 #: actor and critic pad every pass (``verl/trainer/ppo/actor/dp_actor.py`` at v0.1: the model on the padded
-#: ``input_ids``), which is ``use_remove_padding=False``.
+#: ``input_ids``), which is ``use_remove_padding=False`` (its reward model's too: ``reward_model.model`` has no
+#: ``use_remove_padding`` at v0.1).
 ABSENT_MEANS: dict[str, Any] = {"reward.reward_model.enable_resource_pool": False,
                                 "actor_rollout_ref.model.use_remove_padding": False,
                                 "critic.model.use_remove_padding": False,
+                                "reward.reward_model.model.use_remove_padding": False,
                                 "actor_rollout_ref.model.enable_gradient_checkpointing": False,
                                 "critic.model.enable_gradient_checkpointing": False,
                                 **{f"{worker}.megatron.{what}_offload": False

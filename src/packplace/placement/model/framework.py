@@ -725,9 +725,11 @@ class FrameworkProfile:
             enable_sleep_mode=True)`` at every release v0.1.0-v0.7.0, ``nemo_reinforcer/models/generation/vllm.py``
             at v0.1-v0.2; ``VllmGeneration.finish_generation`` calls ``sleep`` when ``colocated.enabled`` and only
             resets the prefix cache otherwise, ``vllm_generation.py`` v0.4.0-v0.7.0: a non-colocated engine
-            keeps its GPUs to itself, where sleeping changes nothing). OpenRLHF: false (``--vllm_enable_sleep`` /
+            keeps its GPUs to itself, where sleeping changes nothing; no setting keeps a colocated one awake, so the
+            config's ``engine_sleeps: false`` is refused for NeMo RL). OpenRLHF: false (``--vllm_enable_sleep`` /
             ``--vllm.enable_sleep``, ``store_true``, default off in ``openrlhf/cli/train_ppo_ray.py`` from v0.5.8,
-            its first release; the trainer calls ``batch_vllm_engine_call(..., "sleep")`` only under it).
+            its first release, so ``engine_sleeps: true`` with an earlier ``framework_version`` is refused; the
+            trainer calls ``batch_vllm_engine_call(..., "sleep")`` only under it).
             ``none`` (a bare engine): false (vLLM's ``enable_sleep_mode`` is off by default, ``EngineArgs``).
             DeepSpeed-Chat has no vLLM engine (its hybrid engine, :attr:`colocated_train_state`).
     """
@@ -1400,12 +1402,22 @@ def pass_padding(framework: str, version: str | None) -> str:
 VERL_REMOVE_PADDING_SINCE = (0, 2)
 VERL_REMOVE_PADDING_DEFAULT_SINCE = (0, 7)
 #: The roles ``policy.use_remove_padding`` sets: the actor and the reference (``actor_rollout_ref.model``) and the
-#: critic (``critic.model``). The reward model's ``reward_model.model.use_remove_padding`` is not set by it (its
-#: passes stay padded: the key's default).
+#: critic (``critic.model``). The reward model's ``reward_model.model.use_remove_padding`` is not set by it: its own
+#: key is ``policy.reward_use_remove_padding`` (:func:`verl_padded_roles`).
 VERL_REMOVE_PADDING_ROLES = ("actor", "reference", "critic")
+#: The releases whose reward model runs as the forward worker that reads ``reward_model.model.use_remove_padding``
+#: (``RewardModelWorker`` of ``verl/workers/fsdp_workers.py``, ``self.use_remove_padding =
+#: self.config.model.get("use_remove_padding", False)``, its ``_forward_micro_batch`` unpadding with flash-attn's
+#: ``unpad_input`` under it): from :data:`VERL_REMOVE_PADDING_SINCE` (the key's first release,
+#: ``ppo_trainer.yaml`` at v0.2: ``reward_model.model.use_remove_padding: False``, the default at every tag to
+#: v0.7.0, ``reward_model/dp_reward_model.yaml`` from v0.5.0) to this one, from which the reward model is a vLLM
+#: engine of the reward loop (``reward_model.use_reward_loop: true``, ``reward_model.rollout``:
+#: :func:`~packplace.placement.model.layout_rules.reward_forward_worker`; the key is gone from 0.7.1).
+VERL_REWARD_ENGINE_SINCE = (0, 7)
 
 
-def verl_padded_roles(framework: str, version: str | None, setting: bool | None, roles) -> frozenset[str]:
+def verl_padded_roles(framework: str, version: str | None, setting: bool | None, roles,
+                      reward_setting: bool | None = None) -> frozenset[str]:
     """The roles of ``roles`` whose verl FSDP forward and training passes run padded, each micro-batch a
     ``(m, S + T)`` tensor (``use_remove_padding`` false: ``dp_actor.py`` / ``dp_critic.py``
     ``_forward_micro_batch`` run the model on ``input_ids`` as the rollout returned them, prompts left-padded to
@@ -1413,10 +1425,12 @@ def verl_padded_roles(framework: str, version: str | None, setting: bool | None,
     ``vllm_rollout_spmd.py`` ``pad_2d_list_to_length(..., max_length=self.config.response_length)``), at
     ``framework_version`` ``version`` with ``policy.use_remove_padding`` ``setting`` (``None``: unset).
 
-    ``setting`` true: none of :data:`VERL_REMOVE_PADDING_ROLES` (the reward model stays padded); false: all of
-    ``roles``; unset: verl's default at ``version`` (:data:`VERL_REMOVE_PADDING_DEFAULT_SINCE`: from v0.7.0 the
-    actor and the reference unpad, the critic and the reward model do not), and with no ``version`` the padded
-    default of every release before v0.7.0 (the larger memory charge). Empty for any framework but verl.
+    ``setting`` true: none of :data:`VERL_REMOVE_PADDING_ROLES`; false: all of them; unset: verl's default at
+    ``version`` (:data:`VERL_REMOVE_PADDING_DEFAULT_SINCE`: from v0.7.0 the actor and the reference unpad, the
+    critic does not), and with no ``version`` the padded default of every release before v0.7.0 (the larger memory
+    charge). The reward model follows ``reward_setting`` (``policy.reward_use_remove_padding``,
+    ``reward_model.model.use_remove_padding``): padded unless it is true (the key's default, false, at every
+    release). Empty for any framework but verl.
 
     Raises:
         ConfigError: a malformed ``version`` (:func:`parse_version`).
@@ -1424,10 +1438,13 @@ def verl_padded_roles(framework: str, version: str | None, setting: bool | None,
     roles = frozenset(roles)
     if framework != "verl":
         return frozenset()
+    unpadded = {"reward"} if reward_setting else set()
     if setting is None:
-        unpads = (version is not None and table_release(version) >= VERL_REMOVE_PADDING_DEFAULT_SINCE)
-        return roles - {"actor", "reference"} if unpads else roles
-    return roles - set(VERL_REMOVE_PADDING_ROLES) if setting else roles
+        if version is not None and table_release(version) >= VERL_REMOVE_PADDING_DEFAULT_SINCE:
+            unpadded |= {"actor", "reference"}
+    elif setting:
+        unpadded |= set(VERL_REMOVE_PADDING_ROLES)
+    return roles - unpadded
 
 
 def colocated_engine_gpu_memory_utilization(instance) -> float | None:

@@ -830,6 +830,10 @@ OPENRLHF_SHARED = (("actor", "reference"), ("reward", "critic"))
 #: (openrlhf/trainer/ray/vllm_engine.py ``create_vllm_engines``: a GPU or a placement group per engine) and only
 #: ``--colocate_actor_ref`` and ``--colocate_critic_reward`` pair groups.
 OPENRLHF_COLOCATE_ALL = (0, 5, 8)
+#: The first OpenRLHF release with vLLM's sleep mode (``--vllm_enable_sleep``, ``store_true``, v0.5.8:
+#: openrlhf/cli/train_ppo_ray.py; absent at v0.5.7): before it the engines never sleep (``policy.engine_sleeps: true``
+#: is refused at load with such a ``framework_version``).
+OPENRLHF_VLLM_SLEEP = (0, 5, 8)
 #: The first OpenRLHF release with DeepSpeed tensor parallelism of the trained models (``--ds_tensor_parallel_size``,
 #: v0.7.4: openrlhf/cli/train_ppo_ray.py; absent at v0.7.3): before it the actor and critic train at tp 1.
 OPENRLHF_DS_TENSOR_PARALLEL = (0, 7, 4)

@@ -45,6 +45,7 @@ from packplace.placement.model.framework import (
     FRAMEWORK_NAMES,
     INFERENCE_OFFLOAD,
     VERL_REMOVE_PADDING_SINCE,
+    VERL_REWARD_ENGINE_SINCE,
     VersionDefaults,
     default_gpu_memory_utilization,
     engine_takes_model_context,
@@ -58,6 +59,7 @@ from packplace.placement.model.framework import (
 )
 from packplace.placement.model.layout_rules import (
     MEGATRON_FIELDS,
+    OPENRLHF_VLLM_SLEEP,
     TRAINER_BACKENDS,
     Context,
     check_config,
@@ -216,8 +218,10 @@ POLICY_FIELDS: dict[str, Field] = {
                                    "(LLM.sleep: weights to the host, KV cache freed), so other tasks there are not "
                                    "charged its weights and pool; false: it stays awake, holding both beside every "
                                    "task on its GPUs (unset: the framework's: verl true, rollout.free_cache_engine; "
-                                   "nemo-rl true, colocated generation; openrlhf false unless the run passes "
-                                   "--vllm_enable_sleep; none false; refused for deepspeed-chat, no vLLM engine)"),
+                                   "nemo-rl true, colocated generation, false refused: NeMo RL has no switch; "
+                                   "openrlhf false unless the run passes --vllm_enable_sleep, true refused at a "
+                                   "framework_version before 0.5.8; none false; refused for deepspeed-chat, no vLLM "
+                                   "engine)"),
     "framework": Field("enum", choices=FRAMEWORK_NAMES, default=DEFAULT_FRAMEWORK,
                        meaning="RL framework whose execution profile runs the step (none: the model's own mechanics)"),
     "framework_version": Field("str", default=None,
@@ -266,6 +270,13 @@ POLICY_FIELDS: dict[str, Field] = {
                                         "framework_version (false before 0.7.0 and without a version; true from "
                                         "0.7.0 for the actor and reference, false for the critic; true with "
                                         "ulysses_sequence_parallel_size above 1, which verl requires); verl only"),
+    "reward_use_remove_padding": Field("bool", default=None,
+                                       meaning="verl reward_model.model.use_remove_padding: true, the reward model's "
+                                               "FSDP forward holds its micro-batch's real tokens; false or unset "
+                                               "(verl's default at every release), every sequence padded to "
+                                               "context_length + generation_length; verl only, true with a reward "
+                                               "model and a framework_version from 0.2 before 0.7.0 (from 0.7.0 the "
+                                               "reward model is a vLLM engine, which does not read the key)"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
                                      "megatron, or auto (chosen by the plan; verl with context_parallel: megatron); "
@@ -426,6 +437,9 @@ class PlacementInstance:
         use_remove_padding: ``policy.use_remove_padding`` (verl only), ``None`` where unset (verl's default at
             ``framework_version``: :func:`~packplace.placement.model.framework.verl_padded_roles`); true where
             unset with Ulysses sequence parallelism, which verl runs only with it.
+        reward_use_remove_padding: ``policy.reward_use_remove_padding`` (verl only), ``None`` where unset: the
+            reward model's forward unpads its micro-batches where true, else it runs them padded
+            (:func:`~packplace.placement.model.framework.verl_padded_roles`).
         force_on_policy_ratio: ``policy.force_on_policy_ratio``: NeMo RL's ``loss_fn.force_on_policy_ratio``,
             which from v0.7.0 drops the previous-policy log-prob pass
             (:func:`~packplace.placement.model.nemo_rl_releases.skips_old_log_prob`).
@@ -456,6 +470,7 @@ class PlacementInstance:
     entropy_coeff: float = 0.0
     force_on_policy_ratio: bool = False
     use_remove_padding: bool | None = None
+    reward_use_remove_padding: bool | None = None
     notes: tuple[str, ...] = ()
     _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -845,7 +860,7 @@ def _rollout_engine(policy: Mapping[str, Any], policy_cfg: Mapping[str, Any],
                          host_seconds_per_sequence=host_seconds_per_sequence(generation),
                          engine_generation=generation, vllm_release=engine_vllm_release(framework, release),
                          model_context=engine_takes_model_context(framework, release),
-                         sleeps=_engine_sleeps(policy.get("engine_sleeps"), framework, generation))
+                         sleeps=_engine_sleeps(policy.get("engine_sleeps"), framework, generation, release))
 
 
 #: NeMo RL's first release with PPO (``examples/run_ppo.py``, ``nemo_rl/algorithms/ppo.py``: absent from v0.6.x).
@@ -867,18 +882,46 @@ def _release_defaults(framework: str, algorithm: str, release: str | None) -> Ve
     return version_defaults(framework, release)
 
 
-def _engine_sleeps(value: bool | None, framework: str, generation: str | None) -> bool | None:
+def _engine_sleeps(value: bool | None, framework: str, generation: str | None,
+                   release: str | None = None) -> bool | None:
     """``policy.engine_sleeps`` as given (``None``: the framework's,
-    :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_sleeps`).
+    :attr:`~packplace.placement.model.framework.FrameworkProfile.engine_sleeps`), where the framework ``framework``
+    at ``release`` (``policy.framework_version``, ``None``: unset) can run it.
+
+    NeMo RL has no switch for its engine's sleep: ``vllm_worker.py`` builds ``vllm.LLM(..., enable_sleep_mode=True)``
+    (``nemo_reinforcer/models/generation/vllm.py`` at v0.1.0-v0.2.1, ``nemo_rl/models/generation/vllm.py`` at
+    v0.3.x, ``vllm/vllm_worker.py`` v0.4.0-v0.7.0; ``vllm_kwargs`` cannot turn it off: a second
+    ``enable_sleep_mode`` keyword is a ``TypeError``) and ``VllmGeneration.finish_generation`` calls ``sleep``
+    after every generation when ``policy.generation.colocated.enabled`` (only resetting the prefix cache on GPUs
+    of its own, where no other task runs beside it and sleeping changes nothing). So ``false`` could only describe
+    a colocated engine NeMo RL puts to sleep, and is refused; ``true`` is its own behaviour. OpenRLHF's engines
+    sleep only under ``--vllm_enable_sleep``, from
+    :data:`~packplace.placement.model.layout_rules.OPENRLHF_VLLM_SLEEP` (v0.5.8): ``true`` with an earlier
+    ``framework_version`` is refused; without a version it is kept, as every release-gated option is (the
+    emitter writes the current release's option names).
 
     Raises:
         ConfigError: set where the framework's engine is not vLLM (``generation`` ``None``: DeepSpeed-Chat's
-            hybrid engine, which generates with its trainer's own weights).
+            hybrid engine, which generates with its trainer's own weights); ``false`` for NeMo RL; ``true`` for
+            OpenRLHF at a ``framework_version`` before 0.5.8. Each names ``policy.engine_sleeps`` and its value
+            (and the release).
     """
     if value is not None and generation is None:
         raise ConfigError(f"[policy] engine_sleeps: {value!r} is a vLLM setting; the {framework} framework "
                           "generates with its trainer's own weights (hybrid engine), which hold no engine copy "
                           "to put to sleep (remove engine_sleeps)")
+    if value is False and framework == "nemo-rl":
+        raise ConfigError("[policy] engine_sleeps: False: NeMo RL has no switch to keep its vLLM engine awake (it "
+                          "builds vllm.LLM with enable_sleep_mode=True and VllmGeneration.finish_generation puts a "
+                          "colocated engine to sleep after every generation, v0.1.0-v0.7.0); an engine on GPUs of "
+                          "its own (colocated.enabled: false) shares them with no task, where sleeping changes "
+                          "nothing (remove engine_sleeps)")
+    if value is True and framework == "openrlhf" and release is not None \
+            and table_release(release) < OPENRLHF_VLLM_SLEEP:
+        raise ConfigError(f"[policy] engine_sleeps: True with framework_version {release!r}: OpenRLHF has vLLM's "
+                          "sleep mode from 0.5.8 (--vllm_enable_sleep, openrlhf/cli/train_ppo_ray.py), so this "
+                          "release's engines never sleep; drop engine_sleeps or set framework_version 0.5.8 or "
+                          "later")
     return value
 
 
@@ -936,8 +979,8 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
         raise ConfigError(f"[policy] dispatch: {policy_cfg['dispatch']!r} hands out static batches; a "
                           "continuous-batching engine takes every request at once (set batching: static, or "
                           "drop dispatch)")
-    version = _release_defaults(policy["framework"], algorithm, policy.get("framework_version"))
-    if (newer := newer_than_known(policy["framework"], policy.get("framework_version"))) is not None:
+    version = _release_defaults(policy["framework"], algorithm, release := policy.get("framework_version"))
+    if (newer := newer_than_known(policy["framework"], release)) is not None:
         warnings.warn(newer, FrameworkVersionWarning, stacklevel=2)
     engine = _rollout_engine(policy, policy_cfg, version)
     models_cfg = _section(config, "models")
@@ -996,13 +1039,13 @@ def build_instance(config: Mapping[str, Any], *, source: str = "<dict>") -> Plac
                                  build_graph(algorithm, reward_model=rule_reward is None), optimizer, source, engine,
                                  training=training, rule_reward=rule_reward, framework=policy["framework"],
                                  inference_offload=policy["inference_offload"], balance=balance,
-                                 trainer_backend=policy["trainer_backend"],
-                                 framework_version=policy.get("framework_version"),
+                                 trainer_backend=policy["trainer_backend"], framework_version=release,
                                  sequence_packing=_sequence_packing(policy, algorithm, workload,
                                                                     _actor_context_parallel(balance)),
                                  dynamic_bsz=dynamic_bsz, entropy_coeff=float(policy["entropy_coeff"]),
                                  force_on_policy_ratio=bool(policy["force_on_policy_ratio"]),
-                                 use_remove_padding=_use_remove_padding(policy, dynamic_bsz), notes=notes)
+                                 use_remove_padding=_use_remove_padding(policy, dynamic_bsz), notes=notes,
+                                 reward_use_remove_padding=_reward_use_remove_padding(policy, "reward" in models))
     check_config(Context.of(instance))
     return instance
 
@@ -1148,6 +1191,50 @@ def _use_remove_padding(policy: Mapping[str, Any], dynamic_bsz: tuple[int, int, 
                           "verl refuses Ulysses sequence parallelism without remove-padding (ray_trainer.py "
                           "_validate_config); set it true or drop ulysses_sequence_parallel_size")
     return bool(setting)
+
+
+def _reward_use_remove_padding(policy: Mapping[str, Any], reward_model: bool) -> bool | None:
+    """``policy.reward_use_remove_padding`` (verl's ``reward_model.model.use_remove_padding``), ``None`` where unset:
+    true, the reward model's FSDP forward worker runs each micro-batch on its real tokens (``RewardModelWorker``
+    ``_forward_micro_batch``, flash-attn ``unpad_input``, ``verl/workers/fsdp_workers.py`` v0.2-v0.6.1), priced
+    as the actor's unpadded passes (:func:`~packplace.placement.model.memory.remove_padding_peak_tokens`); false or
+    unset, padded rows of ``S + T`` (the key's default, ``False``, at every release that has it: ``ppo_trainer.yaml``
+    v0.2-v0.4.1, ``reward_model/dp_reward_model.yaml`` v0.5.0-v0.7.0). ``reward_model``: the config has a reward
+    model (not a rule reward).
+
+    Raises:
+        ConfigError: set for a framework other than verl; true without a reward model, without a
+            ``framework_version`` (the current release, which runs the reward model as a vLLM engine: verl 0.7.1
+            on has no such key), or at a ``framework_version`` before 0.2 (v0.1 has no remove-padding path) or from
+            0.7.0 (:data:`~packplace.placement.model.framework.VERL_REWARD_ENGINE_SINCE`: the reward loop's vLLM
+            engine, not the worker that reads the key). Each names the field and its value.
+    """
+    setting = policy.get("reward_use_remove_padding")
+    if setting is None:
+        return None
+    if policy["framework"] != "verl":
+        raise ConfigError(f"[policy] reward_use_remove_padding: {setting} is verl's reward_model.model."
+                          f"use_remove_padding, which the model prices for framework verl only, not "
+                          f"{policy['framework']!r}; drop it")
+    if not setting:
+        return False
+    if not reward_model:
+        raise ConfigError("[policy] reward_use_remove_padding: True: the config has no reward model (a rule reward "
+                          "or an algorithm without one) whose passes it would unpad; drop it")
+    version = policy.get("framework_version")
+    if version is None:
+        raise ConfigError("[policy] reward_use_remove_padding: True needs policy.framework_version: verl runs the "
+                          "reward model as the forward worker that reads reward_model.model.use_remove_padding from "
+                          "0.2 before 0.7.0 only, and an unset framework_version plans the current release (a vLLM "
+                          "reward engine; the key is gone from 0.7.1); set framework_version (e.g. \"0.6.1\") or "
+                          "drop reward_use_remove_padding")
+    if not VERL_REMOVE_PADDING_SINCE <= table_release(version) < VERL_REWARD_ENGINE_SINCE:
+        why = ("v0.1's reward model pads every pass (no remove-padding path)" if table_release(version) <
+               VERL_REMOVE_PADDING_SINCE else "from 0.7.0 the reward model is a vLLM engine of the reward loop "
+               "(reward_model.use_reward_loop), which does not read the key")
+        raise ConfigError(f"[policy] reward_use_remove_padding: True at framework_version {version!r}: verl's "
+                          f"reward-model worker unpads from 0.2 before 0.7.0 only ({why}); drop it")
+    return True
 
 
 def _dynamic_bsz(policy: Mapping[str, Any], workload: Workload, actor: ModelSpec,
