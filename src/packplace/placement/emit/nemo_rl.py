@@ -185,7 +185,7 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         s[f"{prefix}.dtensor_cfg.lora_cfg.enabled"] = True
         s[f"{prefix}.dtensor_cfg.lora_cfg.dim"] = options.lora_rank
         s[f"{prefix}.dtensor_cfg.lora_cfg.match_all_linear"] = True
-    if options.sharding != "zero3":   # trainer_backend auto on a DTensor layout (an explicit fsdp is refused)
+    if options.sharding != "zero3":   # a given zero1 / none under auto on a DTensor layout (fsdp refuses it)
         out.notes.append(f"{task.name} sharding {options.sharding}: the DTensor {prefix} is FSDP2 (ZeRO-3), no "
                          f"more memory than planned, more all-gathers per step")
 

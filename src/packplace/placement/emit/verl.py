@@ -249,7 +249,7 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
                                 f"+{prefix}.megatron.override_ddp_config.grad_reduce_in_fp32=False (verl v0.5.0 on)")
     else:
         fsdp = "actor_rollout_ref.actor.fsdp_config" if prefix.startswith("actor") else "critic.fsdp"
-        if options.sharding != "zero3":   # trainer_backend auto on a 1-D layout (an explicit fsdp is refused)
+        if options.sharding != "zero3":   # a given zero1 / none under auto on a 1-D layout (fsdp refuses it)
             out.notes.append(f"{task.name} sharding {options.sharding}: verl's FSDP workers shard parameters, "
                              f"gradients and optimizer state (ZeRO-3): no more memory than planned, more "
                              f"all-gathers per step")
