@@ -18,7 +18,7 @@ from packplace.placement.candidates import vertex_parts
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.components import pass_times
 from packplace.placement.model.cost import PYTORCH_TRAIN_FRACTION, CostModel
-from packplace.placement.model.memory import DEFAULT_TRAINING, stage_params, stage_split
+from packplace.placement.model.memory import DEFAULT_TRAINING, backend_sharding, stage_params, stage_split
 from packplace.placement.model.nemo_rl_releases import megatron_fuses_swiglu, unfused_swiglu_factor
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import MEGATRON_PASS_FACTOR_H100
@@ -585,36 +585,51 @@ def test_a_context_parallel_recompute_is_the_vertex_of_the_groups_micro_batches(
         assert half > whole / cp
 
 
-@pytest.mark.parametrize("framework, degrees", [
-    ("none", {"dp": 4}), ("none", {"tp": 2, "dp": 2}), ("verl", {"dp": 4}), ("nemo-rl", {"dp": 2}),
-    ("openrlhf", {"dp": 4}), ("deepspeed-chat", {"dp": 2}),
+@pytest.mark.parametrize("framework, degrees, backend", [
+    ("none", {"dp": 4}, "auto"), ("none", {"tp": 2, "dp": 2}, "auto"), ("verl", {"dp": 4}, "fsdp"),
+    ("nemo-rl", {"dp": 2}, "fsdp"), ("openrlhf", {"dp": 4}, "auto"), ("deepspeed-chat", {"dp": 2}, "auto"),
+    # under auto the strategy picks the workers: verl's and NeMo RL's FSDP / DTensor ones run zero3, their
+    # Megatron-Core ones zero1 (verl tp 2, NeMo RL pp 2)
+    ("verl", {"dp": 4}, "auto"), ("nemo-rl", {"dp": 2}, "auto"), ("nemo-rl", {"tp": 2, "dp": 2}, "auto"),
+    ("verl", {"tp": 2, "dp": 2}, "auto"), ("nemo-rl", {"pp": 2, "dp": 2}, "auto"),
 ])
-def test_an_unset_sharding_is_places_default_in_estimate_too(framework, degrees):
+def test_an_unset_sharding_is_places_default_in_estimate_too(framework, degrees, backend, factor_one):
     # estimate and place price the same setup when neither is told a sharding: the trainer's own
     # (stages.trainer_sharding: OpenRLHF --zero_stage 2, DeepSpeed-Chat --actor_zero_stage 0, verl's FSDP and NeMo
     # RL's DTensor workers zero3, framework none zero1) is both's. estimate had defaulted framework none to sharding
     # none, the bare loop (Qwen2.5-1.5B, dp 4, 2,048 tokens on H100: 0.1387 s against place's vertex of 0.1679 s),
     # and verl / NeMo RL on those workers to zero1, a layout they do not run. place's config resolves an unset
-    # sharding on them to zero3 under trainer_backend fsdp (under auto to zero1, which its plan prices on a strategy
-    # it resolves there: the zero1 rows of test_a_training_pass_is_the_evaluators_vertex)
-    own = {"openrlhf": "zero2", "deepspeed-chat": "none", "verl": "zero3", "nemo-rl": "zero3"}.get(framework,
-                                                                                                "zero1")
-    backend = "fsdp" if own == "zero3" else "auto"
+    # sharding on them to zero3 under trainer_backend fsdp, and under auto prices each strategy with the layout of
+    # the workers it resolves to (candidates.role_training: zero3 on FSDP / DTensor, zero1 on Megatron-Core), as
+    # estimate's check_trainer_sharding does; place had priced every strategy under auto at zero1
+    on_workers = backend == "auto" and framework in ("verl", "nemo-rl")
+    fsdp = (framework == "verl" and degrees.get("tp", 1) == 1) or (framework == "nemo-rl" and "pp" not in degrees)
+    own = "zero1" if on_workers and not fsdp else {"openrlhf": "zero2", "deepspeed-chat": "none", "verl": "zero3",
+                                                   "nemo-rl": "zero3"}.get(framework, "zero1")
     e, vertex, cost, shape = _pair(DENSE, framework, sharding=None, backend=backend, **degrees)
-    if own == "zero3":   # estimate's auto resolves the strategy to those workers: the same unset layout
+    if own == "zero3" and not on_workers:   # estimate's auto resolves the strategy to those workers: the same layout
         auto = estimate(shape, "h100-sxm", "train", seq_len=2048, framework=framework, recompute="none", **degrees)
         assert (auto.inputs["trainer_backend_resolved"], auto.inputs["sharding"], auto.time_s) == (
             "fsdp", "zero3", e.time_s)
-    assert e.inputs["sharding"] == cost.for_role("actor").options(shape).sharding == own
+    held = cost.for_role("actor").options(shape)
+    # under auto the config holds zero1 and follows the backend; a forced backend or another trainer resolves it
+    assert (held.sharding, held.sharding_follows_backend) == (("zero1", True) if on_workers else (own, False))
+    assert e.inputs["sharding"] == backend_sharding(held, fsdp).sharding == own
     assert DEFAULT_TRAINING.sharding == "zero1"
-    assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
+    pp = degrees.get("pp", 1)
+    if pp == 1:
+        assert e.time_s == pytest.approx(vertex["train"] + vertex["memory_options"] + vertex["overhead"], rel=REL)
     dp, tp = degrees.get("dp", 1), degrees.get("tp", 1)
-    assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * cost.adam_seconds(shape, dp, 1, tp), rel=REL)
+    if pp > 1:   # the stage times pp plus the update is the vertex's train (module docstring)
+        sync = cost.gradient_sync_seconds(shape, dp, pp, tp, (1, 1, dp * pp * tp))
+        stage = e.time_s - e.parts["optimizer"] - sync - e.parts["overhead"]
+        assert vertex["train"] == pytest.approx(pp * stage + e.parts["optimizer"] + sync, rel=REL)
+    assert e.parts["optimizer"] == pytest.approx(_swiglu(e, shape) * cost.adam_seconds(shape, dp, pp, tp), rel=REL)
     if (framework, degrees) == ("none", {"dp": 4}):
         assert e.time_s == pytest.approx(0.1679, abs=5e-5)
     # estimate's default is the one place reads: the explicit value is the same estimate
     assert estimate(shape, "h100-sxm", "train", seq_len=2048, framework=framework, sharding=own,
-                    recompute="none", **degrees).time_s == e.time_s
+                    recompute="none", trainer_backend=backend, **degrees).time_s == e.time_s
 
 
 # ZeRO-3 / FSDP full shard (sharding zero3): (framework, degrees, recompute, backend, the backend place resolves)

@@ -6,11 +6,17 @@ import os
 
 import pytest
 
-from packplace.placement.candidates import cost_model, inference_sharded, needs_old_log_prob
+from packplace.placement.candidates import (
+    cost_model,
+    inference_sharded,
+    needs_old_log_prob,
+    on_fsdp_workers,
+    role_training,
+)
 from packplace.placement.checking.validate import load_setup, plan_evaluator
 from packplace.placement.evaluator import get_table
 from packplace.placement.model.framework import VERL_LOGIT_BYTES, infer_weight_bytes
-from packplace.placement.model.memory import DEFAULT_TRAINING, peak_pass_tokens, resolved_training, vertex_memory
+from packplace.placement.model.memory import peak_pass_tokens, resolved_training, vertex_memory
 from packplace.placement.model.pass_memory import infer_transient
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.plan import Strategy
@@ -79,10 +85,13 @@ def test_unpacked_micro_batch_holds_the_longest_sequences():
     for name, kind in (("actor.train", "train"), ("reference.infer", "infer")):
         key = next(k for k in table.by_key[name] if k[0] == Strategy(2, 1, 1) and k[1] == 4)
         cand = table.by_key[name][key]
+        # trainer_backend auto with sharding unset: at tp = pp = 1 verl's FSDP workers, whose zero3 (with their fp32
+        # parameters) the table prices the candidate at, and whose reference forward runs on partitioned weights
+        fsdp = on_fsdp_workers(inst, kind, Strategy(2, 1, 1))
+        assert fsdp
         common = dict(dp=2, pp=1, tp=1, micro_batch=4, micro_batches=4, prompt_len=64, live_len=0.0,
-                      options=resolved_training(inst.training.get(name.split(".")[0], DEFAULT_TRAINING), "verl",
-                                                False),   # verl FSDP's fp32 parameters, as the table resolves them
-                      sharded_weights=kind == "infer" and inference_sharded(inst, name),
+                      options=resolved_training(role_training(inst, name.split(".")[0], fsdp), "verl", False),
+                      sharded_weights=kind == "infer" and inference_sharded(inst, name, fsdp),
                       framework="verl", workspace_bytes=inst.hardware.memory_workspace,
                       logit_bytes=VERL_LOGIT_BYTES)
         if kind == "train" and needs_old_log_prob(inst, name):

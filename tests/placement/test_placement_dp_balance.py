@@ -118,7 +118,7 @@ def test_none_with_equal_lengths_and_group_size_one_equals_the_even_split(monkey
     balanced = build_instance(copy.deepcopy(cfg), source=GRPO)
     assert len(set(draw_lengths(balanced.workload).tolist())) == 1  # every sequence 512 + 2048 tokens
     with_balance = get_evaluator(balanced)
-    monkeypatch.setattr(candidates_module, "vertex_balance", lambda instance, vertex: None)
+    monkeypatch.setattr(candidates_module, "vertex_balance", lambda instance, vertex, fsdp=False: None)
     even = build_instance(copy.deepcopy(cfg), source=GRPO)
     without = PlacementEvaluator(even)
     plans = [_plan(even, dp, mb) for dp, mb in ((1, 4), (2, 1), (4, 8), (8, 16))]

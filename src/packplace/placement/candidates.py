@@ -56,6 +56,7 @@ from packplace.placement.model.framework import (
     verl_padded_roles,
 )
 from packplace.placement.model.layout_rules import (
+    TRAIN,
     Context,
     kv_head_refusal,
     reward_forward_worker,
@@ -67,6 +68,7 @@ from packplace.placement.model.memory import (
     NO_CONTEXT_PARALLEL,
     ContextParallelSplit,
     TrainingOptions,
+    backend_sharding,
     engine_held_bytes,
     engine_sleep_kept_bytes,
     lora_params,
@@ -997,16 +999,38 @@ def forward_owner(instance, role: str) -> str | None:
     return inference_owner(role, trained)
 
 
-def inference_sharded(instance, vertex: str) -> bool:
+def on_fsdp_workers(instance, kind: str, strategy: Strategy) -> bool:
+    """Whether a trainer-side vertex of ``kind`` (``train`` or ``infer``; never ``generate``) with ``strategy``
+    runs on verl's FSDP / NeMo RL's DTensor workers where some trained model's sharding follows the backend
+    (:attr:`~packplace.placement.model.memory.TrainingOptions.sharding_follows_backend`: unset under
+    ``trainer_backend: auto``): :func:`~packplace.placement.model.layout_rules.trainer_backend` of the strategy
+    taken as the trainer's, the rule :meth:`~packplace.placement.model.cost.CostModel.pass_kernels` prices the
+    vertex's kernels by (verl: no ``tp``, ``pp`` or ``ep`` above 1; NeMo RL: no ``pp`` or ``ep`` above 1; or an
+    option only those workers run). ``False`` where no sharding follows the backend: every setting is the
+    config's."""
+    if kind == "generate" or not any(o.sharding_follows_backend for o in instance.training.values()):
+        return False
+    return trainer_backend(Context.of(instance), {TRAIN: Strategy(1, strategy.pp, strategy.tp, strategy.ep)}) == "fsdp"
+
+
+def role_training(instance, role: str, fsdp: bool = False) -> TrainingOptions:
+    """The training options of ``role`` (the defaults without any), a sharding that follows the backend resolved
+    for the workers (:func:`~packplace.placement.model.memory.backend_sharding`: ``zero3`` with ``fsdp``, the
+    :func:`on_fsdp_workers` verdict of the vertex's strategy, else ``zero1``)."""
+    return backend_sharding(instance.training.get(role, DEFAULT_TRAINING), fsdp)
+
+
+def inference_sharded(instance, vertex: str, fsdp: bool = False) -> bool:
     """Whether the forward passes of ``vertex`` (an ``infer`` vertex, or a trainer's old-log-prob pass)
     run on ZeRO-3 / FSDP-partitioned weights: the framework shards inference
     (:attr:`~packplace.placement.model.framework.FrameworkProfile.sharded_inference`) and the trained model
     the vertex's model follows (:func:`~packplace.placement.model.framework.inference_owner`) shards with
-    ``zero3``."""
+    ``zero3`` (:func:`role_training`: with ``fsdp``, on the FSDP / DTensor workers, a sharding that follows the
+    backend is ``zero3``)."""
     if not profile(instance.framework).sharded_inference:
         return False
     owner = forward_owner(instance, instance.graph.vertex(vertex).model)
-    return owner is not None and instance.training.get(owner, DEFAULT_TRAINING).sharding == "zero3"
+    return owner is not None and role_training(instance, owner, fsdp).sharding == "zero3"
 
 
 #: Untrained roles whose forward runs in a trained model's own workers, on its device mesh: verl's
@@ -1016,20 +1040,20 @@ def inference_sharded(instance, vertex: str) -> bool:
 SHARES_OWNER_MESH = frozenset({"reference"})
 
 
-def inference_shard_options(instance, vertex: str) -> TrainingOptions:
+def inference_shard_options(instance, vertex: str, fsdp: bool = False) -> TrainingOptions:
     """The training options whose shard group the forward passes of ``vertex`` gather their ZeRO-3 / FSDP
     weights over when :func:`inference_sharded` (:meth:`TrainingOptions.shard_ranks`): a trained model's own, the
     reference's those of the trained model it follows
     (:func:`~packplace.placement.model.framework.inference_owner`, the actor) in whose workers it runs
     (:data:`SHARES_OWNER_MESH`), any other forward's the owner's without its ``fsdp_size`` (every rank of its own
     group), the defaults without an owner. Resolved by role, not shape: two roles of one shape (a critic and a
-    reward model of the same trunk) keep their own settings."""
+    reward model of the same trunk) keep their own settings; ``fsdp``: as :func:`role_training`."""
     role = instance.graph.vertex(vertex).model
     trained = algorithm_spec(instance.algorithm).trainable_models
     owner = forward_owner(instance, role)
     if owner is None:
         return DEFAULT_TRAINING
-    options = instance.training.get(owner, DEFAULT_TRAINING)
+    options = role_training(instance, owner, fsdp)
     return options if role in trained or role in SHARES_OWNER_MESH else replace(options, fsdp_size=0)
 
 
@@ -1176,38 +1200,40 @@ def shared_weights_trainer(instance, vertex: str) -> str | None:
     return next((u.name for u in instance.graph.vertices if u.kind == "train" and u.model == v.model), None)
 
 
-def inference_offloaded(instance, vertex: str) -> bool:
+def inference_offloaded(instance, vertex: str, fsdp: bool = False) -> bool:
     """Whether the weights of ``vertex``'s forwards live in host memory (they stream in over
     ``host_bandwidth``): an ``infer`` vertex of an inference-only model that ``policy.inference_offload``
     lists, or an ``infer`` / ``generate`` vertex of a model that trains with ``sharding: zero3`` and
     ``offload: optimizer+params`` (ZeRO-3 ``offload_param``: the partitions stay on the host for every
-    forward, DeepSpeed-Chat ``--offload``, dschat/utils/ds_utils.py get_train_ds_config)."""
+    forward, DeepSpeed-Chat ``--offload``, dschat/utils/ds_utils.py get_train_ds_config); ``fsdp``: as
+    :func:`role_training`."""
     v = instance.graph.vertex(vertex)
     if v.kind == "infer" and v.model in INFERENCE_OFFLOAD[instance.inference_offload]:
         return True
     if v.kind not in ("infer", "generate") or v.model not in algorithm_spec(instance.algorithm).trainable_models:
         return False
-    options = instance.training.get(v.model, DEFAULT_TRAINING)
+    options = role_training(instance, v.model, fsdp)
     if profile(instance.framework).offload_between_passes:
         # verl: the engine has its own weights and a log-prob pass loads the parameters back first
         return False
     return options.sharding == "zero3" and options.offload == "optimizer+params"
 
 
-def vertex_balance(instance, vertex: str) -> VertexBalance | None:
+def vertex_balance(instance, vertex: str, fsdp: bool = False) -> VertexBalance | None:
     """The data-parallel split of ``vertex``'s passes (:mod:`packplace.placement.model.dp_balance`): the setting
     of the trained model its batch belongs to (:func:`~packplace.placement.model.framework.inference_owner`),
     in lockstep when the passes run on ZeRO-3 / FSDP-partitioned weights (training with ``zero3``, or
-    :func:`inference_sharded`); ``None`` for generation (its lengths are unknown at dispatch)."""
+    :func:`inference_sharded`); ``None`` for generation (its lengths are unknown at dispatch); ``fsdp``: as
+    :func:`role_training`."""
     v = instance.graph.vertex(vertex)
     if v.kind == "generate":
         return None
     owner = forward_owner(instance, v.model)
-    options = instance.training.get(v.model, DEFAULT_TRAINING)
+    options = role_training(instance, v.model, fsdp)
     if v.kind == "train":
         lockstep = options.sharding == "zero3"
     else:
-        lockstep = inference_sharded(instance, vertex)
+        lockstep = inference_sharded(instance, vertex, fsdp)
     return VertexBalance(instance_balance(instance), vertex_setting(instance, owner), lockstep,
                          v.kind == "train" and options.recompute == "full",
                          options.lora_rank if v.kind == "train" else 0,
@@ -1330,6 +1356,9 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
     sharded = frozenset(m for m in trained if instance.training.get(m, DEFAULT_TRAINING).sharding == "zero3")
     if "actor" in sharded:
         sharded |= frozenset(sharers)
+    follows = frozenset(m for m in trained if instance.training.get(m, DEFAULT_TRAINING).sharding_follows_backend)
+    if "actor" in follows:
+        follows |= frozenset(sharers)
     training = {m: instance.training.get(m, DEFAULT_TRAINING) for m in trained}
     policy = trainer_release(instance, POLICY_TRAIN) if POLICY_TRAIN in instance.graph.names else None
     moves = frozenset(("actor",)) if policy is not None and policy.optimizer_round_trip else frozenset()
@@ -1350,7 +1379,8 @@ def cost_model(instance, cluster: Cluster | None = None, hardware=None) -> CostM
                      padding=pass_padding(instance.framework, getattr(instance, "framework_version", None)),
                      padded_models=verl_padded_roles(instance.framework, getattr(instance, "framework_version", None),
                                                      getattr(instance, "use_remove_padding", None), instance.models,
-                                                     getattr(instance, "reward_use_remove_padding", None)))
+                                                     getattr(instance, "reward_use_remove_padding", None)),
+                     backend_sharded_models=follows)
 
 
 def bare_loop_models(instance) -> frozenset:
@@ -1412,17 +1442,20 @@ def vertex_parts(instance, cost: CostModel, name: str, strategy: Strategy, micro
     with a rule-based reward, ``reward``: the CPU scoring of the step's sequences, and for the generation
     vertex of a LoRA actor on an ``in_place`` framework (DeepSpeed's hybrid engine), ``lora_fuse``: the
     adapters folded into the base weights around every ``generate`` call
-    (:func:`~packplace.placement.model.framework.hybrid_lora_fuse_seconds`)."""
+    (:func:`~packplace.placement.model.framework.hybrid_lora_fuse_seconds`). A sharding that follows the backend
+    is the one of the workers ``strategy`` runs on (:func:`on_fsdp_workers`, :func:`role_training`), as the
+    candidate table prices it (:func:`build_vertex_candidates`)."""
     vertex = instance.graph.vertex(name)
     reward = instance.rule_reward.seconds(instance.workload.sequences) \
         if vertex.kind == "generate" and instance.rule_reward is not None else None
-    options = instance.training.get(vertex.model, DEFAULT_TRAINING)
+    fsdp = on_fsdp_workers(instance, vertex.kind, strategy)
+    options = role_training(instance, vertex.model, fsdp)
     return _parts(cost.for_role(vertex.model), instance.models[vertex.model], vertex.kind, options, strategy,
                   micro_batch, extent,
-                  needs_old_log_prob(instance, name), inference_sharded(instance, name),
-                  inference_offloaded(instance, name), vertex_balance(instance, name), reward,
+                  needs_old_log_prob(instance, name), inference_sharded(instance, name, fsdp),
+                  inference_offloaded(instance, name, fsdp), vertex_balance(instance, name, fsdp), reward,
                   swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
-                  trainer_release(instance, name), inference_shard_options(instance, name),
+                  trainer_release(instance, name), inference_shard_options(instance, name, fsdp),
                   vertex_swiglu_factor(instance, instance.models[vertex.model], options))
 
 
@@ -1585,15 +1618,12 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
     w = instance.workload
     cost = cost.for_role(instance.graph.vertex(name).model)   # the vertex's role's settings (CostModel.for_role)
     old_log_prob = needs_old_log_prob(instance, name)
-    sharded = inference_sharded(instance, name)
-    shard_options = inference_shard_options(instance, name)
-    offloaded = inference_offloaded(instance, name)
-    balance = vertex_balance(instance, name)
+    # (sharded, shard options, offloaded, balance, options, swiglu) off and on the FSDP / DTensor workers: they
+    # differ only where a sharding follows the backend (on_fsdp_workers), picked per strategy below
+    settings = {fsdp: _strategy_settings(instance, name, model, fsdp) for fsdp in (False, True)}
     awake = stays_awake(instance, name)   # its whole pool held all step (kept = transient)
-    options = instance.training.get(name.split(".")[0], DEFAULT_TRAINING)
     weight_swap = swaps_reference_weights(instance.framework, instance.graph.vertex(name).model, kind)
     release = trainer_release(instance, name)
-    swiglu = vertex_swiglu_factor(instance, model, options)
     limit = memory_budget(instance, kind)
     capacity = float(instance.hardware.memory_per_gpu)
     reward = instance.rule_reward.seconds(w.sequences) if kind == "generate" and instance.rule_reward is not None \
@@ -1614,6 +1644,8 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                  sum(d % whole == 0 for d in divisors(w.sequences // strategy.dp)))
             if only is not None and (strategy, mb, extent) not in only:
                 continue
+            sharded, shard_options, offloaded, balance, options, swiglu = settings[
+                on_fsdp_workers(instance, kind, strategy)]
             stages = _candidate_stage_memory(instance, cost, model, kind, strategy, mb, old_log_prob, sharded,
                                              offloaded, options, weight_swap, live_len, continuous,
                                              context_parallel_split(instance, name, strategy.dp), shard_options,
@@ -1642,6 +1674,19 @@ def build_vertex_candidates(name: str, kind: str, model: ModelSpec, instance, co
                                  refused, rollout_kept_state_bytes(instance, name, model, strategy, options, res),
                                  stages if strategy.pp > 1 else ()))
     return out
+
+
+def _strategy_settings(instance, name: str, model: ModelSpec, fsdp: bool
+                       ) -> tuple[bool, TrainingOptions, bool, VertexBalance | None, TrainingOptions, float]:
+    """``(sharded, shard options, offloaded, balance, training options, SwiGLU factor)`` of vertex ``name`` (of
+    shape ``model``) on a strategy :func:`on_fsdp_workers` judges ``fsdp``: :func:`inference_sharded`,
+    :func:`inference_shard_options`, :func:`inference_offloaded`, :func:`vertex_balance`, :func:`role_training`
+    of its role and :func:`vertex_swiglu_factor`, the settings :func:`vertex_parts` reads per strategy."""
+    role = instance.graph.vertex(name).model
+    options = role_training(instance, role, fsdp)
+    return (inference_sharded(instance, name, fsdp), inference_shard_options(instance, name, fsdp),
+            inference_offloaded(instance, name, fsdp), vertex_balance(instance, name, fsdp), options,
+            vertex_swiglu_factor(instance, model, options))
 
 
 def _engine_held(cost: CostModel, strategy: Strategy, resident: float, transient: float,
@@ -1731,13 +1776,15 @@ def _sleep_kept(cost: CostModel, strategy: Strategy) -> float:
                                    own_process=cost.framework.engine_own_process)
 
 
-def _memory_settings(instance, name: str) -> tuple[bool, bool, bool, TrainingOptions, bool, float, bool]:
+def _memory_settings(instance, name: str, fsdp: bool = False
+                     ) -> tuple[bool, bool, bool, TrainingOptions, bool, float, bool]:
     """The vertex ``name``'s settings :func:`_candidate_memory` takes after ``mb``, in its order: old-log-prob
     forward, sharded and offloaded inference weights, training options, reference weight swap, mean live tokens,
-    continuous batching."""
+    continuous batching (``fsdp``: the :func:`on_fsdp_workers` verdict of the candidate's strategy,
+    :func:`role_training`)."""
     vertex = instance.graph.vertex(name)
-    return (needs_old_log_prob(instance, name), inference_sharded(instance, name), inference_offloaded(instance, name),
-            instance.training.get(name.split(".")[0], DEFAULT_TRAINING),
+    return (needs_old_log_prob(instance, name), inference_sharded(instance, name, fsdp),
+            inference_offloaded(instance, name, fsdp), role_training(instance, vertex.model, fsdp),
             swaps_reference_weights(instance.framework, vertex.model, vertex.kind),
             mean_live_tokens(instance.workload), instance.engine.batching == "continuous")
 
@@ -1874,10 +1921,11 @@ def loop_trainer_memory(instance, cost: CostModel, name: str, cand: Candidate, b
     if not needs_old_log_prob(instance, name) or batch <= cand.micro_batch:
         # no such forward, or one at most the micro-batch the candidate already charges it at
         return cand.transient_bytes, cand.fits
+    fsdp = on_fsdp_workers(instance, vertex.kind, cand.strategy)
     _, tra = _candidate_memory(instance, cost, model, vertex.kind, cand.strategy, cand.micro_batch,
-                               *_memory_settings(instance, name),
+                               *_memory_settings(instance, name, fsdp),
                                context_parallel_split(instance, name, cand.strategy.dp),
-                               inference_shard_options(instance, name), logprob_batch=batch, role=vertex.model)
+                               inference_shard_options(instance, name, fsdp), logprob_batch=batch, role=vertex.model)
     tra = max(tra, cand.transient_bytes)
     fits = cand.fits and candidate_fits(cand.resident_bytes, tra, None, memory_budget(instance, vertex.kind),
                                         float(instance.hardware.memory_per_gpu))
@@ -1934,7 +1982,7 @@ def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
     vertex = instance.graph.vertex(name)
     kind, model = vertex.kind, instance.models[vertex.model]
     cost = cost.for_role(vertex.model)
-    settings = _memory_settings(instance, name)
+    settings = {fsdp: _memory_settings(instance, name, fsdp) for fsdp in (False, True)}
     limit, capacity = memory_budget(instance, kind), float(instance.hardware.memory_per_gpu)
     batch, whole = global_batch(instance, name), sequences_together(instance)
     legal = False
@@ -1943,9 +1991,10 @@ def fit_alone(instance, cost: CostModel, name: str) -> tuple[bool, bool]:
             if not framework_layout_allows(instance, kind, strategy, name):
                 continue
             legal = True
-            res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, *settings,
+            fsdp = on_fsdp_workers(instance, kind, strategy)
+            res, tra = _candidate_memory(instance, cost, model, kind, strategy, mb, *settings[fsdp],
                                          context_parallel_split(instance, name, strategy.dp),
-                                         inference_shard_options(instance, name),
+                                         inference_shard_options(instance, name, fsdp),
                                          role=instance.graph.vertex(name).model)
             pool = None
             if kind == "generate":   # the engine's pool and what it holds beside it, as the table prices it

@@ -41,6 +41,7 @@ from packplace.placement.candidates import (
     keeps_train_state,
     memory_budget,
     needs_old_log_prob,
+    on_fsdp_workers,
     sequences_together,
     shared_weights_trainer,
     sleeps_between_calls,
@@ -498,7 +499,8 @@ class PlacementEvaluator:
             seconds.append((sum(parts.values()) - parts.get("overhead", 0.0)) / calls)
         roles, actor_gpu = self.loop_roles(res, seconds)
         loop = micro_rollout_seconds(ranks, steps, s.dp, generate, actor, roles,
-                                     actor_lockstep=inference_sharded(self.instance, self.names[train]),
+                                     actor_lockstep=inference_sharded(self.instance, self.names[train], on_fsdp_workers(
+                                         self.instance, "train", tcand.strategy)),
                                      actor_gpu=actor_gpu, latency=RAY_ACTOR_CALL_SECONDS)
         out = {gen: {"micro_rollout": loop, **{k: v for k, v in self.vertex_phases(self.names[gen], gcand).items()
                                                if k != "generation"}}}
@@ -547,7 +549,8 @@ class PlacementEvaluator:
                 gpu = "critic"
             waited = (name == REFERENCE and actor_ref) or (name == CRITIC_INFER and critic_reward)
             roles.append(LoopRole(res[j][0].strategy.dp, t, waited=waited, later=name == REWARD,
-                                  lockstep=inference_sharded(self.instance, name), gpu=gpu))
+                                  lockstep=inference_sharded(self.instance, name, on_fsdp_workers(
+                                      self.instance, "infer", res[j][0].strategy)), gpu=gpu))
         return tuple(roles), "actor" if actor_ref and ref[2] == span[TRAIN][2] else None
 
     def _colocated_engine(self, out: list) -> list | str:

@@ -75,12 +75,15 @@ def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
     when nothing changes or the framework cannot run it (not an option of that framework: skipped, not
     reported)."""
     options = {}
+    # a sharding the hint sets, or a backend it forces, is the config's own: it no longer follows the backend
+    given = {"sharding_follows_backend": False} if "sharding" in training or policy.get(
+        "trainer_backend", "auto") != "auto" else {}
     for model in ("actor", "critic"):
         if model not in instance.models:
             continue
         current = instance.training.get(model, DEFAULT_TRAINING)
         try:
-            options[model] = replace(current, **training)
+            options[model] = replace(current, **training, **given)
         except (ConfigError, TypeError, ValueError):
             return None
     changed = any(options[m] != instance.training.get(m, DEFAULT_TRAINING) for m in options) or any(

@@ -38,7 +38,12 @@ from packplace.placement.emit.common import (
     same_gpus,
 )
 from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
-from packplace.placement.model.memory import TrainingOptions, forced_sequence_parallel, resolved_training
+from packplace.placement.model.memory import (
+    TrainingOptions,
+    backend_sharding,
+    forced_sequence_parallel,
+    resolved_training,
+)
 from packplace.placement.model.stages import resolved_sharding
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
@@ -147,6 +152,7 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
     # one neither backend runs: refused (stages.trainer_sharding)
     resolved_sharding(options.sharding, "nemo-rl", "auto", f"training.{'actor' if prefix == 'policy' else 'critic'}"
                                                            f".sharding")
+    options = backend_sharding(options, not megatron)   # unset under auto: the layout the plan was priced with
     if megatron:
         s[f"{prefix}.dtensor_cfg.enabled"] = False
         s[f"{prefix}.megatron_cfg.enabled"] = True
@@ -179,7 +185,7 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         s[f"{prefix}.dtensor_cfg.lora_cfg.enabled"] = True
         s[f"{prefix}.dtensor_cfg.lora_cfg.dim"] = options.lora_rank
         s[f"{prefix}.dtensor_cfg.lora_cfg.match_all_linear"] = True
-    if options.sharding != "zero3":   # trainer_backend auto on a DTensor layout (an explicit fsdp is refused)
+    if options.sharding != "zero3":   # a given zero1 / none under auto on a DTensor layout (fsdp refuses it)
         out.notes.append(f"{task.name} sharding {options.sharding}: the DTensor {prefix} is FSDP2 (ZeRO-3), no "
                          f"more memory than planned, more all-gathers per step")
 

@@ -51,6 +51,7 @@ from packplace.placement.model.layout_rules import config_refusals, mixed_backen
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     TrainingOptions,
+    backend_sharding,
     forced_sequence_parallel,
     resolved_training,
 )
@@ -226,6 +227,7 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
     model_key = "actor_rollout_ref.model" if prefix.startswith("actor") else "critic.model"
     role = "actor" if prefix.startswith("actor") else "critic"   # one neither backend runs: refused
     resolved_sharding(options.sharding, "verl", "auto", f"training.{role}.sharding")
+    options = backend_sharding(options, not megatron)   # unset under auto: the layout the plan was priced with
     if megatron:
         s[f"{prefix}.megatron.tensor_model_parallel_size"] = task.strategy.tp
         s[f"{prefix}.megatron.pipeline_model_parallel_size"] = task.strategy.pp
@@ -247,7 +249,7 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
                                 f"+{prefix}.megatron.override_ddp_config.grad_reduce_in_fp32=False (verl v0.5.0 on)")
     else:
         fsdp = "actor_rollout_ref.actor.fsdp_config" if prefix.startswith("actor") else "critic.fsdp"
-        if options.sharding != "zero3":   # trainer_backend auto on a 1-D layout (an explicit fsdp is refused)
+        if options.sharding != "zero3":   # a given zero1 / none under auto on a 1-D layout (fsdp refuses it)
             out.notes.append(f"{task.name} sharding {options.sharding}: verl's FSDP workers shard parameters, "
                              f"gradients and optimizer state (ZeRO-3): no more memory than planned, more "
                              f"all-gathers per step")

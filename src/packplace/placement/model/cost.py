@@ -243,6 +243,11 @@ class CostModel(metaclass=CountsGuarded):
             ``S + T`` tokens (:meth:`padded_row`), at which their memory is sized (:meth:`peak_pass_tokens`) and
             their dense layers are timed, their attention on each sequence's real tokens (:meth:`pass_shape`,
             :meth:`attention_length`).
+        backend_sharded_models: The roles whose ``zero3`` follows the backend
+            (:attr:`~packplace.placement.model.memory.TrainingOptions.sharding_follows_backend`: a trained model's
+            sharding unset under ``trainer_backend: auto``, and the roles that run in its workers): their passes
+            run on ZeRO-3 / FSDP weights, as those of :attr:`sharded_models`, at a strategy whose kernels are not
+            Megatron-Core's (:meth:`pass_kernels`; :meth:`packs_in_lockstep`).
 
     Every setting above is keyed by role, never by shape: two roles of one shape (a reward model of the
     critic's trunk, a reference identical to the actor) keep their own. A vertex's time is priced on the view of
@@ -266,7 +271,8 @@ class CostModel(metaclass=CountsGuarded):
                  context_parallel: Mapping[str, int] | None = None,
                  context_parallel_forwards: frozenset = frozenset(),
                  models: Mapping[str, ModelSpec] | None = None, padding: str = "none",
-                 padded_models: frozenset = frozenset()) -> None:
+                 padded_models: frozenset = frozenset(),
+                 backend_sharded_models: frozenset = frozenset()) -> None:
         self.hw = hardware
         self.cluster = cluster
         self.workload = workload
@@ -276,13 +282,15 @@ class CostModel(metaclass=CountsGuarded):
         settings = {"sharded_models": sharded_models, "training": training or {},
                     "trainer_moves_optimizer": trainer_moves_optimizer, "dynamic_models": dynamic_models,
                     "bare_loop_models": bare_loop_models, "context_parallel": context_parallel or {},
-                    "context_parallel_forwards": context_parallel_forwards, "padded_models": padded_models}
+                    "context_parallel_forwards": context_parallel_forwards, "padded_models": padded_models,
+                    "backend_sharded_models": backend_sharded_models}
         for field, roles in settings.items():
             unknown = sorted(str(r) for r in roles if r not in self.models)
             if unknown:
                 raise ValueError(f"CostModel {field}: roles {unknown} have no shape in models "
                                  f"(roles: {sorted(self.models)}); settings are keyed by role")
         self.sharded_models = frozenset(sharded_models)
+        self.backend_sharded_models = frozenset(backend_sharded_models)
         self.training = dict(training) if training else {}
         self.trainer_moves_optimizer = frozenset(trainer_moves_optimizer)
         self.transformer_engine = transformer_engine
@@ -352,6 +360,16 @@ class CostModel(metaclass=CountsGuarded):
     def shards(self, model: ModelSpec) -> bool:
         """Whether ``model``'s role shards its weights with ZeRO-3 / FSDP (:attr:`sharded_models`)."""
         return self._holds(self.sharded_models, model)
+
+    def packs_in_lockstep(self, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> bool:
+        """Whether ``model``'s role runs its passes at pipeline, tensor and expert degrees ``pp``, ``tp``, ``ep`` on
+        ZeRO-3 / FSDP-partitioned weights: :meth:`shards`, or a role of :attr:`backend_sharded_models` at a
+        strategy off Megatron-Core's kernels (:meth:`pass_kernels`: the FSDP / DTensor workers, whose one layout
+        is ``zero3``)."""
+        if self._holds(self.sharded_models, model):
+            return True
+        return (self._holds(self.backend_sharded_models, model)
+                and self._pass_kernels_unchecked(pp, tp, ep) != "megatron")
 
     def context_parallel_degree(self, model: ModelSpec) -> int:
         """The context-parallel degree of ``model``'s role (:attr:`context_parallel`; 1 without one)."""
@@ -430,7 +448,7 @@ class CostModel(metaclass=CountsGuarded):
         packed model
         (:meth:`packed`) takes its packs (:meth:`~packplace.placement.model.sequence_packing.PackedPasses.shape`):
         Megatron-Core workers when :meth:`pass_kernels` says so, else DTensor; in lockstep on ZeRO-3 / FSDP
-        weights (:attr:`sharded_models`); training over ``optimizer_steps`` global batches, a log-prob pass
+        weights (:meth:`packs_in_lockstep`); training over ``optimizer_steps`` global batches, a log-prob pass
         over the whole batch. A verl pass on padded rows (:meth:`padded_row`, ``S + T`` tokens a row) takes
         ``mb`` rows of ``S + T`` tokens a micro-batch, and under the dynamic batch size the same micro-batch
         count (verl splits by real tokens: ``rearrange_micro_batches`` sums ``attention_mask``), each of its
@@ -443,7 +461,7 @@ class CostModel(metaclass=CountsGuarded):
             assert self.packing is not None
             steps = self.options(model).optimizer_steps if kind == "train" else 1
             m, tokens, _ = self.packing.shape(kind, dp, pp, tp, self._pass_kernels_unchecked(pp, tp, ep) == "megatron",
-                                              self.shards(model), steps)
+                                              self._packs_in_lockstep_unchecked(model, pp, tp, ep), steps)
             return m, tokens
         row = self._padded_row_unchecked(model, pp, tp, ep)
         dynamic = self._dynamic_chunk_unchecked(model, kind, dp)
@@ -496,7 +514,7 @@ class CostModel(metaclass=CountsGuarded):
             assert self.packing is not None
             steps = self.options(model).optimizer_steps if kind == "train" else 1
             return self.packing.shape(kind, dp, pp, tp, self._pass_kernels_unchecked(pp, tp, ep) == "megatron",
-                                      self.shards(model), steps)[2]
+                                      self._packs_in_lockstep_unchecked(model, pp, tp, ep), steps)[2]
         s = float(self.workload.train_seq_len)
         row = self._padded_row_unchecked(model, pp, tp, ep)
         if row:   # verl's padded rows under flash_attention_2: varlen over each sequence's own tokens
@@ -1992,6 +2010,7 @@ class CostModel(metaclass=CountsGuarded):
     _link_unchecked = link
     _moe_alltoall_unchecked = moe_alltoall
     _optimizer_ranks_unchecked = optimizer_ranks
+    _packs_in_lockstep_unchecked = packs_in_lockstep
     _pass_kernels_unchecked = pass_kernels
     _pass_shape_unchecked = pass_shape
     _pass_time_unchecked = pass_time

@@ -253,6 +253,7 @@ class TrainingOptions:
     moe_router_dtype: str | None = None
     sequence_parallel: bool | None = None
     fp32_params: bool | None = None
+    sharding_follows_backend: bool = False
 
     def __post_init__(self) -> None:
         for name, valid in (("sharding", SHARDING), ("recompute", RECOMPUTE), ("offload", OFFLOAD)):
@@ -350,6 +351,20 @@ def lora_train_state_bytes(model: ModelSpec, pp: int, tp: int, dp: int, options:
 
 
 DEFAULT_TRAINING = TrainingOptions()
+
+
+def backend_sharding(options: TrainingOptions, fsdp: bool) -> TrainingOptions:
+    """``options`` with the sharding of the workers a strategy runs on where it follows the backend
+    (:attr:`TrainingOptions.sharding_follows_backend`: ``sharding`` unset under verl's or NeMo RL's
+    ``trainer_backend: auto``): ``zero3`` on their FSDP / DTensor workers (``fsdp`` true; the one layout those
+    run, :func:`~packplace.placement.model.stages.trainer_sharding` of ``fsdp``: verl ``fsdp_workers.py``
+    ``FULL_SHARD`` / FSDP2 ``fully_shard``, NeMo RL ``dtensor/parallelize.py`` ``fully_shard``, v0.4.0-v0.7.0),
+    ``zero1`` on Megatron-Core (``use_distributed_optimizer: true`` in both frameworks' configs); ``options``
+    unchanged where the sharding was given (or resolved by a forced backend)."""
+    if not options.sharding_follows_backend:
+        return options
+    sharding = "zero3" if fsdp else "zero1"
+    return options if options.sharding == sharding else replace(options, sharding=sharding)
 def resolved_training(options: TrainingOptions, framework: str, megatron: bool, tp: int = 1,
                       ep: int = 1) -> TrainingOptions:
     """``options`` with ``fp32_grad_buffer``, ``sequence_parallel`` and ``fp32_params`` set where they are unset

@@ -98,8 +98,11 @@ def trainer_sharding(framework: str, backend: str) -> tuple[str, tuple[str, ...]
       ``examples/configs/grpo_math_1B.yaml`` ``policy.megatron_cfg.optimizer.use_distributed_optimizer: true``,
       v0.4.0-v0.7.0) or ``none`` (``use_distributed_optimizer: false``); neither shards the gradients or the
       parameters.
-    - verl and NeMo RL under ``auto``: ``zero1`` unset; ``zero3`` keeps the trainer on its FSDP / DTensor workers
-      and ``none`` / ``zero1`` on its Megatron ones
+    - verl and NeMo RL under ``auto``: ``zero1`` unset, held for the Megatron workers: the config marks it as
+      following the backend (:attr:`~packplace.placement.model.memory.TrainingOptions.sharding_follows_backend`),
+      and each strategy that runs on the FSDP / DTensor workers is priced at their ``zero3``
+      (:func:`~packplace.placement.model.memory.backend_sharding`); ``zero3`` given keeps the trainer on its FSDP /
+      DTensor workers and ``none`` / ``zero1`` on its Megatron ones
       (:func:`~packplace.placement.model.layout_rules.trainer_backend`); ``zero2`` neither runs.
     - OpenRLHF: every DeepSpeed ZeRO stage, ``zero2`` unset (``openrlhf/cli/train_ppo_ray.py`` ``--zero_stage`` /
       ``--ds.zero_stage`` ``default=2``, v0.6.0-v0.11.0); DeepSpeed-Chat: every stage, ``none`` unset

@@ -287,7 +287,8 @@ POLICY_FIELDS: dict[str, Field] = {
 TRAINING_FIELDS: dict[str, Field] = {
     "sharding": Field("enum", choices=SHARDING, default=None,
                       meaning="training state sharding over data parallel ranks (zero3 = FSDP full shard); unset: the "
-                              "trainer's own (verl / NeMo RL FSDP zero3, Megatron or auto zero1, OpenRLHF zero2, "
+                              "trainer's own (verl / NeMo RL FSDP zero3, Megatron zero1, under auto each strategy "
+                              "its workers' own: zero3 on FSDP / DTensor, zero1 on Megatron; OpenRLHF zero2, "
                               "DeepSpeed-Chat none, else zero1)"),
     "recompute": Field("enum", choices=RECOMPUTE, default="selective",
                        meaning="activation recomputation (selective: the attention core; full: every layer)"),
@@ -1382,7 +1383,11 @@ def _training(section: dict[str, Any], models: tuple[str, ...], policy: Mapping[
     trainer's (``policy``'s ``framework`` and ``trainer_backend``; none: a bare trainer,
     :func:`~packplace.placement.model.stages.resolved_sharding`): its own where unset. Under verl's or NeMo RL's
     ``trainer_backend: auto`` a model set to ``zero3`` keeps the trainer on its FSDP workers (one backend for the
-    plan): the other model's unset is ``zero3`` too, and its ``none`` / ``zero1`` is refused.
+    plan): the other model's unset is ``zero3`` too, and its ``none`` / ``zero1`` is refused. Otherwise an unset
+    sharding under ``auto`` follows the backend each strategy runs on
+    (:attr:`~packplace.placement.model.memory.TrainingOptions.sharding_follows_backend`,
+    :func:`~packplace.placement.model.memory.backend_sharding`: ``zero3`` on the FSDP / DTensor workers, ``zero1``
+    on Megatron-Core).
 
     Raises:
         ConfigError: a sharding the trainer cannot run, naming ``training.sharding`` (or
@@ -1408,8 +1413,10 @@ def _training(section: dict[str, Any], models: tuple[str, ...], policy: Mapping[
         if merged.get("fsdp_size") is None:     # unset: the state shards over every data-parallel rank
             merged["fsdp_size"] = 0
         field = f"training.{model}.sharding" if given.get("sharding") is not None else "training.sharding"
+        # unset under auto: each strategy takes its workers' layout (memory.backend_sharding), zero1 held here
+        follows = merged.get("sharding") is None and trainer[0] in ("verl", "nemo-rl") and trainer[1] == "auto"
         merged["sharding"] = resolved_sharding(merged.get("sharding"), trainer[0], trainer[1], field)
-        out[model] = TrainingOptions(**merged)
+        out[model] = TrainingOptions(**merged, sharding_follows_backend=follows)
     return out, balance
 
 

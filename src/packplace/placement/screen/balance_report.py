@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from packplace.placement.candidates import CandidateTable, vertex_balance
+from packplace.placement.candidates import CandidateTable, on_fsdp_workers, vertex_balance
 from packplace.placement.evaluator import PlacementEvaluator, get_evaluator
 from packplace.placement.model.dp_balance import BALANCE_SPLITS, BalanceSetting
 from packplace.placement.problem.plan import Plan
@@ -30,7 +30,7 @@ def plan_balance(instance: Any, plan: Plan) -> dict[str, dict[str, Any]]:
         return {}
     out = {}
     for name, vp in plan.vertices:
-        vb = vertex_balance(instance, name)
+        vb = vertex_balance(instance, name, on_fsdp_workers(instance, instance.graph.vertex(name).kind, vp.strategy))
         if vb is None:
             continue
         role = instance.graph.vertex(name).model
