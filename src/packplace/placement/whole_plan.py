@@ -22,15 +22,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from packplace.placement.candidates import (
+    Candidate,
     CandidateTable,
     block_counts,
     gb,
+    keeps_train_state,
     memory_budget,
     sleeps_between_calls,
     train_state_kept,
+    trainer_pool,
     weight_group,
 )
-from packplace.placement.model.layout_rules import Context, own_gpus
+from packplace.placement.model.layout_rules import TRAIN, Context, own_gpus
 from packplace.placement.problem.hardware import Cluster
 
 #: Largest group of tasks :func:`shared_gpu_shortfall` examines together (pairs and triples: a group of
@@ -295,3 +298,94 @@ def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float,
                       for n, (_, res, tr, k) in zip(group, choice))
     return (f"no plan fits in memory: {tasks} share a GPU in any plan on {total} GPUs, where they need at least "
             f"{gb(least)} GB ({parts} resident + while running), {gb(capacity)} GB available")
+
+
+def _pair_need(instance: Any, name: str, train: Candidate, other: Candidate) -> float:
+    """Bytes on each GPU that actor.train's candidate ``train`` and task ``name``'s candidate ``other`` need on
+    the same block, the two alone: the evaluator's rule
+    (:meth:`~packplace.placement.evaluator.PlacementEvaluator._phase_bytes`, its largest phase) for two tasks: per
+    weight group (:func:`~packplace.placement.candidates.weight_group`) the largest resident bytes of the tasks
+    that stay awake, a sleeping engine's (:func:`~packplace.placement.candidates.sleeps_between_calls`) only in
+    its own phase, plus both tasks' kept bytes, plus the running task's transient bytes beyond its kept ones, and
+    for an engine beside which its trainer's state stays (:func:`~packplace.placement.candidates.keeps_train_state`)
+    what its resident bytes and the trainer's :attr:`~packplace.placement.candidates.Candidate.rollout_kept_bytes`
+    add beyond its model's resident bytes. Every other task on the block only adds bytes: a lower bound."""
+    own, group = weight_group(instance, TRAIN), weight_group(instance, name)
+    sleeps = sleeps_between_calls(instance, name)
+    awake = {own: train.resident_bytes}
+    if not sleeps:
+        awake[group] = max(awake.get(group, 0.0), other.resident_bytes)
+    base, kept = sum(awake.values()), train.kept_bytes + other.kept_bytes
+    model = awake.get(group, 0.0)
+    if sleeps and other.resident_bytes > model:   # its own weights, woken for its call
+        base_other, model = base - model + other.resident_bytes, other.resident_bytes
+    else:
+        base_other = base
+    state = train.rollout_kept_bytes if keeps_train_state(instance, name) else 0.0
+    excess = max(0.0, other.resident_bytes + state - model) if state > 0.0 else 0.0
+    return max(base + kept + train.transient_excess, base_other + kept + other.transient_excess + excess)
+
+
+def _least_pair(instance: Any, name: str, train: list[Candidate],
+                others: list[Candidate]) -> dict[int, tuple[float, Candidate, Candidate]]:
+    """Per block size (GPUs) both task lists hold, ``(need, train candidate, other candidate)`` of the pair that
+    needs the least (:func:`_pair_need`); candidates with the same bytes are tried once."""
+    def distinct(cands: list[Candidate]) -> dict[int, list[Candidate]]:
+        out: dict[int, dict[tuple[float, ...], Candidate]] = {}
+        for c in cands:
+            out.setdefault(c.gpus, {}).setdefault(
+                (c.resident_bytes, c.transient_bytes, c.kept_bytes, c.rollout_kept_bytes), c)
+        return {g: list(v.values()) for g, v in out.items()}
+
+    mine, theirs = distinct(train), distinct(others)
+    least = {}
+    for g in sorted(set(mine) & set(theirs)):
+        least[g] = min(((_pair_need(instance, name, t, x), t, x) for t in mine[g] for x in theirs[g]),
+                       key=lambda e: e[0])
+    return least
+
+
+def colocation_shortfall(table: CandidateTable) -> str | None:
+    """A proof that no plan fits because a task the framework keeps on exactly actor.train's GPUs
+    (:func:`trainer_pool`: verl's reference, critic, rollout without its asynchronous pool, reward model without
+    its pool) fits beside no candidate of the trainer on the same block, or None (which proves nothing).
+
+    Both tasks run on the same block, so on the same number of GPUs: for every block size on which actor.train
+    has a memory-feasible candidate, either the other task has none of that size, or every pair of their
+    memory-feasible candidates of that size needs more than ``memory_per_gpu`` on each GPU (:func:`_pair_need`,
+    the evaluator's bytes for the two alone, a lower bound of a plan's). The candidates' bytes depend on their
+    strategy and block, not on the cluster: a proof here holds for the block sizes this cluster proposes only,
+    and a larger cluster is checked on its own table. None where the table prices the engine at another
+    ``gpu_memory_utilization`` when colocated (:attr:`CandidateTable.colocated`) or the task is a hybrid engine
+    (:func:`~packplace.placement.candidates.train_state_kept`): their bytes follow other rules.
+
+    Returns:
+        One line: "no plan fits in memory: verl runs T on exactly actor.train's GPUs (...); on every block
+        size actor.train fits on (A to B GPUs), the two need more than W GB on each GPU: at least X GB on G GPUs
+        (actor.train R + T GB, T R + T GB resident + while running)", or None.
+    """
+    instance = table.instance
+    train = table.feasible.get(TRAIN, ())
+    if table.colocated or not train:
+        return None
+    capacity = instance.hardware.memory_per_gpu
+    sizes = sorted({c.gpus for c in train})
+    for name in trainer_pool(instance):
+        others = table.feasible[name]
+        if train_state_kept(instance, name) or not others:
+            continue
+        least = _least_pair(instance, name, list(train), list(others))
+        if any(need <= capacity * (1 + PROOF_MARGIN) for need, _, _ in least.values()):
+            continue
+        missing = [g for g in sizes if g not in least]
+        span = f"{sizes[0]} GPUs" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]} GPUs"
+        head = (f"no plan fits in memory: verl runs {name} on exactly actor.train's GPUs (one resource pool, the "
+                f"hybrid engine: verl/trainer/main_ppo.py); on every block size actor.train fits on ({span})")
+        if not least:
+            return f"{head}, {name} has no memory-feasible candidate of the same size"
+        g, (need, t, x) = min(least.items(), key=lambda e: (e[1][0], e[0]))
+        none = (f"; {name} has no memory-feasible candidate of {len(missing)} of those sizes" if missing else "")
+        return (f"{head}, the two need more than {gb(capacity)} GB on each GPU: at least {gb(need)} GB on {g} GPUs "
+                f"(actor.train {gb(t.resident_bytes)} + {gb(t.transient_bytes)} GB, {name} {gb(x.resident_bytes)} + "
+                f"{gb(x.transient_bytes)} GB resident + while running){none}")
+    return None
