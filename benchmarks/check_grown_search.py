@@ -10,8 +10,9 @@ reference, a 4-layer reward model, 16 prompts x 2 samples of 128 + 128 tokens) o
 at each ``--gmu`` (``policy.gpu_memory_utilization``; from 0.64 vLLM starts the engine): actor.train needs 24
 GPUs, so the check grows the cluster (16 to 512 GPUs) and runs the ``concurrent`` solver on each size its
 table does not rule out. ``off`` switches the proof off (``colocation_shortfall`` returns None: the code
-before it), ``on`` keeps it; the limit is 600 s (never reached). Columns: wall and CPU seconds (the CPU's steadier on a loaded machine), the sizes the solver ran on
-(``solves``), and the message's tail from "no whole plan found".
+before it), ``on`` keeps it; the limit is 600 s (never reached). Columns: wall and CPU seconds (the CPU's
+steadier on a loaded machine), the sizes the solver ran on (``solves``), and the message's tail from "no whole
+plan found".
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def config(gmu: float) -> dict:
 
 def run(gmu: float, proof: bool) -> tuple[float, float, list[int], str]:
     """Wall and CPU seconds (``time.process_time``) of one ``check_instance`` call, the grown sizes the concurrent
-    solver ran on, the message's tail."""
+    solver ran on (each once: ``solve_placement`` is entered more than once per size), the message's tail."""
     solves: list[int] = []
     real_solve, real_proof = api.solve_placement, api.colocation_shortfall
 
@@ -62,7 +63,7 @@ def run(gmu: float, proof: bool) -> tuple[float, float, list[int], str]:
     finally:
         api.solve_placement, api.colocation_shortfall = real_solve, real_proof
     at = verdict.find("no whole plan found")
-    return seconds, cpu, solves, verdict[at:at + 160] if at >= 0 else verdict[:160]
+    return seconds, cpu, sorted(set(solves)), verdict[at:at + 160] if at >= 0 else verdict[:160]
 
 
 def main() -> None:

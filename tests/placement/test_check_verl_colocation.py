@@ -1,12 +1,13 @@
 """verl keeps its reference, critic, rollout (without its asynchronous pool) and reward model (without its pool) on
 exactly actor.train's GPUs (``verl/trainer/main_ppo.py``: ``Role.ActorRollout``, ``Role.RefPolicy``,
 ``Role.Critic`` and ``Role.RewardModel`` mapped to ``global_pool``, v0.3.0.post1 lines 118-142): the check's
-search for the smallest grown cluster rules a size out from its table without a solve where such a task fits
-beside no trainer candidate of the same block size (:func:`~packplace.placement.whole_plan.colocation_shortfall`),
+search for the smallest grown cluster rules a size out from its table without a solve where those tasks fit
+beside no trainer candidate on its block (:func:`~packplace.placement.whole_plan.colocation_shortfall`),
 and the no-fit message counts the block they share, not every task on its own GPUs."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,14 @@ from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.model.layout_rules import Context, verl_trainer_pool
 from packplace.placement.problem.config import build_instance
 from packplace.placement.problem.hardware import Cluster
-from packplace.placement.whole_plan import _least_pair, _pair_need, colocation_shortfall
+from packplace.placement.problem.plan import Allocation, Plan
+from packplace.placement.whole_plan import (
+    _beside,
+    _group_least,
+    _least_beside,
+    _pair_need,
+    colocation_shortfall,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_vllm_start_refusal import _verl_toy  # noqa: E402
@@ -68,30 +76,50 @@ def test_the_pair_need_is_the_evaluator_s_bytes_for_the_two_alone(name):
     assert checked > 0
 
 
-def test_the_rollout_fits_beside_no_trainer_block_on_32_gpus():
-    """By hand, the least pair on 32 GPUs: actor.train (dp 1, pp 4, tp 8) holds 5,110,129,664 B resident, all of
-    it kept while the engine generates (verl keeps the actor's state: rollout_kept_bytes), and 226,209,382.4 B
-    while it trains; actor.generate (dp 2, pp 2, tp 8) 1,003,783,168 B of weights and 4,116,216,832 B kept beside
-    every phase. Training: 5,110,129,664 + 4,116,216,832 + 226,209,382.4 = 9,452,555,878.4 B; generating: the
-    model's 5,110,129,664 + kept 4,116,216,832 + the engine's weights beyond it, 1,003,783,168 + 5,110,129,664 -
-    5,110,129,664 = 10,230,129,664 B: over 8 GB, as every other pair on 24 and 32 GPUs."""
-    inst = _grown(0.64, 4)
-    table = get_table(inst)
-    least = _least_pair(inst, "actor.generate", list(table.feasible["actor.train"]),
-                        list(table.feasible["actor.generate"]))
-    assert sorted(least) == [24, 32]
-    need, t, x = least[32]
-    assert need == 10_230_129_664
-    assert (t.strategy.dp, t.strategy.pp, t.strategy.tp) == (1, 4, 8)
-    assert (x.strategy.dp, x.strategy.pp, x.strategy.tp) == (2, 2, 8)
-    assert least[24][0] > 8e9
-    assert colocation_shortfall(table) == (
-        "no plan fits in memory: verl runs actor.generate on exactly actor.train's GPUs (one resource pool, the "
-        "hybrid engine: verl/trainer/main_ppo.py); on every block size actor.train fits on (24 to 32 GPUs), the two "
-        "need more than 8 GB on each GPU: at least 10.2 GB on 32 GPUs (actor.train 5.11 + 0.226 GB, actor.generate "
-        "1 + 4.12 GB resident + while running)")
-    # on 128 GPUs pp 16 leaves the trainer 2.35 GB: a pair fits, no proof (the solver searches there)
-    assert colocation_shortfall(get_table(_grown(0.64, 16))) is None
+def test_the_group_bound_stays_below_the_evaluator_s_bytes():
+    """On 128 GPUs, for every fifth trainer candidate and every choice of the pool's candidates beside it (the first
+    4 of each task), :func:`_group_least` of the one choice is at most the evaluator's largest phase of the four on
+    one block."""
+    inst = _grown(0.64, 16)
+    table, ev = get_table(inst), get_evaluator(inst)
+    names = trainer_pool(inst)
+    idx = [ev.index["actor.train"]] + [ev.index[n] for n in names]
+    checked = 0
+    for t in table.feasible["actor.train"][::5]:
+        lists = [_beside(inst, t, n, list(table.feasible[n]))[:4] for n in names]
+        for combo in itertools.product(*lists):
+            res = [None] * len(ev.names)
+            for i, c in zip(idx, (t, *combo)):
+                res[i] = (c, 0, t.gpus)
+            bound = _group_least(inst, t, {n: [x] for n, x in zip(names, combo)})
+            assert bound <= max(ev._phase_bytes(res, idx, 0, t.gpus).values()) * (1 + 1e-12)
+            checked += 1
+    assert checked > 100
+
+
+def test_the_rollout_fits_beside_no_trainer_candidate_up_to_128_gpus():
+    """By hand, the least on 32 GPUs: beside actor.train (dp 1, pp 4, tp 8, 5,110,129,664 B resident, all of it
+    kept while the engine generates: rollout_kept_bytes), the generation phase holds the trainer's 5,110,129,664 B,
+    the engine's whole pool, 0.64 x 8e9 = 5,120,000,000 B (its weights, kept and transient bytes: the least of any
+    candidate beside it), the reference's weights at the trainer's layout (Megatron: pp 4, tp 8) 567,559,168 B and
+    the reward model's 783,616 B: 10,798,472,448 B, over 8 GB; every other trainer candidate needs more. On 128
+    GPUs the least is 8.24 GB (dp 4, pp 4, tp 8: pp at most the reward model's 4 layers, at the trainer's
+    layout); on 256 GPUs a choice fits (7.82 GB; the evaluator scores that plan feasible), no proof."""
+    table = get_table(_grown(0.64, 4))
+    t = min((c for c in table.feasible["actor.train"] if (c.strategy.dp, c.strategy.pp, c.strategy.tp) == (1, 4, 8)),
+            key=lambda c: c.memory_bytes)
+    pool = {n: list(table.feasible[n]) for n in trainer_pool(table.instance)}
+    assert _least_beside(table.instance, t, pool) == 10_798_472_448
+    head = ("no plan fits in memory: verl runs actor.generate, reference.infer and reward.infer on exactly "
+            "actor.train's GPUs (one resource pool, the hybrid engine: verl/trainer/main_ppo.py; on the Megatron "
+            "backend reference.infer and reward.infer at its layout: one Megatron-Core parallel state per worker "
+            "process); beside every memory-feasible candidate of actor.train (24 to ")
+    assert colocation_shortfall(table) == (f"{head}32 GPUs) they need more than 8 GB on each GPU: at least 10.8 GB "
+                                           f"beside actor.train (dp 1, pp 4, tp 8) on 32 GPUs")
+    assert colocation_shortfall(get_table(_grown(0.64, 16))) == (
+        f"{head}128 GPUs) they need more than 8 GB on each GPU: at least 8.24 GB beside actor.train (dp 4, pp 4, "
+        f"tp 8) on 128 GPUs")
+    assert colocation_shortfall(get_table(_grown(0.64, 32))) is None
 
 
 def test_the_message_counts_the_block_verl_shares():
@@ -109,7 +137,7 @@ def test_the_message_counts_the_block_verl_shares():
 
 def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
     """Grown to 8x (16, 32 and 64 GPUs): 16 is below actor.train's 24, 32 and 64 are ruled out by the rollout
-    beside the trainer (at 0.8 the least pair needs 9.55 GB on 56 GPUs), so the concurrent solver never runs
+    beside the trainer, so the concurrent solver never runs
     and the message names both sizes and the first proof."""
     calls = []
     real = api.solve_placement
@@ -125,6 +153,23 @@ def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
     assert calls == []
     text = str(info.value)
     assert ("no whole plan found on clusters up to 64 GPUs (ruled out without a search on 32 and 64 GPUs: no plan "
-            "fits in memory: verl runs actor.generate on exactly actor.train's GPUs") in text
-    assert "at least 11.5 GB on 32 GPUs" in text
+            "fits in memory: verl runs actor.generate, reference.infer and reward.infer on exactly actor.train's "
+            "GPUs") in text
+    assert "beside every memory-feasible candidate of actor.train (24 to 32 GPUs) they need more than 8 GB" in text
     assert "the concurrent solver found none" not in text
+
+
+def test_a_whole_plan_fits_on_256_gpus_where_no_proof_holds():
+    """On 256 GPUs the four share one block: actor.train, the reference and the reward model at dp 8, pp 4, tp 8
+    (the reward model's 4 layers cap pp), the engine at dp 32, tp 8, each at its least-memory micro-batch; the
+    evaluator scores the plan feasible (the concurrent solver of the grown-cluster search does not find it)."""
+    inst = _grown(0.64, 32)
+    table, ev = get_table(inst), get_evaluator(inst)
+    layout = {"actor.train": (8, 4, 8), "reference.infer": (8, 4, 8), "reward.infer": (8, 4, 8),
+              "actor.generate": (32, 1, 8)}
+    chosen = {n: min((c for c in table.feasible[n] if c.gpus == 256
+                      and (c.strategy.dp, c.strategy.pp, c.strategy.tp) == s), key=lambda c: c.memory_bytes)
+              for n, s in layout.items()}
+    extent = chosen["actor.train"].extent
+    plan = Plan.build({n: c.at(Allocation((0, 0, 0), extent)) for n, c in chosen.items()})
+    assert ev.score(plan).feasible
