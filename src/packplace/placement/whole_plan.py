@@ -449,7 +449,7 @@ def colocation_shortfall(table: CandidateTable) -> str | None:
     layout = _same_layout(instance)
     pool = {n: _distinct(table.feasible[n], n in layout) for n in names}
     needs = []
-    for t in _distinct(train, True):
+    for t in sorted(_distinct(train, True), key=lambda c: c.memory_bytes):   # the likeliest to fit first
         need = _least_beside(instance, t, pool)
         if need <= capacity * (1 + PROOF_MARGIN):
             return None
