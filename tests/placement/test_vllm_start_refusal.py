@@ -234,7 +234,8 @@ def test_the_suggested_0_64_starts_the_engine_and_0_63_does_not(work_clock):
     assert {(c.strategy.tp, c.strategy.pp) for c in started} >= {(4, 2)}
     # the check at 0.64 passes the engine; the trainer is next. On the work clock with a short limit: the verdict
     # comes from the table (actor.train's smallest block); unhurried, the search for a cluster on which a whole
-    # plan fits ran to 512 GPUs (minutes) and found none (verl keeps the trainer on the engine's GPUs)
+    # plan fits rules 32 to 128 GPUs out from their tables (verl keeps the engine on the trainer's GPUs) and runs
+    # concurrent on 256 and 512 (minutes), which finds none (test_check_verl_colocation.py: one fits on 256)
     with pytest.raises(InfeasibleError) as info:
         check_instance(build_instance(_verl_toy(0.64)), time_limit_s=5.0)
     text = str(info.value)

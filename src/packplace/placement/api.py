@@ -20,7 +20,7 @@ Options: ``solver`` (default :data:`DEFAULT_SOLVER`), ``time_limit_s`` (None: th
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packplace.errors import ConfigError, InfeasibleError
@@ -30,7 +30,7 @@ from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.fit_hints import hinting, with_hints
 from packplace.placement.problem.config import PlacementInstance
 from packplace.placement.problem.hardware import Cluster
-from packplace.placement.whole_plan import PlacementCheck, shared_gpu_shortfall
+from packplace.placement.whole_plan import PlacementCheck, colocation_shortfall, shared_gpu_shortfall
 from packplace.registry import get
 from packplace.result import UNKNOWN, SolveResult
 from packplace.run import Run, check_limits, clock, passed, solve_with
@@ -326,7 +326,10 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
                             deadline: float | None = None) -> str:
     """The smallest grown cluster (same node and rack shape, doubled up to :data:`MAX_GROWTH` times) on which
     the ``concurrent`` solver finds a plan that fits in memory, with each task's GPUs in that plan; else
-    the upper bound of :meth:`CandidateTable.whole_plan_bound` and the largest size tried.
+    the upper bound of :meth:`CandidateTable.whole_plan_bound` and the sizes tried: those a proof from the grown
+    cluster's table rules out (:func:`~packplace.placement.whole_plan.shared_gpu_shortfall`,
+    :func:`~packplace.placement.whole_plan.colocation_shortfall`: no solver runs there) and those the solver
+    searched in vain.
 
     ``deadline`` (a :data:`~packplace.run.clock` reading; None: :data:`SEARCH_TIME_LIMIT_S` per size, no
     overall limit) bounds the whole search: each grown cluster's table and solve get the time left, and a size
@@ -334,7 +337,7 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
     time limit" and the upper bound, never a size that a longer search might have beaten."""
     c = instance.cluster
     least = max(entry.needed or 0 for entry in short)  # no plan fits on fewer GPUs than its neediest task
-    factor = 2
+    factor, tried = 2, _Tried()
     while factor <= MAX_GROWTH:
         grown = (Cluster(1, c.nodes_per_rack * factor, c.gpus_per_node) if c.racks == 1
                  else Cluster(c.racks * factor, c.nodes_per_rack, c.gpus_per_node))
@@ -347,12 +350,16 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
             return _search_cut(table, short, grown.num_gpus)
         try:
             get_table(big, deadline=deadline).check()
-            if shared_gpu_shortfall(get_table(big)) is not None:  # proven: no plan on this size either
+            proof = shared_gpu_shortfall(get_table(big)) or colocation_shortfall(get_table(big))
+            if proof is not None:  # proven: no plan on this size either
+                tried.proven.append((grown.num_gpus, proof))
                 continue
+            tried.searched.append(grown.num_gpus)
             result = solve_placement(big, "concurrent", time_limit_s=left, seed=0)
         except TableBuildTimeout:
             return _search_cut(table, short, grown.num_gpus)
         except InfeasibleError:
+            tried.proven.append((grown.num_gpus, None))
             continue
         if result.solution is None and result.hit_time_limit:  # cut: a larger size would not be the smallest
             return _search_cut(table, short, grown.num_gpus)
@@ -361,7 +368,34 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
         parts = [f"{name} {choice.allocation.num_gpus} GPUs" for name, choice in result.solution.vertices]
         return (f"the smallest cluster of this node and rack shape (doubled) on which the concurrent solver "
                 f"fits a whole plan has {grown.num_gpus} GPUs (step {result.objective:.4g} s: {', '.join(parts)})")
-    return f"no whole plan found on clusters up to {grown.num_gpus} GPUs; {table.whole_plan_bound(short)}"
+    return f"no whole plan found on clusters up to {grown.num_gpus} GPUs{tried}; {table.whole_plan_bound(short)}"
+
+
+@dataclass
+class _Tried:
+    """The grown cluster sizes :func:`_smallest_whole_cluster` ruled out: ``proven`` ``(GPUs, proof line or None
+    for a task that fits on no block of it)`` without a solve, ``searched`` (GPUs) where the concurrent solver
+    ran its course and found no plan. ``str``: " (ruled out without a search on 32 and 64 GPUs: <the first
+    proof line>; the concurrent solver found none on 128, 256 and 512 GPUs)", or "" when none was tried."""
+
+    proven: list[tuple[int, str | None]] = field(default_factory=list)
+    searched: list[int] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        parts = []
+        if self.proven:
+            first = next((line for _, line in self.proven if line is not None), None)
+            why = f": {first}" if first is not None else " (a task fits on no block of them)"
+            parts.append(f"ruled out without a search on {_sizes([g for g, _ in self.proven])} GPUs{why}")
+        if self.searched:
+            parts.append(f"the concurrent solver found none on {_sizes(self.searched)} GPUs")
+        return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _sizes(gpus: list[int]) -> str:
+    """``"32"``, ``"32 and 64"``, ``"128, 256 and 512"``."""
+    text = [str(g) for g in gpus]
+    return text[0] if len(text) == 1 else f"{', '.join(text[:-1])} and {text[-1]}"
 
 
 def _shortfall_cut(table: CandidateTable, short: list[Shortfall]) -> str:

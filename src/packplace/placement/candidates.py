@@ -62,6 +62,7 @@ from packplace.placement.model.layout_rules import (
     reward_forward_worker,
     strategy_refusal,
     trainer_backend,
+    verl_trainer_pool,
 )
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
@@ -908,6 +909,9 @@ class CandidateTable:
         GPUs are not counted, and the count is then no bound (the engine's bytes beside the trainers' are
         not checked): "every other task on its own GPUs needs Z"."""
         grown = {entry.vertex: entry.needed for entry in short}
+        pool = trainer_pool(self.instance)
+        if pool:
+            return self._trainer_pool_bound(grown, pool)
         parts, total = [], 0
         for vertex in self.instance.graph.vertices:
             if vertex.name in grown:
@@ -922,6 +926,30 @@ class CandidateTable:
             return (f"with {', '.join(sorted(self.colocated_only))} on the trainers' GPUs, the whole plan with every "
                     f"other task on its own GPUs needs {total} ({', '.join(parts)})")
         return f"the whole plan with every task on its own GPUs needs at most {total} ({', '.join(parts)})"
+
+    def _trainer_pool_bound(self, grown: dict[str, int], pool: tuple[str, ...]) -> str:
+        """:meth:`whole_plan_bound` where the framework keeps the tasks ``pool`` on exactly actor.train's GPUs
+        (:func:`trainer_pool`, verl): every task on its own GPUs is no plan it runs, so the count is the one block
+        they share, at least the most GPUs any of them needs alone (``grown``: a task's GPUs on a grown cluster,
+        else its smallest memory-feasible block here), their bytes together not checked (a lower bound of that
+        block, not of the plan), and beside it every other task on its own GPUs."""
+        def alone(name: str) -> tuple[int, str]:
+            if name in grown:
+                return grown[name], f"{name} {grown[name]} GPUs"
+            best = min(self.feasible[name], key=lambda c: (c.gpus, c.memory_bytes))
+            return best.gpus, f"{name} {best.gpus} GPUs at {gb(best.memory_bytes)} GB"
+
+        shared = [alone(v.name) for v in self.instance.graph.vertices if v.name in (*pool, "actor.train")]
+        block = max(g for g, _ in shared)
+        text = (f"verl runs {_and(list(pool))} on exactly actor.train's GPUs (one resource pool, the hybrid engine: "
+                f"verl/trainer/main_ppo.py), so every task on its own GPUs is no plan it runs: they share one block "
+                f"of at least {block} GPUs, the most any of them needs alone ({', '.join(p for _, p in shared)}; "
+                f"their bytes together not checked)")
+        rest = [alone(v.name) for v in self.instance.graph.vertices if v.name not in (*pool, "actor.train")]
+        if rest:
+            text += (f", and every other task on its own GPUs {sum(g for g, _ in rest)} more "
+                     f"({', '.join(p for _, p in rest)})")
+        return text
 
     def largest_legal_block(self, vertex: str) -> int:
         """GPUs of the largest block any hard-rule-legal candidate of ``vertex`` uses (0 if none)."""
@@ -1066,6 +1094,22 @@ def train_state_kept(instance, vertex: str) -> bool:
     if v.kind != "generate" or not profile(instance.framework).colocated_train_state:
         return False
     return any(u.kind == "train" and u.model == v.model for u in instance.graph.vertices)
+
+
+def trainer_pool(instance) -> tuple[str, ...]:
+    """The tasks of ``instance``'s graph that its framework keeps on exactly actor.train's GPUs in every plan
+    (:func:`~packplace.placement.model.layout_rules.verl_trainer_pool`, verl only; the actor may run stale where
+    its ``staleness_candidates`` hold a value of 1 or more), or ``()``."""
+    names = {v.name for v in instance.graph.vertices}
+    if "actor.train" not in names:
+        return ()
+    stale = any(t >= 1 for t in instance.optimizer["staleness_candidates"].get("actor", ()))
+    return tuple(n for n in verl_trainer_pool(Context.of(instance), stale) if n in names)
+
+
+def _and(names: list[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def engine_sleeps(instance) -> bool:

@@ -22,15 +22,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from packplace.placement.candidates import (
+    Candidate,
     CandidateTable,
     block_counts,
     gb,
+    keeps_train_state,
     memory_budget,
     sleeps_between_calls,
     train_state_kept,
+    trainer_pool,
     weight_group,
 )
-from packplace.placement.model.layout_rules import Context, own_gpus
+from packplace.placement.model.layout_rules import (
+    REFERENCE,
+    TRAIN,
+    Context,
+    megatron_pool_followers,
+    own_gpus,
+    trainer_backend,
+)
 from packplace.placement.problem.hardware import Cluster
 
 #: Largest group of tasks :func:`shared_gpu_shortfall` examines together (pairs and triples: a group of
@@ -295,3 +305,165 @@ def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float,
                       for n, (_, res, tr, k) in zip(group, choice))
     return (f"no plan fits in memory: {tasks} share a GPU in any plan on {total} GPUs, where they need at least "
             f"{gb(least)} GB ({parts} resident + while running), {gb(capacity)} GB available")
+
+
+def _pair_need(instance: Any, name: str, train: Candidate, other: Candidate) -> float:
+    """Bytes on each GPU that actor.train's candidate ``train`` and task ``name``'s candidate ``other`` need on
+    the same block, the two alone: the evaluator's rule
+    (:meth:`~packplace.placement.evaluator.PlacementEvaluator._phase_bytes`, its largest phase) for two tasks: per
+    weight group (:func:`~packplace.placement.candidates.weight_group`) the largest resident bytes of the tasks
+    that stay awake, a sleeping engine's (:func:`~packplace.placement.candidates.sleeps_between_calls`) only in
+    its own phase, plus both tasks' kept bytes, plus the running task's transient bytes beyond its kept ones, and
+    for an engine beside which its trainer's state stays (:func:`~packplace.placement.candidates.keeps_train_state`)
+    what its resident bytes and the trainer's :attr:`~packplace.placement.candidates.Candidate.rollout_kept_bytes`
+    add beyond its model's resident bytes. Every other task on the block only adds bytes: a lower bound."""
+    own, group = weight_group(instance, TRAIN), weight_group(instance, name)
+    sleeps = sleeps_between_calls(instance, name)
+    awake = {own: train.resident_bytes}
+    if not sleeps:
+        awake[group] = max(awake.get(group, 0.0), other.resident_bytes)
+    base, kept = sum(awake.values()), train.kept_bytes + other.kept_bytes
+    model = awake.get(group, 0.0)
+    if sleeps and other.resident_bytes > model:   # its own weights, woken for its call
+        base_other, model = base - model + other.resident_bytes, other.resident_bytes
+    else:
+        base_other = base
+    state = train.rollout_kept_bytes if keeps_train_state(instance, name) else 0.0
+    excess = max(0.0, other.resident_bytes + state - model) if state > 0.0 else 0.0
+    return max(base + kept + train.transient_excess, base_other + kept + other.transient_excess + excess)
+
+
+def _group_least(instance: Any, train: Candidate, chosen: dict[str, list[Candidate]]) -> float:
+    """A lower bound of the bytes on each GPU of one block that actor.train's candidate ``train`` and, per task of
+    ``chosen``, any one of its candidates there need together (the evaluator's phases,
+    :meth:`~packplace.placement.evaluator.PlacementEvaluator._phase_bytes`): each phase's bytes are a sum over the
+    tasks, so their least over every choice is the sum of each task's least term, and the largest phase bounds the
+    plan's. Per task the term is, in another task's phase, its kept bytes plus its resident bytes where it stays
+    awake and is the first of its weight group (:func:`~packplace.placement.candidates.weight_group`; a group's
+    largest counts, the trainer's group is the trainer's); in its own phase its transient bytes beyond its kept
+    ones too, and for an engine sleeping in the trainer's weight group the larger of the trainer's resident bytes
+    and its own plus the trainer's :attr:`~packplace.placement.candidates.Candidate.rollout_kept_bytes` (what its
+    trainer keeps beside it, :func:`~packplace.placement.candidates.keeps_train_state`); a sleeping task of
+    another group adds no phase (left out: still a lower bound)."""
+    own = weight_group(instance, TRAIN)
+    seen, counted = {own}, {}
+    for name in chosen:
+        group = weight_group(instance, name)
+        counted[name] = not sleeps_between_calls(instance, name) and group not in seen
+        if counted[name]:
+            seen.add(group)
+
+    def beside(name: str, x: Candidate) -> float:
+        return (x.resident_bytes if counted[name] else 0.0) + x.kept_bytes
+
+    def running(name: str, x: Candidate) -> float | None:
+        if not sleeps_between_calls(instance, name):
+            return beside(name, x) + x.transient_excess
+        if weight_group(instance, name) != own:
+            return None
+        state = train.rollout_kept_bytes if keeps_train_state(instance, name) else 0.0
+        woken = max(0.0, max(train.resident_bytes, x.resident_bytes + state) - train.resident_bytes)
+        return woken + x.kept_bytes + x.transient_excess
+
+    least = {name: min(beside(name, x) for x in cands) for name, cands in chosen.items()}
+    base = train.resident_bytes + train.kept_bytes
+    phases = [base + train.transient_excess + sum(least.values())]
+    for name, cands in chosen.items():
+        terms = [term for x in cands if (term := running(name, x)) is not None]
+        if terms:
+            phases.append(base + min(terms) + sum(v for n, v in least.items() if n != name))
+    return max(phases)
+
+
+def _same_layout(instance: Any) -> tuple[str, ...]:
+    """The trainer-pool tasks verl runs at actor.train's layout where the plan runs the Megatron backend: the
+    reference (one Megatron-Core parallel state per worker, :func:`~packplace.placement.model.layout_rules._verl`)
+    and the critic's and reward forward worker's
+    (:func:`~packplace.placement.model.layout_rules.megatron_pool_followers`)."""
+    return (REFERENCE,) + megatron_pool_followers(Context.of(instance))
+
+
+def _beside(instance: Any, train: Candidate, name: str, cands: list[Candidate]) -> list[Candidate]:
+    """``name``'s candidates that may share actor.train's block with ``train``: the same number of GPUs, and for a
+    task of :func:`_same_layout` the trainer's strategy where the two resolve the Megatron backend
+    (:func:`~packplace.placement.model.layout_rules.trainer_backend`: any other task only keeps it Megatron)."""
+    ctx, layout = Context.of(instance), name in _same_layout(instance)
+    return [x for x in cands if x.gpus == train.gpus and not (
+        layout and x.strategy != train.strategy
+        and trainer_backend(ctx, {TRAIN: train.strategy, name: x.strategy}) == "megatron")]
+
+
+def _least_beside(instance: Any, train: Candidate, pool: dict[str, list[Candidate]]) -> float:
+    """A lower bound of the bytes per GPU of any plan with actor.train's candidate ``train`` and every task of
+    ``pool`` (``{name: memory-feasible candidates}``) on its block: ``inf`` where a task has no candidate
+    :func:`_beside` it; else the largest of, per task, its least :func:`_pair_need` with ``train`` (exact for
+    the two alone) and :func:`_group_least` (all of them)."""
+    chosen = {name: _beside(instance, train, name, cands) for name, cands in pool.items()}
+    if not all(chosen.values()):
+        return float("inf")
+    pairs = max(min(_pair_need(instance, name, train, x) for x in cands) for name, cands in chosen.items())
+    return max(pairs, _group_least(instance, train, chosen))
+
+
+def _and(names: list[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _distinct(cands: tuple[Candidate, ...] | list[Candidate], strategy: bool) -> list[Candidate]:
+    """One candidate per ``(GPUs, bytes[, strategy])``: the others need the same bytes beside the same tasks."""
+    out: dict[tuple[Any, ...], Candidate] = {}
+    for c in cands:
+        key = (c.gpus, c.resident_bytes, c.transient_bytes, c.kept_bytes, c.rollout_kept_bytes)
+        out.setdefault(key + ((c.strategy,) if strategy else ()), c)
+    return list(out.values())
+
+
+def colocation_shortfall(table: CandidateTable) -> str | None:
+    """A proof that no plan fits because the tasks the framework keeps on exactly actor.train's GPUs
+    (:func:`~packplace.placement.candidates.trainer_pool`: verl's reference, critic, rollout without its
+    asynchronous pool, reward model without its pool) fit beside no candidate of the trainer, or None (which
+    proves nothing).
+
+    They run on the trainer's block, so on the same number of GPUs, and on the Megatron backend the reference and
+    verl's other Megatron workers of the pool at the trainer's strategy (:func:`_beside`). For every
+    memory-feasible candidate of actor.train, some such task has no memory-feasible candidate beside it, or the
+    bytes per GPU of the block exceed ``memory_per_gpu`` whichever candidates they take (:func:`_least_beside`: a
+    lower bound of the evaluator's). The candidates' bytes depend on their strategy and block, not on the
+    cluster, but a larger cluster holds larger blocks: a proof here holds for this cluster only. None where the
+    table prices the engine at another ``gpu_memory_utilization`` when colocated (:attr:`CandidateTable.colocated`),
+    a task of the pool is a hybrid engine (:func:`~packplace.placement.candidates.train_state_kept`, whose bytes
+    follow other rules: left out) or some task has no memory-feasible candidate (the per-task check says why).
+
+    Returns:
+        One line: "no plan fits in memory: verl runs T1 and T2 on exactly actor.train's GPUs (...); beside
+        every memory-feasible candidate of actor.train (A to B GPUs) they need more than W GB on each GPU: at
+        least X GB beside actor.train (dp, pp, tp) on G GPUs", or None.
+    """
+    instance = table.instance
+    train = table.feasible.get(TRAIN, ())
+    names = [n for n in trainer_pool(instance) if not train_state_kept(instance, n)]
+    if table.colocated or not train or not names or not all(table.feasible[n] for n in names):
+        return None
+    capacity = instance.hardware.memory_per_gpu
+    layout = _same_layout(instance)
+    pool = {n: _distinct(table.feasible[n], n in layout) for n in names}
+    needs = []
+    for t in sorted(_distinct(train, True), key=lambda c: c.memory_bytes):   # the likeliest to fit first
+        need = _least_beside(instance, t, pool)
+        if need <= capacity * (1 + PROOF_MARGIN):
+            return None
+        needs.append((need, t))
+    least, worst = min(needs, key=lambda e: e[0])
+    sizes = sorted({c.gpus for c in train})
+    span = f"{sizes[0]} GPUs" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]} GPUs"
+    megatron = [n for n in names if n in layout]
+    rule = (f"; on the Megatron backend {_and(megatron)} at its layout: one Megatron-Core parallel state per "
+            f"worker process" if megatron else "")
+    s = worst.strategy
+    at = (f"at least {gb(least)} GB beside actor.train (dp {s.dp}, pp {s.pp}, tp {s.tp}) on {worst.gpus} GPUs"
+          if math.isfinite(least) else "no candidate of some of them has the trainer's block and layout")
+    fits = "no plan fits in memory" if math.isfinite(least) else "no plan fits"
+    return (f"{fits}: verl runs {_and(names)} on exactly actor.train's GPUs (one resource pool, the "
+            f"hybrid engine: verl/trainer/main_ppo.py{rule}); beside every memory-feasible candidate of actor.train "
+            f"({span}) they need more than {gb(capacity)} GB on each GPU: {at}")

@@ -709,6 +709,27 @@ def _verl(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int
     return out + _verl_release_rules(ctx, tasks, staleness)
 
 
+def verl_trainer_pool(ctx: Context, stale: bool) -> tuple[str, ...]:
+    """The tasks verl's rules (:func:`_verl`, :func:`_verl_release_rules`) keep on exactly actor.train's GPUs in
+    every plan, whatever the cluster's size: the reference and the critic's passes (the actor's worker group,
+    ``ActorRolloutRef``, and the trainer's ``global_pool``: ``verl/trainer/main_ppo.py``), the rollout (the hybrid
+    engine) unless ``stale`` (some plan may run the actor at staleness ≥ 1) and the release has both the
+    ``trainer.v1`` asynchronous modes and a rollout pool, and a reward model unless the release has its resource
+    pool (a reward model shares the trainer's GPUs or has a pool of its own, never part of them). Empty for any
+    other framework and for verl's DPO (no rules). The names are the rule's, whether the graph has those tasks or
+    not."""
+    from packplace.placement.emit.verl_releases import ASYNC_MODES, REWARD_POOL, ROLLOUT_POOL
+
+    if ctx.framework != "verl" or not ctx.ruled:
+        return ()
+    out = [REFERENCE, CRITIC_TRAIN, CRITIC_INFER]
+    if not (stale and verl_has(ctx, ASYNC_MODES) and verl_has(ctx, ROLLOUT_POOL)):
+        out.insert(0, GENERATE)
+    if ctx.reward_model and not verl_has(ctx, REWARD_POOL):
+        out.append(REWARD)
+    return tuple(out)
+
+
 def megatron_pool_followers(ctx: Context) -> tuple[str, ...]:
     """verl's Megatron workers besides the actor's that run at the actor's layout when on its GPUs: the critic's
     (train and value forward) and, before the reward model's vLLM engine, the reward forward worker

@@ -1,0 +1,174 @@
+"""verl keeps its reference, critic, rollout (without its asynchronous pool) and reward model (without its pool) on
+exactly actor.train's GPUs (``verl/trainer/main_ppo.py``: ``Role.ActorRollout``, ``Role.RefPolicy``,
+``Role.Critic`` and ``Role.RewardModel`` mapped to ``global_pool``, v0.3.0.post1 lines 118-142): the check's
+search for the smallest grown cluster rules a size out from its table without a solve where those tasks fit
+beside no trainer candidate on its block (:func:`~packplace.placement.whole_plan.colocation_shortfall`),
+and the no-fit message counts the block they share, not every task on its own GPUs."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from packplace.errors import InfeasibleError
+from packplace.placement import api
+from packplace.placement.candidates import CandidateTable, trainer_pool
+from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.model.layout_rules import Context, verl_trainer_pool
+from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.hardware import Cluster
+from packplace.placement.problem.plan import Allocation, Plan
+from packplace.placement.whole_plan import (
+    _beside,
+    _group_least,
+    _least_beside,
+    _pair_need,
+    colocation_shortfall,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_vllm_start_refusal import _verl_toy  # noqa: E402
+
+
+def _grown(gmu: float, nodes: int):
+    """The verl 0.3.0 toy at ``gmu`` on ``nodes`` nodes of 8 GPUs."""
+    inst = build_instance(_verl_toy(gmu))
+    return replace(inst, cluster=Cluster(1, nodes, 8), _cache={})
+
+
+def test_verl_keeps_its_workers_on_the_trainer_s_pool():
+    inst = build_instance(_verl_toy(0.64))
+    ctx = Context.of(inst)
+    # 0.3.0: no trainer.v1 modes, no rollout or reward pool: everything on the trainer's GPUs, stale or not
+    assert verl_trainer_pool(ctx, stale=False) == ("actor.generate", "reference.infer", "critic.train",
+                                                   "critic.infer", "reward.infer")
+    assert verl_trainer_pool(ctx, stale=True) == verl_trainer_pool(ctx, stale=False)
+    assert trainer_pool(inst) == ("actor.generate", "reference.infer", "reward.infer")   # GRPO: no critic
+    # the current code: a stale rollout may have its own pool, and the reward model its own
+    current = replace(ctx, verl_release=None)
+    assert verl_trainer_pool(current, stale=True) == ("reference.infer", "critic.train", "critic.infer")
+    assert verl_trainer_pool(current, stale=False) == ("actor.generate", "reference.infer", "critic.train",
+                                                       "critic.infer")
+    assert verl_trainer_pool(replace(ctx, framework="openrlhf"), stale=False) == ()
+    assert verl_trainer_pool(replace(ctx, algorithm="dpo"), stale=False) == ()   # verl has no DPO rules
+
+
+@pytest.mark.parametrize("name", ["actor.generate", "reference.infer", "reward.infer"])
+def test_the_pair_need_is_the_evaluator_s_bytes_for_the_two_alone(name):
+    """On every block size of the 32-GPU table, for every pair of memory-feasible candidates of that size (the
+    first 12 of each), the bound is exactly what the evaluator counts for the two on the same GPUs."""
+    inst = _grown(0.64, 4)
+    table, ev = get_table(inst), get_evaluator(inst)
+    t_i, x_i = ev.index["actor.train"], ev.index[name]
+    checked = 0
+    for g in sorted({c.gpus for c in table.feasible["actor.train"]}):
+        for t in [c for c in table.feasible["actor.train"] if c.gpus == g][:12]:
+            for x in [c for c in table.feasible[name] if c.gpus == g][:12]:
+                res = [None] * len(ev.names)
+                res[t_i], res[x_i] = (t, 0, g), (x, 0, g)
+                assert _pair_need(inst, name, t, x) == pytest.approx(
+                    max(ev._phase_bytes(res, [t_i, x_i], 0, g).values()), rel=1e-12)
+                checked += 1
+    assert checked > 0
+
+
+def test_the_group_bound_stays_below_the_evaluator_s_bytes():
+    """On 128 GPUs, for every fifth trainer candidate and every choice of the pool's candidates beside it (the first
+    4 of each task), :func:`_group_least` of the one choice is at most the evaluator's largest phase of the four on
+    one block."""
+    inst = _grown(0.64, 16)
+    table, ev = get_table(inst), get_evaluator(inst)
+    names = trainer_pool(inst)
+    idx = [ev.index["actor.train"]] + [ev.index[n] for n in names]
+    checked = 0
+    for t in table.feasible["actor.train"][::5]:
+        lists = [_beside(inst, t, n, list(table.feasible[n]))[:4] for n in names]
+        for combo in itertools.product(*lists):
+            res = [None] * len(ev.names)
+            for i, c in zip(idx, (t, *combo)):
+                res[i] = (c, 0, t.gpus)
+            bound = _group_least(inst, t, {n: [x] for n, x in zip(names, combo)})
+            assert bound <= max(ev._phase_bytes(res, idx, 0, t.gpus).values()) * (1 + 1e-12)
+            checked += 1
+    assert checked > 100
+
+
+def test_the_rollout_fits_beside_no_trainer_candidate_up_to_128_gpus():
+    """By hand, the least on 32 GPUs: beside actor.train (dp 1, pp 4, tp 8, 5,110,129,664 B resident, all of it
+    kept while the engine generates: rollout_kept_bytes), the generation phase holds the trainer's 5,110,129,664 B,
+    the engine's whole pool, 0.64 x 8e9 = 5,120,000,000 B (its weights, kept and transient bytes: the least of any
+    candidate beside it), the reference's weights at the trainer's layout (Megatron: pp 4, tp 8) 567,559,168 B and
+    the reward model's 783,616 B: 10,798,472,448 B, over 8 GB; every other trainer candidate needs more. On 128
+    GPUs the least is 8.24 GB (dp 4, pp 4, tp 8: pp at most the reward model's 4 layers, at the trainer's
+    layout); on 256 GPUs a choice fits (7.82 GB; the evaluator scores that plan feasible), no proof."""
+    table = get_table(_grown(0.64, 4))
+    t = min((c for c in table.feasible["actor.train"] if (c.strategy.dp, c.strategy.pp, c.strategy.tp) == (1, 4, 8)),
+            key=lambda c: c.memory_bytes)
+    pool = {n: list(table.feasible[n]) for n in trainer_pool(table.instance)}
+    assert _least_beside(table.instance, t, pool) == 10_798_472_448
+    head = ("no plan fits in memory: verl runs actor.generate, reference.infer and reward.infer on exactly "
+            "actor.train's GPUs (one resource pool, the hybrid engine: verl/trainer/main_ppo.py; on the Megatron "
+            "backend reference.infer and reward.infer at its layout: one Megatron-Core parallel state per worker "
+            "process); beside every memory-feasible candidate of actor.train (24 to ")
+    assert colocation_shortfall(table) == (f"{head}32 GPUs) they need more than 8 GB on each GPU: at least 10.8 GB "
+                                           f"beside actor.train (dp 1, pp 4, tp 8) on 32 GPUs")
+    assert colocation_shortfall(get_table(_grown(0.64, 16))) == (
+        f"{head}128 GPUs) they need more than 8 GB on each GPU: at least 8.24 GB beside actor.train (dp 4, pp 4, "
+        f"tp 8) on 128 GPUs")
+    assert colocation_shortfall(get_table(_grown(0.64, 32))) is None
+
+
+def test_the_message_counts_the_block_verl_shares():
+    with pytest.raises(InfeasibleError) as info:
+        CandidateTable(build_instance(_verl_toy(0.64))).check()
+    text = str(info.value)
+    assert "every task on its own GPUs needs at most" not in text
+    assert text.endswith(
+        "; verl runs actor.generate, reference.infer and reward.infer on exactly actor.train's GPUs (one resource "
+        "pool, the hybrid engine: verl/trainer/main_ppo.py), so every task on its own GPUs is no plan it runs: they "
+        "share one block of at least 24 GPUs, the most any of them needs alone (actor.generate 8 GPUs at 5.12 GB, "
+        "reference.infer 4 GPUs at 4.27 GB, reward.infer 1 GPUs at 0.0246 GB, actor.train 24 GPUs; their bytes "
+        "together not checked)")
+
+
+def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
+    """At gpu_memory_utilization 0.8, grown to 64x (16 to 512 GPUs): 16 is below actor.train's 24, 32 to 512 are
+    ruled out by the pool beside the trainer, so the concurrent solver never runs (before, it ran on all five
+    sizes, about two minutes: docs/performance.md) and the message names the sizes and the first proof."""
+    calls = []
+    real = api.solve_placement
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].cluster.num_gpus)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "solve_placement", counted)
+    with pytest.raises(InfeasibleError) as info:
+        api.check_instance(build_instance(_verl_toy(0.8)), time_limit_s=unhurried)
+    assert calls == []
+    text = str(info.value)
+    assert ("no whole plan found on clusters up to 512 GPUs (ruled out without a search on 32, 64, 128, 256 and 512 "
+            "GPUs: no plan fits in memory: verl runs actor.generate, reference.infer and reward.infer on exactly "
+            "actor.train's GPUs") in text
+    assert "beside every memory-feasible candidate of actor.train (24 to 32 GPUs) they need more than 8 GB" in text
+    assert "the concurrent solver found none" not in text
+
+
+def test_a_whole_plan_fits_on_256_gpus_where_no_proof_holds():
+    """On 256 GPUs the four share one block: actor.train, the reference and the reward model at dp 8, pp 4, tp 8
+    (the reward model's 4 layers cap pp), the engine at dp 32, tp 8, each at its least-memory micro-batch; the
+    evaluator scores the plan feasible (the concurrent solver of the grown-cluster search does not find it)."""
+    inst = _grown(0.64, 32)
+    table, ev = get_table(inst), get_evaluator(inst)
+    layout = {"actor.train": (8, 4, 8), "reference.infer": (8, 4, 8), "reward.infer": (8, 4, 8),
+              "actor.generate": (32, 1, 8)}
+    chosen = {n: min((c for c in table.feasible[n] if c.gpus == 256
+                      and (c.strategy.dp, c.strategy.pp, c.strategy.tp) == s), key=lambda c: c.memory_bytes)
+              for n, s in layout.items()}
+    extent = chosen["actor.train"].extent
+    plan = Plan.build({n: c.at(Allocation((0, 0, 0), extent)) for n, c in chosen.items()})
+    assert ev.score(plan).feasible
