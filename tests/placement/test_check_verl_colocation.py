@@ -123,6 +123,8 @@ def test_the_rollout_fits_beside_no_trainer_candidate_up_to_128_gpus():
 
 
 def test_the_message_counts_the_block_verl_shares():
+    """The reward model's forward runs on verl's FSDP worker, so its unset sharding is priced as ZeRO-3 (the
+    gathered layer and root unit on its one GPU: 0.0309 GB, what ``trainer_backend: fsdp`` gives)."""
     with pytest.raises(InfeasibleError) as info:
         CandidateTable(build_instance(_verl_toy(0.64))).check()
     text = str(info.value)
@@ -131,7 +133,7 @@ def test_the_message_counts_the_block_verl_shares():
         "; verl runs actor.generate, reference.infer and reward.infer on exactly actor.train's GPUs (one resource "
         "pool, the hybrid engine: verl/trainer/main_ppo.py), so every task on its own GPUs is no plan it runs: they "
         "share one block of at least 24 GPUs, the most any of them needs alone (actor.generate 8 GPUs at 5.12 GB, "
-        "reference.infer 4 GPUs at 4.27 GB, reward.infer 1 GPUs at 0.0246 GB, actor.train 24 GPUs; their bytes "
+        "reference.infer 4 GPUs at 4.27 GB, reward.infer 1 GPUs at 0.0309 GB, actor.train 24 GPUs; their bytes "
         "together not checked)")
 
 
