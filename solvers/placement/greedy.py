@@ -356,7 +356,7 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
     first = layouts(ev.instance, ev.table) + three_way_layouts(ev.instance, ev.table)
     apart, apart_plan = apart_layouts(ev.instance, ev.table), None
     if apart:  # item 2a (an engine stays awake): its own caps, first, so that items 2-3 start below its best
-        if not _search_pass(ev, run, apart, 0, out):
+        if not _search_pass(ev, run, apart, 0, out, least={}):
             out.step_time = float("inf") if out.plan is None else out.step_time
             out.apart = out.plan is not None
             return out
@@ -515,7 +515,16 @@ def screened_plan(ev, blocks: Blocks, least: dict | None = None,
         ``(plan or None, evaluator calls, whether the plan came from the fallback search)``.
     """
     least = {} if least is None else least
-    table = ev.table
+    plan = assemble_for(ev, _least_choice(ev.table, blocks, least))
+    if ev.step_time(plan) < float("inf"):
+        return plan, 1, False
+    choice, calls, _ = fitting_choice(ev, blocks, deadline, cache=least)
+    return (None if choice is None else assemble_for(ev, choice)), 1 + calls, choice is not None
+
+
+def _least_choice(table, blocks: Blocks, least: dict) -> dict:
+    """``{vertex: (least-memory candidate of its block's shape, block)}`` (least ``memory_bytes``, then kept
+    bytes, then time), cached per ``(vertex, extent)`` in ``least``."""
     small = {}
     for name, block in blocks.items():
         if (name, block.extent) not in least:
@@ -525,11 +534,7 @@ def screened_plan(ev, blocks: Blocks, least: dict | None = None,
                                             key=lambda c: (c.memory_bytes, c.kept_bytes + c.rollout_kept_bytes,
                                                            c.time))
         small[name] = (least[name, block.extent], block)
-    plan = assemble_for(ev, small)
-    if ev.step_time(plan) < float("inf"):
-        return plan, 1, False
-    choice, calls, _ = fitting_choice(ev, blocks, deadline, cache=least)
-    return (None if choice is None else assemble_for(ev, choice)), 1 + calls, choice is not None
+    return small
 
 
 #: Most evaluator calls of one :func:`climb_back` (per stepped-down layout).
@@ -647,10 +652,13 @@ def trade(ev, plan: Plan, step_time: float, deadline: float | None = None,
     return plan, step_time, calls
 
 
-def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: LayoutSearch) -> bool:
+def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: LayoutSearch,
+                 least: dict | None = None) -> bool:
     """One pass of :func:`best_layout` over ``family`` (its layouts numbered from ``first_index`` against
     :data:`MAX_LAYOUTS`), beating ``out.step_time`` and updating ``out`` in place; False when the run's
-    deadline or stop cut the screening (``out.cut`` says which)."""
+    deadline or stop cut the screening (``out.cut`` says which). With ``least`` (a cache of
+    :func:`_least_choice`), a layout is stepped down only where its least-memory plan fits (one evaluator call;
+    item 2a: a layout none of whose plans fit would take up to :data:`LAYOUT_STEPS` step-downs to fail)."""
     table = ev.table
     ranked = []
     stepped_before = out.evaluations - out.screened  # evaluator calls of earlier passes' step-downs
@@ -676,6 +684,11 @@ def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: Layo
         if out.evaluations >= out.screened + stepped_before + MAX_EVALUATIONS or run.expired() or run.stopped:
             out.cut = ("time limit" if run.expired() else "stopped" if run.stopped else "evaluation cap")
             break
+        if least is not None:
+            out.evaluations += 1
+            small = assemble_for(ev, _least_choice(ev.table, {n: alloc for n, (_, alloc) in choice.items()}, least))
+            if ev.step_time(small) == float("inf"):
+                continue
         plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=LAYOUT_STEPS, deadline=run.deadline)
         out.stepped += 1
         out.evaluations += 1 + steps
