@@ -29,11 +29,12 @@ fastest one is returned. The family, in the order it is scored:
    (:func:`~packplace.placement.candidates.stays_awake`: it holds its weights and whole KV pool on its GPUs
    in every phase, so a task beside it fits only in what the pool leaves): per tiling ``(A, B)``, generation
    alone on ``A``, training on ``B`` and each inference vertex on ``B`` or on one part of a two-block tiling
-   of ``B`` (one GPU of a 2-GPU half), which no other item offers. Screened and stepped down like item 2, in
-   a pass of its own (its own caps) before items 2-3, whose step-downs then start below its best: items 2-3
-   rank by memory-blind time, and their fastest layouts put tasks beside the awake engine, each stepped down
-   in vain, so on 4 A100s with three ~1B models their :data:`MAX_EVALUATIONS` ran out before the engine-apart
-   layout (5.9156 s where ``cpsat`` proves 5.5452 s; docs/performance.md, "The engine apart").
+   of ``B`` (one GPU of a 2-GPU half), which no other item offers. Screened and stepped down like item 2 (a
+   layout only where its least-memory plan fits), in a pass of its own (its own caps) before items 2-3,
+   whose step-downs then start below its best: items 2-3 rank by memory-blind time, and their fastest
+   layouts put tasks beside the awake engine, each stepped down in vain, so on 4 A100s with three ~1B models
+   their :data:`MAX_EVALUATIONS` ran out before the engine-apart layout (5.9156 s where ``cpsat`` proves
+   5.5452 s; docs/performance.md, "The engine apart").
 3. **generation | inference | training splits** (:func:`three_way_layouts`): for every tiling of the cluster
    into three consecutive blocks of the table's shapes and positions, unequal ones included
    (:func:`~packplace.solvers.placement._tilings.contiguous_tilings`: 2 | 1 | 3 GPUs of a 6-GPU node), each
@@ -61,7 +62,8 @@ fastest one is returned. The family, in the order it is scored:
    (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which can
    leave another vertex slower than memory needs).
    The winner of items 2-5 then climbs back with trades (:func:`trade_climb`), as the colocated plan did.
-6. **memory first** (:func:`memory_first`), only where neither the colocated plan nor items 2-5 fit, after
+6. **memory first** (:func:`memory_first`), only where neither the colocated plan nor items 2-5 fit (item 2a's
+   plan aside: where only it fits, this pass runs and must beat it), after
    item 7 and where neither the deadline nor a stop has ended the run: the layouts of items 2-5 and the
    per-vertex layouts (:func:`vertex_layouts`: per two-block tiling ``(A, B)`` every vertex on ``A``, ``B``
    or ``W`` independently, so that one trained model's training takes ``B`` while another's spans ``W``,
@@ -73,7 +75,7 @@ fastest one is returned. The family, in the order it is scored:
    memory-blind time, and where the engine of a small PPO setup fills its GPU nearly every fast layout is
    over memory, so their :data:`MAX_EVALUATIONS` went to step-downs that could not fit: on two H100s with
    ~1.5B models no plan was found where ``cpsat`` proves one (docs/performance.md, "Memory-first layouts").
-   Never run where a plan of items 1-5 fits.
+   Never run where a plan of items 1-5 other than item 2a's fits.
 7. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.
