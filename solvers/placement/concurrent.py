@@ -175,6 +175,7 @@ def _solve(instance, run: Run) -> Proposal:
         if base.solution is None:
             return base
         what = {"colocated": "fell back to colocation", "split": "fell back to greedy's split layout",
+                "climbed colocated": "fell back to colocation, climbed back to faster candidates",
                 "disjoint": "fell back to one block per model, disjoint"}[base.info["layout"]]
         message = (f"no phase partition of the {c.num_gpus} GPUs gave a plan (none fits in memory, none has a "
                    f"legal layout on its blocks, or none was left to try); "

@@ -9,7 +9,8 @@ fastest one is returned. The family, in the order it is scored:
    (0, 0, 0), all vertices on shared GPUs, run one after another in topological order; always scored first,
    so greedy is never slower than it; where it needed memory step-downs it then climbs back with trades
    (:func:`trade_climb`: :func:`climb_back`'s one-vertex moves, then :func:`trade`: one vertex faster, the others
-   stepped down to make room, within :data:`TRADE_EVALUATIONS` evaluator calls) before the deadline.
+   stepped down to make room, within :data:`TRADE_EVALUATIONS` evaluator calls) before the deadline; a plan
+   the climb improved is labelled :data:`CLIMBED` (``info["layout"]``), its message saying what it is.
 2. **generation | training splits** (:func:`layouts`): for every two-block tiling ``(A, B)`` of the cluster
    in the candidate table's shapes and positions (:func:`tilings`: the aligned halves, and the unequal
    node or rack splits 2:1, 3:1 ... that the block machinery places at both ends, both orders), the
@@ -24,6 +25,16 @@ fastest one is returned. The family, in the order it is scored:
    its memory-blind time is below the best step time found (step-downs only move a vertex to a slower
    candidate, so a layout whose fastest candidates are already slower is not tried), within
    :data:`MAX_EVALUATIONS` evaluator calls.
+2a. **the engine apart** (:func:`apart_layouts`), only where a vLLM engine stays awake
+   (:func:`~packplace.placement.candidates.stays_awake`: it holds its weights and whole KV pool on its GPUs
+   in every phase, so a task beside it fits only in what the pool leaves): per tiling ``(A, B)``, generation
+   alone on ``A``, training on ``B`` and each inference vertex on ``B`` or on one part of a two-block tiling
+   of ``B`` (one GPU of a 2-GPU half), which no other item offers. Screened and stepped down like item 2 (a
+   layout only where its least-memory plan fits), in a pass of its own (its own caps) before items 2-3,
+   whose step-downs then start below its best: items 2-3 rank by memory-blind time, and their fastest
+   layouts put tasks beside the awake engine, each stepped down in vain, so on 4 A100s with three ~1B models
+   their :data:`MAX_EVALUATIONS` ran out before the engine-apart layout (5.9156 s where ``cpsat`` proves
+   5.5452 s; docs/performance.md, "The engine apart").
 3. **generation | inference | training splits** (:func:`three_way_layouts`): for every tiling of the cluster
    into three consecutive blocks of the table's shapes and positions, unequal ones included
    (:func:`~packplace.solvers.placement._tilings.contiguous_tilings`: 2 | 1 | 3 GPUs of a 6-GPU node), each
@@ -51,7 +62,8 @@ fastest one is returned. The family, in the order it is scored:
    (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which can
    leave another vertex slower than memory needs).
    The winner of items 2-5 then climbs back with trades (:func:`trade_climb`), as the colocated plan did.
-6. **memory first** (:func:`memory_first`), only where neither the colocated plan nor items 2-5 fit, after
+6. **memory first** (:func:`memory_first`), only where neither the colocated plan nor items 2-5 fit (item 2a's
+   plan aside: where only it fits, this pass runs and must beat it), after
    item 7 and where neither the deadline nor a stop has ended the run: the layouts of items 2-5 and the
    per-vertex layouts (:func:`vertex_layouts`: per two-block tiling ``(A, B)`` every vertex on ``A``, ``B``
    or ``W`` independently, so that one trained model's training takes ``B`` while another's spans ``W``,
@@ -63,7 +75,7 @@ fastest one is returned. The family, in the order it is scored:
    memory-blind time, and where the engine of a small PPO setup fills its GPU nearly every fast layout is
    over memory, so their :data:`MAX_EVALUATIONS` went to step-downs that could not fit: on two H100s with
    ~1.5B models no plan was found where ``cpsat`` proves one (docs/performance.md, "Memory-first layouts").
-   Never run where a plan of items 1-5 fits.
+   Never run where a plan of items 1-5 other than item 2a's fits.
 7. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.
@@ -89,6 +101,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 
 from packplace.errors import ConfigError
+from packplace.placement.candidates import stays_awake
 from packplace.placement.model.layout_rules import Context, conform
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.registry import register
@@ -108,8 +121,8 @@ from packplace.solvers.placement._common import (
 from packplace.solvers.placement._fitting import fitting_choice
 from packplace.solvers.placement._tilings import contiguous_tilings, packed_sequences, partitions
 
-__all__ = ["MAX_EVALUATIONS", "MAX_LAYOUTS", "MEMORY_FIRST_CLIMBS", "MEMORY_FIRST_LAYOUTS", "LayoutSearch",
-           "assemble", "baseline_or_disjoint", "best_layout",
+__all__ = ["CLIMBED", "MAX_EVALUATIONS", "MAX_LAYOUTS", "MEMORY_FIRST_CLIMBS", "MEMORY_FIRST_LAYOUTS", "LayoutSearch",
+           "apart_layouts", "assemble", "baseline_or_disjoint", "best_layout",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
            "idle_layouts", "iter_vertex_layouts", "memory_first", "screened_plan", "spread_layouts",
            "three_way_layouts", "vertex_layouts",
@@ -123,6 +136,10 @@ MAX_EVALUATIONS = 1500
 LAYOUT_STEPS = 50
 
 Blocks = dict[str, Allocation]
+
+#: ``info["layout"]`` of a colocated plan that :func:`trade_climb` improved past
+#: :func:`~packplace.solvers.placement._common.colocated_plan`'s: the colocated layout, other candidates.
+CLIMBED = "climbed colocated"
 
 
 def tilings(table) -> list[tuple[Allocation, Allocation]]:
@@ -297,7 +314,8 @@ class LayoutSearch:
     """The outcome of :func:`best_layout`: ``plan`` (None when no layout beat ``best_time``) and its
     ``step_time`` (seconds), ``screened`` layouts scored memory-blind, ``stepped`` layouts stepped down in
     memory, ``evaluations`` evaluator calls in all, ``cut`` (why the search ended early: ``""``,
-    ``"time limit"``, ``"stopped"``, ``"layout cap"`` or ``"evaluation cap"``)."""
+    ``"time limit"``, ``"stopped"``, ``"layout cap"`` or ``"evaluation cap"``), ``apart`` (whether ``plan`` is
+    item 2a's, :func:`apart_layouts`: no other layout of items 2-5 beat it or fit)."""
 
     def __init__(self) -> None:
         self.plan: Plan | None = None
@@ -308,6 +326,7 @@ class LayoutSearch:
         self.memory_screened = 0
         self.memory_rescued = 0
         self.cut = ""
+        self.apart = False
 
 
 def _fastest_choice(table, blocks: Blocks) -> dict | None:
@@ -337,6 +356,16 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
     out = LayoutSearch()
     out.step_time = best_time
     first = layouts(ev.instance, ev.table) + three_way_layouts(ev.instance, ev.table)
+    apart, apart_plan = apart_layouts(ev.instance, ev.table), None
+    if apart:  # item 2a (an engine stays awake): its own caps, first, so that items 2-3 start below its best
+        if not _search_pass(ev, run, apart, 0, out, least={}):
+            out.step_time = float("inf") if out.plan is None else out.step_time
+            out.apart = out.plan is not None
+            return out
+        out.cut = ""   # a cap of item 2a's own pass does not cut items 2-5
+        apart_plan = out.plan
+        scored = {tuple(sorted(blocks.items())) for blocks in apart}
+        first = [blocks for blocks in first if tuple(sorted(blocks.items())) not in scored]
     whole = _search_pass(ev, run, first, 0, out) and not out.cut
     if whole:  # item 5: its own caps, so that it never takes a layout of items 2-3 from their budget
         whole = _search_pass(ev, run, spread_layouts(ev.instance, ev.table), 0, out) and not out.cut
@@ -345,6 +374,38 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
         _search_pass(ev, run, idle, len(first), out)
     if out.plan is None:
         out.step_time = float("inf")
+    out.apart = bool(apart) and out.plan is not None and out.plan is apart_plan
+    return out
+
+
+def apart_layouts(instance, table) -> list[Blocks]:
+    """The engine-apart layouts of the module docstring (item 2a), only where a vLLM engine stays awake
+    (:func:`~packplace.placement.candidates.stays_awake`; else empty): per two-block tiling ``(A, B)`` of
+    :func:`tilings`, the generation vertices alone on ``A``, the training vertices on ``B`` and each other
+    (inference) vertex on ``B`` or on one part of a two-block tiling of ``B``
+    (:func:`~packplace.solvers.placement._tilings.partitions` of ``B`` into two blocks: its halves, and for whole
+    nodes or racks the unequal splits): ``(1 + p)^k`` layouts per tiling for ``k`` inference vertices and ``p``
+    distinct parts (PPO on a 2 | 2 split of 4 GPUs: 27). Each distinct ``{vertex: block}`` once, none whose
+    mirror image (:func:`mirror_image`) is already there.
+
+    An awake engine holds its weights and its whole KV pool (``gpu_memory_utilization`` of the GPU) on its GPUs
+    for the whole step, so a task beside it fits only in what the pool leaves; the layouts that put nothing
+    beside it are few, and the two inference forwards on one GPU each beat both on the two GPUs serialised
+    (docs/solvers.md, "greedy")."""
+    roles = _roles(instance)
+    if roles is None or not any(stays_awake(instance, name) for name in roles[0]):
+        return []
+    gens, others, trains = roles
+    out: list[Blocks] = []
+    seen: set[tuple] = set()
+    mirror = _mirror_of(instance)
+    for a, b in tilings(table):
+        parts = [b]
+        for tiling in partitions(table, b, 2):
+            parts += [part for part in tiling if len(tiling) == 2 and part not in parts]
+        for combo in itertools.product(parts, repeat=len(others)):
+            _add_layout({**dict.fromkeys(gens, a), **dict.fromkeys(trains, b), **dict(zip(others, combo))},
+                        seen, out, mirror)
     return out
 
 
@@ -456,7 +517,16 @@ def screened_plan(ev, blocks: Blocks, least: dict | None = None,
         ``(plan or None, evaluator calls, whether the plan came from the fallback search)``.
     """
     least = {} if least is None else least
-    table = ev.table
+    plan = assemble_for(ev, _least_choice(ev.table, blocks, least))
+    if ev.step_time(plan) < float("inf"):
+        return plan, 1, False
+    choice, calls, _ = fitting_choice(ev, blocks, deadline, cache=least)
+    return (None if choice is None else assemble_for(ev, choice)), 1 + calls, choice is not None
+
+
+def _least_choice(table, blocks: Blocks, least: dict) -> dict:
+    """``{vertex: (least-memory candidate of its block's shape, block)}`` (least ``memory_bytes``, then kept
+    bytes, then time), cached per ``(vertex, extent)`` in ``least``."""
     small = {}
     for name, block in blocks.items():
         if (name, block.extent) not in least:
@@ -466,11 +536,7 @@ def screened_plan(ev, blocks: Blocks, least: dict | None = None,
                                             key=lambda c: (c.memory_bytes, c.kept_bytes + c.rollout_kept_bytes,
                                                            c.time))
         small[name] = (least[name, block.extent], block)
-    plan = assemble_for(ev, small)
-    if ev.step_time(plan) < float("inf"):
-        return plan, 1, False
-    choice, calls, _ = fitting_choice(ev, blocks, deadline, cache=least)
-    return (None if choice is None else assemble_for(ev, choice)), 1 + calls, choice is not None
+    return small
 
 
 #: Most evaluator calls of one :func:`climb_back` (per stepped-down layout).
@@ -588,10 +654,13 @@ def trade(ev, plan: Plan, step_time: float, deadline: float | None = None,
     return plan, step_time, calls
 
 
-def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: LayoutSearch) -> bool:
+def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: LayoutSearch,
+                 least: dict | None = None) -> bool:
     """One pass of :func:`best_layout` over ``family`` (its layouts numbered from ``first_index`` against
     :data:`MAX_LAYOUTS`), beating ``out.step_time`` and updating ``out`` in place; False when the run's
-    deadline or stop cut the screening (``out.cut`` says which)."""
+    deadline or stop cut the screening (``out.cut`` says which). With ``least`` (a cache of
+    :func:`_least_choice`), a layout is stepped down only where its least-memory plan fits (one evaluator call;
+    item 2a: a layout none of whose plans fit would take up to :data:`LAYOUT_STEPS` step-downs to fail)."""
     table = ev.table
     ranked = []
     stepped_before = out.evaluations - out.screened  # evaluator calls of earlier passes' step-downs
@@ -617,6 +686,11 @@ def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: Layo
         if out.evaluations >= out.screened + stepped_before + MAX_EVALUATIONS or run.expired() or run.stopped:
             out.cut = ("time limit" if run.expired() else "stopped" if run.stopped else "evaluation cap")
             break
+        if least is not None:
+            out.evaluations += 1
+            small = assemble_for(ev, _least_choice(ev.table, {n: alloc for n, (_, alloc) in choice.items()}, least))
+            if ev.step_time(small) == float("inf"):
+                continue
         plan, t, steps = repair_memory(ev, choice, keep_blocks=True, max_steps=LAYOUT_STEPS, deadline=run.deadline)
         out.stepped += 1
         out.evaluations += 1 + steps
@@ -669,7 +743,9 @@ def solve(instance, run: Run) -> Proposal:
 
 def search(instance, run: Run) -> Proposal:
     """:func:`solve`'s search, without the staleness note (``concurrent`` runs it too). ``info["layout"]``
-    names the winner: ``colocated``, ``split`` (items 2-6) or ``disjoint`` (item 7); ``info`` also counts the
+    names the winner: ``colocated`` (:func:`colocated_plan`'s plan itself), :data:`CLIMBED` (that plan improved
+    by :func:`trade_climb`: the colocated layout with faster candidates; the message says so), ``split``
+    (items 2-6) or ``disjoint`` (item 7); ``info`` also counts the
     ``layouts_screened`` and ``layouts_stepped``. ``hit_time_limit`` is set when the run's deadline cut the
     layout family (or the disjoint or memory-first search) short; the caps :data:`MAX_LAYOUTS` and
     :data:`MAX_EVALUATIONS` are part of the family's definition and do not set it."""
@@ -681,9 +757,10 @@ def search(instance, run: Run) -> Proposal:
         run.offer(plan, best_time)  # a plan in hand (a caller's run may then end sooner: Run.call's until_found_s)
         if not run.expired() and not run.stopped:  # the colocated plan's step-downs, undone where not needed
             climbed, climbed_time, evaluations = trade_climb(ev, plan, best_time, run.deadline)
-            if climbed_time < best_time:
-                note = f"{note}; {_climbed(plan, climbed)} climbed back to faster candidates"
-                plan, best_time = climbed, climbed_time
+            if climbed_time < best_time:   # no longer colocated_plan's plan: the label says what it is
+                note = (f"colocated, then improved: {_climbed(plan, climbed)} climbed back to faster candidates "
+                        f"(the first colocated plan: {note.removeprefix('colocated: ')})")
+                plan, best_time, layout = climbed, climbed_time, CLIMBED
                 run.offer(plan, best_time)  # a caller (anneal, cpsat) stops if it meets the bound
     except ConfigError as exc:
         plan, note, best_time, evaluations, layout = None, "", float("inf"), 0, None
@@ -719,9 +796,9 @@ def search(instance, run: Run) -> Proposal:
             run.offer(plan, best_time)
         elif plan is not None:
             note = f"no colocated plan fits; {note}"
-        if found.plan is None and run.expired():   # item 6 not run: the deadline cut the search short
+        if (found.plan is None or found.apart) and run.expired():   # item 6 not run: the deadline cut it short
             cut_by_time = True
-        elif found.plan is None and not run.stopped:   # item 6: memory first
+        elif (found.plan is None or found.apart) and not run.stopped:   # item 6: memory first (beating item 2a)
             first = LayoutSearch()
             first.step_time = best_time
             memory_first(ev, run, memory_first_family(instance, ev.table), first)
