@@ -718,7 +718,8 @@ def verl_trainer_pool(ctx: Context, stale: bool) -> tuple[str, ...]:
     pool (a reward model shares the trainer's GPUs or has a pool of its own, never part of them). Empty for any
     other framework and for verl's DPO (no rules). The names are the rule's, whether the graph has those tasks or
     not."""
-    from packplace.placement.emit.verl_releases import ASYNC_MODES, REWARD_POOL, ROLLOUT_POOL  # the emit package imports this module
+    # the emit package imports this module
+    from packplace.placement.emit.verl_releases import ASYNC_MODES, REWARD_POOL, ROLLOUT_POOL
 
     if ctx.framework != "verl" or not ctx.ruled:
         return ()
