@@ -121,6 +121,31 @@ def test_openrlhf_refuses_a_sleeping_engine_before_0_5_8(version, refused):
     assert not engine_sleeps(build_instance(cfg))
 
 
+@pytest.mark.parametrize("version, refused", [("0.1", True), ("0.2", True), ("0.3.0.post1", True), ("0.4.1", True),
+                                              ("0.5.0", False), ("0.7.0", False), (None, False)])
+def test_verl_refuses_an_awake_engine_before_0_5_0(version, refused):
+    """verl's sharding managers call ``sleep(level=1)`` under ``rollout.free_cache_engine`` only from v0.5.0
+    (``verl/workers/sharding_manager/fsdp_vllm.py`` ``__exit__``); at v0.1-v0.4.1 ``__exit__`` offloads the engine's
+    weights after every rollout whatever the key says. So ``engine_sleeps: false`` with an earlier
+    ``framework_version`` is refused, naming the field, its value, the release and why; from 0.5.0, and without a
+    version, it is kept (the emitter writes ``free_cache_engine=False``), and ``true`` is accepted at every
+    release."""
+    cfg = _grpo("verl", engine_sleeps=False, **({} if version is None else {"framework_version": version}))
+    if refused:
+        with pytest.raises(ConfigError) as err:
+            build_instance(cfg)
+        assert str(err.value) == (
+            f"[policy] engine_sleeps: False with framework_version '{version}': verl keeps its vLLM engine awake "
+            "only from 0.5.0 (rollout.free_cache_engine=False); before it the sharding manager offloads the "
+            "engine's weights after every rollout whatever free_cache_engine says (the sharding manager's __exit__, "
+            "fsdp_vllm.py / megatron_vllm.py, v0.1-v0.4.1); drop engine_sleeps or set framework_version 0.5.0 or "
+            "later")
+    else:
+        assert not engine_sleeps(build_instance(cfg))
+    cfg["policy"]["engine_sleeps"] = True
+    assert engine_sleeps(build_instance(cfg))
+
+
 def _nemo_70b_awake():
     """The NeMo RL Llama-3.1-70B plan of test_phase_memory with its engine forced awake (the instance's
     ``engine.sleeps`` false). A config cannot ask it (``policy.engine_sleeps: false`` is refused for NeMo RL, whose

@@ -342,7 +342,9 @@ def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, trai
         if not view.engine_sleeps:   # priced awake beside the trainer (policy.engine_sleeps: false)
             s["actor_rollout_ref.rollout.free_cache_engine"] = False
             note.append("free_cache_engine=False: the engine stays awake beside the trainer, as the plan was priced "
-                        "(before v0.5.0 verl offloads its weights after every rollout whatever the key says)")
+                        "(verl from v0.5.0: before it the sharding manager offloads the engine's weights after every "
+                        "rollout whatever the key says, and policy.engine_sleeps: false is refused at such a "
+                        "framework_version)")
         if stale:
             s["trainer.v1.trainer_mode"] = "colocate_async"
             s["trainer.v1.colocate_async.num_warmup_batches"] = stale

@@ -721,7 +721,9 @@ class FrameworkProfile:
             ``free_cache_engine``, and the asynchronous agent loop's ``AgentLoopManager.generate_sequences`` puts
             its replicas to sleep after every batch (``experimental/agent_loop/agent_loop.py``);
             ``free_cache_engine: True`` in ``ppo_trainer.yaml`` v0.1-v0.4.1 and ``config/rollout/rollout.yaml``
-            v0.5.0-v0.7.0). NeMo RL: true (``models/generation/vllm/vllm_worker.py`` builds ``vllm.LLM(...,
+            v0.5.0-v0.7.0; no switch keeps the engine awake before v0.5.0, so ``engine_sleeps: false`` with an earlier
+            ``framework_version`` is refused, :data:`VERL_ENGINE_AWAKE_SINCE`). NeMo RL: true
+            (``models/generation/vllm/vllm_worker.py`` builds ``vllm.LLM(...,
             enable_sleep_mode=True)`` at every release v0.1.0-v0.7.0, ``nemo_reinforcer/models/generation/vllm.py``
             at v0.1-v0.2; ``VllmGeneration.finish_generation`` calls ``sleep`` when ``colocated.enabled`` and only
             resets the prefix cache otherwise, ``vllm_generation.py`` v0.4.0-v0.7.0: a non-colocated engine
@@ -1414,6 +1416,16 @@ VERL_REMOVE_PADDING_ROLES = ("actor", "reference", "critic")
 #: engine of the reward loop (``reward_model.use_reward_loop: true``, ``reward_model.rollout``:
 #: :func:`~packplace.placement.model.layout_rules.reward_forward_worker`; the key is gone from 0.7.1).
 VERL_REWARD_ENGINE_SINCE = (0, 7)
+#: The first verl release whose hybrid engine can stay awake: from v0.5.0 the sharding managers' ``__exit__``
+#: (``verl/workers/sharding_manager/fsdp_vllm.py``, ``megatron_vllm.py``) call ``sleep(level=1)`` only under
+#: ``rollout.free_cache_engine`` and the rollout builds vLLM with ``enable_sleep_mode=config.free_cache_engine``
+#: (``vllm_rollout_spmd.py``), so ``free_cache_engine=False`` keeps the weights and the KV cache on the GPU. Before
+#: it no key does: v0.1 (``trainer/ppo/hybrid_engine/fsdp_vllm.py`` / ``megatron_vllm.py`` ``__exit__``) calls
+#: ``offload_model_weights()`` after every rollout, and ``free_cache_engine`` only chooses whether the rollout also
+#: frees the KV cache (``vllm_rollout.py``); v0.2-v0.4.1 (``workers/sharding_manager/fsdp_vllm.py`` /
+#: ``megatron_vllm.py`` ``__exit__``) call ``offload_model_weights()`` on vLLM 0.5.4 / 0.6.3 and ``sleep(level=1)``
+#: otherwise, whatever the key says. ``policy.engine_sleeps: false`` at an earlier ``framework_version`` is refused.
+VERL_ENGINE_AWAKE_SINCE = (0, 5)
 
 
 def verl_padded_roles(framework: str, version: str | None, setting: bool | None, roles,

@@ -44,6 +44,7 @@ from packplace.placement.model.framework import (
     DEFAULT_FRAMEWORK,
     FRAMEWORK_NAMES,
     INFERENCE_OFFLOAD,
+    VERL_ENGINE_AWAKE_SINCE,
     VERL_REMOVE_PADDING_SINCE,
     VERL_REWARD_ENGINE_SINCE,
     VersionDefaults,
@@ -217,7 +218,8 @@ POLICY_FIELDS: dict[str, Field] = {
                            meaning="the vLLM rollout engine sleeps between its generate calls where it shares GPUs "
                                    "(LLM.sleep: weights to the host, KV cache freed), so other tasks there are not "
                                    "charged its weights and pool; false: it stays awake, holding both beside every "
-                                   "task on its GPUs (unset: the framework's: verl true, rollout.free_cache_engine; "
+                                   "task on its GPUs (unset: the framework's: verl true, rollout.free_cache_engine, "
+                                   "false refused at a framework_version before 0.5.0: no switch keeps it awake; "
                                    "nemo-rl true, colocated generation, false refused: NeMo RL has no switch; "
                                    "openrlhf false unless the run passes --vllm_enable_sleep, true refused at a "
                                    "framework_version before 0.5.8; none false; refused for deepspeed-chat, no vLLM "
@@ -899,13 +901,17 @@ def _engine_sleeps(value: bool | None, framework: str, generation: str | None,
     sleep only under ``--vllm_enable_sleep``, from
     :data:`~packplace.placement.model.layout_rules.OPENRLHF_VLLM_SLEEP` (v0.5.8): ``true`` with an earlier
     ``framework_version`` is refused; without a version it is kept, as every release-gated option is (the
-    emitter writes the current release's option names).
+    emitter writes the current release's option names). verl keeps its engine awake under
+    ``rollout.free_cache_engine=False`` only from
+    :data:`~packplace.placement.model.framework.VERL_ENGINE_AWAKE_SINCE` (v0.5.0; before it the sharding manager
+    offloads the engine's weights after every rollout whatever the key says): ``false`` with an earlier
+    ``framework_version`` is refused; without one it is kept (the emitter writes ``free_cache_engine=False``).
 
     Raises:
         ConfigError: set where the framework's engine is not vLLM (``generation`` ``None``: DeepSpeed-Chat's
             hybrid engine, which generates with its trainer's own weights); ``false`` for NeMo RL; ``true`` for
-            OpenRLHF at a ``framework_version`` before 0.5.8. Each names ``policy.engine_sleeps`` and its value
-            (and the release).
+            OpenRLHF at a ``framework_version`` before 0.5.8; ``false`` for verl at a ``framework_version`` before
+            0.5.0. Each names ``policy.engine_sleeps`` and its value (and the release).
     """
     if value is not None and generation is None:
         raise ConfigError(f"[policy] engine_sleeps: {value!r} is a vLLM setting; the {framework} framework "
@@ -923,6 +929,13 @@ def _engine_sleeps(value: bool | None, framework: str, generation: str | None,
                           "sleep mode from 0.5.8 (--vllm_enable_sleep, openrlhf/cli/train_ppo_ray.py), so this "
                           "release's engines never sleep; drop engine_sleeps or set framework_version 0.5.8 or "
                           "later")
+    if value is False and framework == "verl" and release is not None \
+            and table_release(release) < VERL_ENGINE_AWAKE_SINCE:
+        raise ConfigError(f"[policy] engine_sleeps: False with framework_version {release!r}: verl keeps its vLLM "
+                          "engine awake only from 0.5.0 (rollout.free_cache_engine=False); before it the sharding "
+                          "manager offloads the engine's weights after every rollout whatever free_cache_engine "
+                          "says (the sharding manager's __exit__, fsdp_vllm.py / megatron_vllm.py, v0.1-v0.4.1); "
+                          "drop engine_sleeps or set framework_version 0.5.0 or later")
     return value
 
 
