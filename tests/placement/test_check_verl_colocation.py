@@ -19,7 +19,7 @@ from packplace.placement import api
 from packplace.placement.candidates import CandidateTable, trainer_pool
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.model.layout_rules import Context, verl_trainer_pool
-from packplace.placement.problem.config import build_instance
+from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.hardware import Cluster
 from packplace.placement.problem.plan import Allocation, Plan
 from packplace.placement.whole_plan import (
@@ -174,3 +174,45 @@ def test_a_whole_plan_fits_on_256_gpus_where_no_proof_holds():
     extent = chosen["actor.train"].extent
     plan = Plan.build({n: c.at(Allocation((0, 0, 0), extent)) for n, c in chosen.items()})
     assert ev.score(plan).feasible
+
+
+def test_the_user_s_own_cluster_is_refused_with_the_proof(monkeypatch, unhurried):
+    """On the user's own 32 GPUs (gpu_memory_utilization 0.64) every task fits alone and no group is proven over
+    memory by the shared-GPU bound, but the pool beside every trainer candidate needs at least 10.8 GB of the 8
+    (test_the_rollout_fits_beside_no_trainer_candidate_up_to_128_gpus): the check's step 2 refuses with that proof,
+    under ``[hardware] memory_per_gpu`` and with the memory settings that fit, and runs no whole-plan search
+    (before, greedy and concurrent searched in vain and the verdict was "no plan found"). ``place``
+    (``solve_placement``, steps 1-2) gives the same refusal."""
+
+    def searched(*args, **kwargs):
+        raise AssertionError("the whole-plan search ran")
+
+    monkeypatch.setattr(api, "_search_whole_plan", searched)   # step 3 never runs: step 2 refuses
+    want = ("[hardware] memory_per_gpu: no plan fits in memory: verl runs actor.generate, reference.infer and "
+            "reward.infer on exactly actor.train's GPUs (one resource pool, the hybrid engine: "
+            "verl/trainer/main_ppo.py; on the Megatron backend reference.infer and reward.infer at its layout: one "
+            "Megatron-Core parallel state per worker process); beside every memory-feasible candidate of actor.train "
+            "(24 to 32 GPUs) they need more than 8 GB on each GPU: at least 10.8 GB beside actor.train (dp 1, pp 4, "
+            "tp 8) on 32 GPUs; fits with training: {lora_rank: 64} (LoRA: other trained weights): step 1.516 s "
+            "(step -2.4% over the same plan without it, memory aside)")
+    with pytest.raises(InfeasibleError) as info:
+        api.check_instance(_grown(0.64, 4), time_limit_s=unhurried)
+    assert str(info.value) == want
+    with pytest.raises(InfeasibleError) as info:
+        api.solve_placement(_grown(0.64, 4), "greedy", time_limit_s=unhurried)
+    assert str(info.value) == want
+
+
+def test_a_verdict_where_a_plan_fits_is_unchanged(monkeypatch, unhurried):
+    """The shipped verl GRPO config (Qwen2-7B on 8 H100): the proof finds nothing, and the check's verdict, plan,
+    step time and message are those of a check without the proof."""
+    shipped = Path(__file__).parents[2] / "configs" / "placement" / "published" / "grpo_verl_qwen2-7b_1x8xh100.yaml"
+    inst = build_instance(load_yaml(str(shipped)))
+    assert colocation_shortfall(get_table(inst)) is None
+    with_proof = api.check_instance(inst, time_limit_s=unhurried)
+    monkeypatch.setattr(api, "colocation_shortfall", lambda table: None)
+    without = api.check_instance(replace(inst, _cache={}), time_limit_s=unhurried)
+    assert with_proof.verdict == without.verdict == "whole plan"
+    assert (with_proof.message, with_proof.step_time, with_proof.solver, with_proof.greedy) == (
+        without.message, without.step_time, without.solver, without.greedy)
+    assert with_proof.plan == without.plan

@@ -94,7 +94,9 @@ def solve_placement(
             memory (bytes needed and available).
         InfeasibleError: what :func:`check_instance` proves without its whole-plan search: a task that fits
             on no cluster grown up to 64x or needs more GPUs than the cluster has, or tasks that must share a
-            GPU over its memory (or with a task the framework runs alone).
+            GPU over its memory (or with a task the framework runs alone), or under verl the tasks it keeps on
+            exactly actor.train's GPUs over memory beside every trainer candidate
+            (:func:`~packplace.placement.whole_plan.colocation_shortfall`).
     """
     if not isinstance(instance, PlacementInstance):
         raise ConfigError(f"instance: expected a PlacementInstance, got {type(instance).__name__}")
@@ -197,7 +199,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
     1. Each task has a legal candidate that fits in memory on its own (:meth:`CandidateTable.shortfalls`,
        worded with the smallest grown cluster on which the ``concurrent`` solver fits a whole plan).
     2. No group of tasks that must share a GPU needs more than ``memory_per_gpu`` there
-       (:func:`~packplace.placement.whole_plan.shared_gpu_shortfall`: a proof, from the candidate table).
+       (:func:`~packplace.placement.whole_plan.shared_gpu_shortfall`: a proof, from the candidate table), and
+       under verl the tasks it keeps on exactly actor.train's GPUs fit beside some trainer candidate
+       (:func:`~packplace.placement.whole_plan.colocation_shortfall`: a proof, as on a grown cluster of step 1).
     3. With ``whole_plan``: the ``greedy`` solver, and where it finds nothing the ``concurrent`` one (or the
        ``solver`` named, alone), build a plan within ``time_limit_s`` seconds in all, scored by the
        evaluator; a plan found is the only claim that a whole plan exists. None found is reported, not
@@ -237,8 +241,11 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             ``deadline`` cut that search, "... was cut by the time limit at N GPUs" and the upper bound; where it
             cut the search for the GPUs each such task needs, "no block of it fits V in memory (...); the search
             for the GPUs it needs on a grown cluster was cut by the time limit"), or
-            "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB"
-            (with the memory settings that fit).
+            "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB", or
+            under verl "no plan fits in memory: verl runs T1 and T2 on exactly actor.train's GPUs (...); beside
+            every memory-feasible candidate of actor.train (...) they need more than W GB on each GPU: ..."
+            (each with the memory settings that fit; ``[policy] framework`` in place of ``[hardware]
+            memory_per_gpu`` where the proof is "no plan fits:", not in memory).
     """
     if not (isinstance(time_limit_s, (int, float)) and math.isfinite(time_limit_s) and time_limit_s > 0):
         raise ConfigError(f"time_limit_s: expected a finite number of seconds > 0, got {time_limit_s!r}")
@@ -266,7 +273,7 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
     if short:
         raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short,
                                                                                       deadline)))
-    proof = shared_gpu_shortfall(table)
+    proof = shared_gpu_shortfall(table) or colocation_shortfall(table)
     if proof is not None:
         field = "[hardware] memory_per_gpu" if proof.startswith("no plan fits in memory") else "[policy] framework"
         raise InfeasibleError(with_hints(f"{field}: {proof}", instance, deadline=deadline) if not hinting()
