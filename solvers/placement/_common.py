@@ -25,6 +25,7 @@ from packplace.placement.candidates import Candidate, gb
 from packplace.placement.evaluator import PlacementEvaluator
 from packplace.placement.model.layout_rules import conform
 from packplace.placement.problem.plan import Allocation, Plan
+from packplace.placement.whole_plan import pool_choices
 from packplace.result import UNKNOWN, Proposal
 from packplace.run import clock, passed
 
@@ -95,7 +96,10 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
     Each vertex takes its fastest memory-feasible candidate, every block starts at GPU (0, 0, 0), so
     all vertices share GPUs and run one after another in topological order. If the models placed
     together run out of memory, :func:`repair_memory` steps vertices down to smaller-footprint
-    candidates; as a last resort every vertex takes its least-memory candidate. ``tried`` ends the
+    candidates; then, where the framework keeps tasks on exactly the trainer's GPUs, :func:`pool_plan` tries the
+    trainer's least-memory candidates with those tasks beside it at its layout (each vertex's least-memory
+    candidate may break the framework's rule: verl's reward model cannot take a 16-stage trainer's layout);
+    as a last resort every vertex takes its least-memory candidate. ``tried`` ends the
     out-of-memory message: what the caller searched (a solver that also tried disjoint blocks says so).
     It takes no deadline: it is the minimum every placement backend's baseline does, past the time limit
     if need be (at most 500 step-downs; ``packplace.placement.api.MINIMUM_WORK``).
@@ -116,6 +120,13 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
         if steps == 0:
             return plan, "colocated: every vertex on its fastest candidate, serialised on shared GPUs"
         return plan, f"colocated: {steps} step(s) down to smaller-memory candidates so that the models fit together"
+    pooled = pool_plan(ev)
+    if pooled is not None:
+        train = pooled.by_vertex()["actor.train"]
+        s = train.strategy
+        return pooled, (f"colocated: the framework's trainer pool beside actor.train's least-memory candidate it "
+                        f"fits with (dp {s.dp}, pp {s.pp}, tp {s.tp} on {train.allocation.num_gpus} GPUs; each "
+                        f"vertex's fastest candidates do not fit together)")
     least = {}
     for name in ev.names:
         cand = min(table.feasible[name], key=lambda c: (c.resident_bytes + c.transient_bytes, c.time))
@@ -144,6 +155,40 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
         f"{gb(instance.hardware.memory_per_gpu)} GB available ({instance.cluster.num_gpus} GPUs; fullest "
         f"{ev.fullest_gpus(plan)}){cause}; {tried}"
     )
+
+
+#: Most plans :func:`pool_plan` scores (one evaluator call each).
+POOL_EVALUATIONS = 20
+
+
+def pool_plan(ev: PlacementEvaluator, max_evaluations: int = POOL_EVALUATIONS) -> Plan | None:
+    """The first colocated plan the evaluator scores feasible (``score(plan).feasible``) of the framework's trainer
+    pool (:func:`~packplace.placement.whole_plan.pool_choices`: verl keeps its reference, critic, rollout and reward
+    model on exactly actor.train's GPUs, and on the Megatron backend its Megatron workers at the trainer's
+    layout): per trainer candidate, least memory first, the trainer and its pool on one block at GPU (0, 0, 0),
+    each pool task on its candidate that needs the least beside the trainer, every other vertex on its least-memory
+    candidate at GPU (0, 0, 0), moved to keep the framework's rules (:func:`assemble_for`); within
+    ``max_evaluations`` plans scored. None without a trainer pool or where none of them fits.
+
+    Each vertex's least-memory candidate alone need not be a plan the framework runs: verl's Megatron workers of
+    one pool share the trainer's layout, and the trainer's least-memory candidate (its deepest pipeline) may be
+    deeper than a small model's layers allow; its reward model at pp 4 beside a trainer at pp 16 is refused, while
+    a trainer at pp 4 fits with it (tests/placement/test_check_verl_colocation.py)."""
+    table = ev.table
+    if "actor.train" not in ev.index:
+        return None
+    for train, chosen in itertools.islice(pool_choices(table), max_evaluations):
+        block = Allocation(ORIGIN, train.extent)
+        choice = {name: (cand, block) for name, cand in chosen.items()}
+        choice["actor.train"] = (train, block)
+        for name in ev.names:
+            if name not in choice:
+                cand = min(table.feasible[name], key=lambda c: (c.memory_bytes, c.time))
+                choice[name] = (cand, Allocation(ORIGIN, cand.extent))
+        plan = assemble_for(ev, choice)
+        if ev.score(plan).feasible:
+            return plan
+    return None
 
 
 #: Most plans (evaluator calls, memory step-downs included) :func:`disjoint_plan` scores.

@@ -28,6 +28,7 @@ from packplace.placement.whole_plan import (
     _least_beside,
     _pair_need,
     colocation_shortfall,
+    pool_choices,
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -163,7 +164,7 @@ def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
 def test_a_whole_plan_fits_on_256_gpus_where_no_proof_holds():
     """On 256 GPUs the four share one block: actor.train, the reference and the reward model at dp 8, pp 4, tp 8
     (the reward model's 4 layers cap pp), the engine at dp 32, tp 8, each at its least-memory micro-batch; the
-    evaluator scores the plan feasible (the concurrent solver of the grown-cluster search does not find it)."""
+    evaluator scores the plan feasible (the default solver finds it: test_the_default_solver_fits_256_gpus)."""
     inst = _grown(0.64, 32)
     table, ev = get_table(inst), get_evaluator(inst)
     layout = {"actor.train": (8, 4, 8), "reference.infer": (8, 4, 8), "reward.infer": (8, 4, 8),
@@ -216,3 +217,60 @@ def test_a_verdict_where_a_plan_fits_is_unchanged(monkeypatch, unhurried):
     assert (with_proof.message, with_proof.step_time, with_proof.solver, with_proof.greedy) == (
         without.message, without.step_time, without.solver, without.greedy)
     assert with_proof.plan == without.plan
+
+
+def test_the_pool_s_choices_start_at_the_least_memory_trainer_its_pool_fits_beside():
+    """On 256 GPUs actor.train's least-memory candidate is 16 pipeline stages (dp 2, pp 16, tp 8), which the reward
+    model's 4 layers cannot take, and verl runs its Megatron reward forward at the trainer's layout: no choice
+    there (each vertex's least-memory candidate was greedy's last resort, a plan verl refuses). The first choice is
+    dp 8, pp 4, tp 8 (2,357,177,830 B, the least whose pool fits beside it by the bound), with the reference and
+    reward model at its layout and the engine at dp 32, tp 8: every engine's pool is 0.64 x 8e9 B, but beside the
+    trainer's state kept through generation its weights at tp 8 (2,007,565,312 B) add least."""
+    table = get_table(_grown(0.64, 32))
+    least = min(table.feasible["actor.train"], key=lambda c: (c.memory_bytes, c.time))
+    assert (least.strategy.dp, least.strategy.pp, least.strategy.tp) == (2, 16, 8)
+    assert max(c.strategy.pp for c in table.feasible["reward.infer"]) == 4
+    choices = list(pool_choices(table))
+    assert all(t.strategy.pp <= 4 for t, _ in choices)
+    t, chosen = choices[0]
+    assert (t.strategy.dp, t.strategy.pp, t.strategy.tp, t.gpus) == (8, 4, 8, 256)
+    assert t.memory_bytes == pytest.approx(2_357_177_830.4)
+    assert {n: (c.strategy.dp, c.strategy.pp, c.strategy.tp) for n, c in chosen.items()} == {
+        "actor.generate": (32, 1, 8), "reference.infer": (8, 4, 8), "reward.infer": (8, 4, 8)}
+    assert chosen["actor.generate"].resident_bytes == 2_007_565_312
+    assert list(pool_choices(get_table(_grown(0.64, 16)))) == []   # 128 GPUs: colocation_shortfall's proof
+
+
+def test_the_default_solver_fits_256_gpus(work_clock):
+    """The default solver (concurrent: greedy's colocated plan first) on the 256-GPU toy: the four on GPUs 0-255,
+    actor.train, the reference and the reward model at dp 8, pp 4, tp 8, the engine at dp 32, tp 8. The fullest phase
+    is generation, by hand: the trainer's 2,130,444,032 B resident (all kept beside the engine: rollout_kept_bytes),
+    the engine's pool 5,120,000,000 B, the reference's weights 567,559,168 B and the reward model's 783,616 B:
+    7,818,786,816 B of 8e9; the evaluator's verdict is feasible."""
+    inst = _grown(0.64, 32)
+    result = api.solve_placement(inst)
+    assert result.solver == "concurrent" and result.status == "feasible" and not result.hit_time_limit
+    plan = result.solution
+    layout = {name: (vp.strategy.dp, vp.strategy.pp, vp.strategy.tp) for name, vp in plan.vertices}
+    assert layout == {"actor.generate": (32, 1, 8), "actor.train": (8, 4, 8), "reference.infer": (8, 4, 8),
+                      "reward.infer": (8, 4, 8)}
+    assert {vp.allocation.gpu_range(inst.cluster) for _, vp in plan.vertices} == {(0, 256)}
+    score = get_evaluator(inst).score(plan)
+    assert score.feasible and score.violations == []
+    assert max(score.gpu_memory_peak) == 2_130_444_032 + 5_120_000_000 + 567_559_168 + 783_616 == 7_818_786_816
+    assert result.objective == score.step_time
+    assert "the framework's trainer pool beside actor.train's least-memory candidate it fits with (dp 8, pp 4, " \
+           "tp 8 on 256 GPUs" in result.message
+
+
+def test_the_check_names_256_gpus(unhurried):
+    """The 8-GPU toy at 0.64: 32 to 128 GPUs are ruled out from their tables (colocation_shortfall), and on 256 the
+    concurrent solver fits the plan above, so the check names 256 GPUs, the plan's step time and each task's
+    GPUs (before, it searched 256 and 512 in vain and named no size)."""
+    with pytest.raises(InfeasibleError) as info:
+        api.check_instance(build_instance(_verl_toy(0.64)), time_limit_s=unhurried)
+    step = api.solve_placement(_grown(0.64, 32)).objective
+    assert str(info.value).endswith(
+        f"; the smallest cluster of this node and rack shape (doubled) on which the concurrent solver fits a whole "
+        f"plan has 256 GPUs (step {step:.4g} s: actor.generate 256 GPUs, actor.train 256 GPUs, reference.infer 256 "
+        f"GPUs, reward.infer 256 GPUs)")

@@ -235,7 +235,7 @@ def test_the_suggested_0_64_starts_the_engine_and_0_63_does_not(work_clock):
     # the check at 0.64 passes the engine; the trainer is next. On the work clock with a short limit: the verdict
     # comes from the table (actor.train's smallest block); unhurried, the search for a cluster on which a whole
     # plan fits rules 32 to 128 GPUs out from their tables (verl keeps the engine on the trainer's GPUs) and runs
-    # concurrent on 256 and 512 (minutes), which finds none (test_check_verl_colocation.py: one fits on 256)
+    # concurrent on 256, which fits a plan there (test_check_verl_colocation.py: the check names 256 GPUs)
     with pytest.raises(InfeasibleError) as info:
         check_instance(build_instance(_verl_toy(0.64)), time_limit_s=5.0)
     text = str(info.value)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from packplace.placement.candidates import (
@@ -467,3 +469,52 @@ def colocation_shortfall(table: CandidateTable) -> str | None:
     return (f"{fits}: verl runs {_and(names)} on exactly actor.train's GPUs (one resource pool, the "
             f"hybrid engine: verl/trainer/main_ppo.py{rule}); beside every memory-feasible candidate of actor.train "
             f"({span}) they need more than {gb(capacity)} GB on each GPU: {at}")
+
+
+def _need_beside(instance: Any, name: str, train: Candidate, x: Candidate) -> tuple[float, float, float]:
+    """:func:`pool_choices`' order of task ``name``'s candidates beside ``train``: :func:`_pair_need` (bytes per GPU),
+    then ``memory_bytes``, then time (seconds)."""
+    return _pair_need(instance, name, train, x), x.memory_bytes, x.time
+
+
+def pool_choices(table: CandidateTable) -> Iterator[tuple[Candidate, dict[str, Candidate]]]:
+    """The trainer candidates a colocated plan of the framework's trainer pool may fit on, each with its pool
+    tasks' candidates beside it: per memory-feasible candidate of actor.train, least ``memory_bytes`` first
+    (then time), where every task of :func:`~packplace.placement.candidates.trainer_pool` (verl's reference,
+    critic, rollout without its asynchronous pool, reward model without its pool: they run on exactly the
+    trainer's GPUs) has a memory-feasible candidate :func:`_beside` it of the trainer's block shape, ``(trainer
+    candidate, {task: its such candidate that needs the least beside it})``: least :func:`_pair_need` with the
+    trainer's (the evaluator's bytes of the two alone on the block: an engine whose weights are sharded wider adds
+    less to the trainer's state kept beside it, though every engine's pool is the same), then least
+    ``memory_bytes``, then time. A trainer candidate whose pool needs more than ``memory_per_gpu`` by
+    :func:`_least_beside` (a lower bound of the evaluator's bytes, exact for a pair; over the pool's tasks but a
+    hybrid engine's, :func:`~packplace.placement.candidates.train_state_kept`, as :func:`colocation_shortfall`) is
+    left out; not where the table prices the engine at another ``gpu_memory_utilization``
+    when colocated (:attr:`CandidateTable.colocated`: the bound is not the evaluator's there). Empty where the
+    framework keeps no task on the trainer's GPUs. A generator: a caller that stops at the first plan that fits
+    computes no bound beyond it.
+
+    Each task's candidate is chosen against the trainer alone, not against what the other tasks need beside it:
+    the choices are where a search starts, not a proof; the evaluator decides whether a plan of them fits.
+    """
+    instance = table.instance
+    train = table.feasible.get(TRAIN, ())
+    names = trainer_pool(instance)
+    if not train or not names or not all(table.feasible[n] for n in names):
+        return
+    capacity = instance.hardware.memory_per_gpu
+    screened = [n for n in names if not train_state_kept(instance, n)]
+    layout = _same_layout(instance)
+    pool = {n: _distinct(table.feasible[n], n in layout) for n in screened}
+    for t in sorted(train, key=lambda c: (c.memory_bytes, c.time)):
+        chosen = {}
+        for name in names:
+            cands = [x for x in _beside(instance, t, name, list(table.feasible[name])) if x.extent == t.extent]
+            if not cands:
+                break
+            chosen[name] = min(cands, key=partial(_need_beside, instance, name, t))
+        if len(chosen) < len(names):
+            continue
+        if pool and not table.colocated and _least_beside(instance, t, pool) > capacity * (1 + PROOF_MARGIN):
+            continue
+        yield t, chosen
