@@ -657,14 +657,14 @@ class CandidateTable:
             except TableBuildTimeout:
                 needed, needed_bytes, cut = None, None, True
             pooled = self.engine_pool_detail(name)
-            detail = pooled or (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest} GPUs), "
+            detail = pooled or (f"{gb(at_largest)} GB per GPU needed at the largest block ({_gpus(largest)}), "
                                 f"{self.available(name)}")
             short.append(Shortfall(needed, name, vertex.model, detail, least, at_largest, largest, cut, needed_bytes))
         never = [x for x in short if x.needed is None and not x.cut]
         if never:  # name the most demanding vertex (the most memory at its largest block)
             worst = max(never, key=lambda x: x.bytes_at_largest)
-            capped = (f"; no block larger than {worst.largest_gpus} GPUs is legal ({self.why_not_larger(worst.vertex)})"
-                      if worst.largest_gpus < inst.cluster.num_gpus else "")
+            capped = (f"; no block larger than {_gpus(worst.largest_gpus)} is legal "
+                      f"({self.why_not_larger(worst.vertex)})" if worst.largest_gpus < inst.cluster.num_gpus else "")
             pooled = self.engine_pool_detail(worst.vertex)
             if pooled is not None:
                 raise InfeasibleError(f"[models] {worst.model} does not fit: {worst.vertex}: {pooled}; at "
@@ -672,7 +672,7 @@ class CandidateTable:
                                       f"cluster grown up to 64x either{capped}")
             raise InfeasibleError(f"[models] {worst.model} does not fit: {worst.vertex} needs "
                                   f"{gb(worst.bytes_at_largest)} GB per GPU at the largest block "
-                                  f"({worst.largest_gpus} GPUs), {self.available(worst.vertex)} "
+                                  f"({_gpus(worst.largest_gpus)}), {self.available(worst.vertex)} "
                                   f"(least memory of any "
                                   f"candidate: {gb(worst.least.memory_bytes)} GB){capped}")
         return short
@@ -844,7 +844,7 @@ class CandidateTable:
             return None
         largest = max(c.gpus for c in cands)
         least = min((c for c in cands if c.gpus == largest), key=lambda c: c.memory_bytes)
-        return (f"no gpu_memory_utilization fits it on this cluster: at the largest block ({largest} GPUs) it needs "
+        return (f"no gpu_memory_utilization fits it on this cluster: at the largest block ({_gpus(largest)}) it needs "
                 f"{gb(least.pool_bytes)} GB inside the engine's pool and {gb(least.memory_bytes - least.pool_bytes)} "
                 f"GB outside it, {gb(least.memory_bytes)} GB of each {gb(inst.hardware.memory_per_gpu)} GB GPU")
 
