@@ -157,9 +157,9 @@ def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
         api.check_instance(build_instance(_verl_toy(0.8)), time_limit_s=unhurried)
     assert calls == []
     text = str(info.value)
-    assert ("no whole plan found on clusters up to 512 GPUs (ruled out without a search on 32, 64, 128, 256 and 512 "
-            "GPUs: no plan fits in memory: verl runs actor.generate, reference.infer and reward.infer on exactly "
-            "actor.train's GPUs") in text
+    assert ("no whole plan found on clusters up to 512 GPUs (16 GPUs: fewer than actor.train needs alone (24); ruled "
+            "out without a search on 32, 64, 128, 256 and 512 GPUs: no plan fits in memory: verl runs actor.generate, "
+            "reference.infer and reward.infer on exactly actor.train's GPUs") in text
     assert "beside every memory-feasible candidate of actor.train (24 to 32 GPUs) they need more than 8 GB" in text
     assert "the concurrent solver found none" not in text
 

@@ -336,13 +336,15 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
     whose table or solve the deadline cut (or a deadline passed before a size) ends the search with "cut by the
     time limit" and the upper bound, never a size that a longer search might have beaten."""
     c = instance.cluster
-    least = max(entry.needed or 0 for entry in short)  # no plan fits on fewer GPUs than its neediest task
-    factor, tried = 2, _Tried()
+    neediest = max(short, key=lambda entry: entry.needed or 0)
+    least = neediest.needed or 0  # no plan fits on fewer GPUs than its neediest task
+    factor, tried = 2, _Tried(neediest=(neediest.vertex, least))
     while factor <= MAX_GROWTH:
         grown = (Cluster(1, c.nodes_per_rack * factor, c.gpus_per_node) if c.racks == 1
                  else Cluster(c.racks * factor, c.nodes_per_rack, c.gpus_per_node))
         factor *= 2
         if grown.num_gpus < least:
+            tried.below.append(grown.num_gpus)
             continue
         big = replace(instance, cluster=grown, _cache={})
         left = SEARCH_TIME_LIMIT_S if deadline is None else deadline - clock()
@@ -376,12 +378,15 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
 class _Tried:
     """The grown cluster sizes :func:`_smallest_whole_cluster` ruled out: ``proven`` ``(GPUs, proof line or None
     for a task that fits on no block of it)`` without a solve, ``searched`` (GPUs) where the concurrent solver
-    ran its course and found no plan. ``str``: " (ruled out without a search on 32 and 64 GPUs: <the first
+    ran its course and found no plan, ``below`` (GPUs) skipped as fewer than the ``neediest`` task
+    ``(vertex, GPUs)`` needs alone. ``str``: " (ruled out without a search on 32 and 64 GPUs: <the first
     proof line>; the concurrent solver found none on 128, 256 and 512 GPUs)", or "" when none was tried;
     :meth:`smaller` the same after a size was found or the search cut."""
 
     proven: list[tuple[int, str | None]] = field(default_factory=list)
     searched: list[int] = field(default_factory=list)
+    below: list[int] = field(default_factory=list)
+    neediest: tuple[str, int] = ("", 0)
 
     def __str__(self) -> str:
         parts = self.parts()
@@ -396,6 +401,8 @@ class _Tried:
     def parts(self) -> list[str]:
         """The clauses of :meth:`__str__`: the sizes ruled out (with the first proof), the sizes searched."""
         parts = []
+        if self.below:
+            parts.append(f"{_sizes(self.below)} GPUs: fewer than {self.neediest[0]} needs alone ({self.neediest[1]})")
         if self.proven:
             first = next((line for _, line in self.proven if line is not None), None)
             why = f": {first}" if first is not None else " (a task fits on no block of them)"
