@@ -233,8 +233,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`),
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
-            (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs; where
-            ``deadline`` cut that search, "... was cut by the time limit at N GPUs" and the upper bound; where it
+            (step T s: per task its GPUs); on fewer GPUs: <the smaller sizes ruled out, and by what>" (else the
+            upper bound with every task on its own GPUs; where ``deadline`` cut that search, "... was cut by the
+            time limit at N GPUs", the smaller sizes ruled out and the upper bound; where it
             cut the search for the GPUs each such task needs, "no block of it fits V in memory (...); the search
             for the GPUs it needs on a grown cluster was cut by the time limit"), or
             "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB"
@@ -326,15 +327,17 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
                             deadline: float | None = None) -> str:
     """The smallest grown cluster (same node and rack shape, doubled up to :data:`MAX_GROWTH` times) on which
     the ``concurrent`` solver finds a plan that fits in memory, with each task's GPUs in that plan; else
-    the upper bound of :meth:`CandidateTable.whole_plan_bound` and the sizes tried: those a proof from the grown
-    cluster's table rules out (:func:`~packplace.placement.whole_plan.shared_gpu_shortfall`,
+    the upper bound of :meth:`CandidateTable.whole_plan_bound`; either way the smaller sizes tried (:class:`_Tried`):
+    those below the GPUs the neediest task needs alone, those a proof from the grown cluster's table rules out
+    (:func:`~packplace.placement.whole_plan.shared_gpu_shortfall`,
     :func:`~packplace.placement.whole_plan.colocation_shortfall`: no solver runs there) and those the solver
     searched in vain.
 
     ``deadline`` (a :data:`~packplace.run.clock` reading; None: :data:`SEARCH_TIME_LIMIT_S` per size, no
     overall limit) bounds the whole search: each grown cluster's table and solve get the time left, and a size
     whose table or solve the deadline cut (or a deadline passed before a size) ends the search with "cut by the
-    time limit" and the upper bound, never a size that a longer search might have beaten."""
+    time limit", the smaller sizes tried and the upper bound, never a size that a longer search might have
+    beaten."""
     c = instance.cluster
     neediest = max(short, key=lambda entry: entry.needed or 0)
     least = neediest.needed or 0  # no plan fits on fewer GPUs than its neediest task
