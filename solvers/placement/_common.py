@@ -89,6 +89,11 @@ def repair_memory(ev: PlacementEvaluator, choice: dict[str, tuple[Candidate, All
     return plan, ev.step_time(plan), max_steps
 
 
+def _vertices(count: int) -> str:
+    """``1 vertex``, ``3 vertices``: a count of vertices for a message."""
+    return f"{count} vertex" if count == 1 else f"{count} vertices"
+
+
 def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans were tried") -> tuple[Plan, str]:
     """The colocated baseline plan of ``ev``'s instance (``ev`` its evaluator, table included) and a one-line
     note.
@@ -118,6 +123,11 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
     plan, t, steps = repair_memory(ev, choice, keep_blocks=False)
     if t < float("inf"):
         if steps == 0:
+            fastest = assemble(choice).by_vertex()
+            moved = sum(1 for name, vp in plan.vertices if vp != fastest[name])
+            if moved:   # conform moved followers off their fastest candidates: not "every vertex on its fastest"
+                return plan, (f"colocated: every vertex on its fastest candidate, then {_vertices(moved)} moved by "
+                              f"the framework's layout rules between tasks, serialised on shared GPUs")
             return plan, "colocated: every vertex on its fastest candidate, serialised on shared GPUs"
         return plan, f"colocated: {steps} step(s) down to smaller-memory candidates so that the models fit together"
     pooled = pool_plan(ev)

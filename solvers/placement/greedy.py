@@ -564,31 +564,38 @@ def climb_back(ev, plan: Plan, step_time: float, deadline: float | None = None,
 
 
 def trade_climb(ev, plan: Plan, step_time: float, deadline: float | None = None,
-                max_calls: int = TRADE_EVALUATIONS) -> tuple[Plan, float, int]:
+                max_calls: int = TRADE_EVALUATIONS, tally: dict[str, int] | None = None) -> tuple[Plan, float, int]:
     """:func:`climb_back` with trades: where no single move improves ``plan``, :func:`trade` makes one vertex
     faster and steps the others down in memory to make room; an improving trade stays and the single moves
     resume, until neither improves, within ``max_calls`` evaluator calls and ``deadline`` (a
     :func:`packplace.run.clock` reading; None: none). A plan one move cannot improve may still improve by two
     or more vertices changing together: on two nodes of 5 GPUs the GRPO config's training takes a faster
     candidate once the reference forward takes a smaller one (docs/performance.md, "Small odd clusters").
+    ``tally``, where given, counts what improved the plan: ``tally["climbs"]`` the single moves kept,
+    ``tally["trades"]`` the trades kept (the message says which happened, :func:`_improved`).
 
     Returns:
         ``(plan, step_time, evaluator calls)``, as :func:`climb_back`.
     """
     calls = 0
+    tally = {} if tally is None else tally
+    tally.setdefault("climbs", 0)
+    tally.setdefault("trades", 0)
     while True:
-        plan, step_time, used = _climb_singles(ev, plan, step_time, deadline, max_calls - calls)
+        plan, step_time, used = _climb_singles(ev, plan, step_time, deadline, max_calls - calls, tally)
         calls += used
         traded, traded_time, used = trade(ev, plan, step_time, deadline, max_calls - calls)
         calls += used
         if traded_time >= step_time:
             return plan, step_time, calls
         plan, step_time = traded, traded_time
+        tally["trades"] += 1
 
 
 def _climb_singles(ev, plan: Plan, step_time: float, deadline: float | None,
-                   max_calls: int) -> tuple[Plan, float, int]:
-    """:func:`climb_back`'s single-vertex moves: ``(plan, step_time, evaluator calls)``."""
+                   max_calls: int, tally: dict[str, int] | None = None) -> tuple[Plan, float, int]:
+    """:func:`climb_back`'s single-vertex moves: ``(plan, step_time, evaluator calls)``; each move kept adds
+    1 to ``tally["climbs"]`` where ``tally`` is given."""
     table = ev.table
     calls = 0
     improved = True
@@ -608,6 +615,8 @@ def _climb_singles(ev, plan: Plan, step_time: float, deadline: float | None,
                 calls += 1
                 if t < step_time:
                     plan, step_time, improved = trial, t, True
+                    if tally is not None:
+                        tally["climbs"] += 1
                     break
     return plan, step_time, calls
 
@@ -709,6 +718,23 @@ def _climbed(before: Plan, after: Plan) -> str:
     return f"{moved} vertex" if moved == 1 else f"{moved} vertices"
 
 
+def _improved(before: Plan, after: Plan, tally: dict[str, int]) -> str:
+    """What :func:`trade_climb` did to ``before``, for the message, from its ``tally``: ``2 vertices climbed
+    back to faster candidates`` (single moves only), ``3 vertices traded to other candidates (1 trade: a
+    vertex on a faster candidate, others stepped down in memory to make room)`` (trades only), or both
+    counts (``3 vertices changed candidates (1 trade ...; 2 single climbs back to faster candidates)``)."""
+    moved = _climbed(before, after)
+    trades, climbs = tally.get("trades", 0), tally.get("climbs", 0)
+    if not trades:
+        return f"{moved} climbed back to faster candidates"
+    traded = (f"{trades} trade{'s' if trades > 1 else ''}: a vertex on a faster candidate, others stepped down "
+              f"in memory to make room")
+    if not climbs:
+        return f"{moved} traded to other candidates ({traded})"
+    return (f"{moved} changed candidates ({traded}; {climbs} single climb{'s' if climbs > 1 else ''} back "
+            f"to faster candidates)")
+
+
 def _describe(plan: Plan, cluster) -> str:
     """``vertex GPUs lo-hi`` (``GPU i`` for one) per vertex, in linear GPU ids, for the message."""
     parts = []
@@ -756,9 +782,10 @@ def search(instance, run: Run) -> Proposal:
         best_time, evaluations, colocated_failure, layout = ev.step_time(plan), 0, None, "colocated"
         run.offer(plan, best_time)  # a plan in hand (a caller's run may then end sooner: Run.call's until_found_s)
         if not run.expired() and not run.stopped:  # the colocated plan's step-downs, undone where not needed
-            climbed, climbed_time, evaluations = trade_climb(ev, plan, best_time, run.deadline)
+            tally: dict[str, int] = {}
+            climbed, climbed_time, evaluations = trade_climb(ev, plan, best_time, run.deadline, tally=tally)
             if climbed_time < best_time:   # no longer colocated_plan's plan: the label says what it is
-                note = (f"colocated, then improved: {_climbed(plan, climbed)} climbed back to faster candidates "
+                note = (f"colocated, then improved: {_improved(plan, climbed, tally)} "
                         f"(the first colocated plan: {note.removeprefix('colocated: ')})")
                 plan, best_time, layout = climbed, climbed_time, CLIMBED
                 run.offer(plan, best_time)  # a caller (anneal, cpsat) stops if it meets the bound
@@ -773,10 +800,11 @@ def search(instance, run: Run) -> Proposal:
         plan, best_time, layout = found.plan, found.step_time, "split"
         note = f"{_split_winner(plan, instance.cluster, colocated_failure is None)}; {counted}"
         if not run.expired() and not run.stopped:  # the winner's trades (the colocated plan had its own)
-            climbed, climbed_time, calls = trade_climb(ev, plan, best_time, run.deadline)
+            tally = {}
+            climbed, climbed_time, calls = trade_climb(ev, plan, best_time, run.deadline, tally=tally)
             evaluations += calls
             if climbed_time < best_time:
-                note = f"{note}; {_climbed(plan, climbed)} traded to other candidates"
+                note = f"{note}; {_improved(plan, climbed, tally)}"
                 plan, best_time = climbed, climbed_time
                 run.offer(plan, best_time)
     elif plan is not None and found.screened:

@@ -16,7 +16,7 @@ import pytest
 
 from packplace.errors import InfeasibleError
 from packplace.placement import api
-from packplace.placement.candidates import CandidateTable, trainer_pool
+from packplace.placement.candidates import CandidateTable, gb, trainer_pool
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.model.layout_rules import Context, verl_trainer_pool
 from packplace.placement.problem.config import build_instance, load_yaml
@@ -134,8 +134,12 @@ def test_the_message_counts_the_block_verl_shares():
         "; verl runs actor.generate, reference.infer and reward.infer on exactly actor.train's GPUs (one resource "
         "pool, the hybrid engine: verl/trainer/main_ppo.py), so every task on its own GPUs is no plan it runs: they "
         "share one block of at least 24 GPUs, the most any of them needs alone (actor.generate 8 GPUs at 5.12 GB, "
-        "reference.infer 4 GPUs at 4.27 GB, reward.infer 1 GPUs at 0.0309 GB, actor.train 24 GPUs; their bytes "
-        "together not checked)")
+        "reference.infer 4 GPUs at 4.27 GB, reward.infer 1 GPU at 0.0309 GB, actor.train 24 GPUs at 6.83 GB; their "
+        "bytes together not checked)")
+    # actor.train fits on no block of 8 GPUs: its figure is that of the grown cluster (32 GPUs, the first doubling
+    # where it fits), its least-memory candidate on 24 GPUs, as the others' are on their smallest block here
+    grown = get_table(_grown(0.64, 4))
+    assert gb(min(c.memory_bytes for c in grown.feasible["actor.train"] if c.gpus == 24)) == "6.83"
 
 
 def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
@@ -154,9 +158,9 @@ def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
         api.check_instance(build_instance(_verl_toy(0.8)), time_limit_s=unhurried)
     assert calls == []
     text = str(info.value)
-    assert ("no whole plan found on clusters up to 512 GPUs (ruled out without a search on 32, 64, 128, 256 and 512 "
-            "GPUs: no plan fits in memory: verl runs actor.generate, reference.infer and reward.infer on exactly "
-            "actor.train's GPUs") in text
+    assert ("no whole plan found on clusters up to 512 GPUs (16 GPUs: fewer than actor.train needs alone (24); ruled "
+            "out without a search on 32, 64, 128, 256 and 512 GPUs: no plan fits in memory: verl runs actor.generate, "
+            "reference.infer and reward.infer on exactly actor.train's GPUs") in text
     assert "beside every memory-feasible candidate of actor.train (24 to 32 GPUs) they need more than 8 GB" in text
     assert "the concurrent solver found none" not in text
 
@@ -266,11 +270,58 @@ def test_the_default_solver_fits_256_gpus(work_clock):
 def test_the_check_names_256_gpus(unhurried):
     """The 8-GPU toy at 0.64: 32 to 128 GPUs are ruled out from their tables (colocation_shortfall), and on 256 the
     concurrent solver fits the plan above, so the check names 256 GPUs, the plan's step time and each task's
-    GPUs (before, it searched 256 and 512 in vain and named no size)."""
+    GPUs (before, it searched 256 and 512 in vain and named no size), then the smaller sizes and why each was
+    passed over."""
     with pytest.raises(InfeasibleError) as info:
         api.check_instance(build_instance(_verl_toy(0.64)), time_limit_s=unhurried)
     step = api.solve_placement(_grown(0.64, 32)).objective
-    assert str(info.value).endswith(
-        f"; the smallest cluster of this node and rack shape (doubled) on which the concurrent solver fits a whole "
-        f"plan has 256 GPUs (step {step:.4g} s: actor.generate 256 GPUs, actor.train 256 GPUs, reference.infer 256 "
-        f"GPUs, reward.infer 256 GPUs)")
+    assert (f"; the smallest cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
+            f"whole plan has 256 GPUs (step {step:.4g} s: actor.generate 256 GPUs, actor.train 256 GPUs, "
+            f"reference.infer 256 GPUs, reward.infer 256 GPUs); on fewer GPUs: 16 GPUs: fewer than actor.train needs "
+            f"alone (24); ruled out without a search on 32, 64 and 128 GPUs: no plan fits in memory: verl runs "
+            f"actor.generate") in str(info.value)
+
+
+#: verl 0.4.0 PPO with Qwen2.5-7B-shaped actor, critic and reward models on one node of 2 H100s: actor.train needs
+#: 4 GPUs (89.2 GB per GPU at 2), so the check grows the cluster to 4, 8, ... GPUs.
+QWEN_7B = {"model_type": "qwen2", "layers": 28, "hidden_dim": 3584, "ffn_dim": 18944, "vocab_size": 152064,
+           "head_dim": 128, "num_kv_heads": 4}
+VERL_7B_ON_2 = {"hardware": {"preset": "h100-sxm", "gpus_per_node": 2},
+                "models": {"actor": QWEN_7B, "critic": QWEN_7B, "reward": QWEN_7B},
+                "workload": {"batch_size": 64, "samples_per_prompt": 1, "context_length": 2048,
+                             "generation_length": 4096},
+                "policy": {"algorithm": "ppo", "framework": "verl", "framework_version": "0.4.0"}}
+#: The proof that rules out 4 GPUs (whole_plan.shared_gpu_shortfall from the 4-GPU table): 34.3 + 19.1 GB twice.
+FOUR_RULED_OUT = ("on fewer GPUs: ruled out without a search on 4 GPUs: no plan fits in memory: actor.train (at "
+                  "least 4 GPUs) and critic.train (at least 2 GPUs) share a GPU in any plan on 4 GPUs, where they "
+                  "need at least 87.7 GB")
+
+
+def test_the_size_found_says_which_smaller_sizes_were_ruled_out(unhurried):
+    """The smallest grown cluster found (8 GPUs) comes with the smaller size ruled out (4 GPUs, by the proof);
+    8 is not listed as searched in vain, and every task's GPUs read "N GPU(s)"."""
+    with pytest.raises(InfeasibleError) as info:
+        api.check_instance(build_instance(VERL_7B_ON_2), time_limit_s=unhurried)
+    text = str(info.value)
+    assert "the concurrent solver fits a whole plan has 8 GPUs (step " in text
+    assert text.endswith(FOUR_RULED_OUT + " (actor.train 34.3 + 19.1 GB, critic.train 34.3 + 19.1 GB resident + "
+                         "while running), 84.9 GB available")
+    assert "found none" not in text
+
+
+def test_a_search_cut_at_a_size_says_which_smaller_sizes_were_ruled_out(monkeypatch, unhurried):
+    """The concurrent solver cut by the time limit at 8 GPUs (simulated: its result without a plan, hit_time_limit
+    set): the message names 8 as the size cut, 4 as ruled out, and the upper bound, with actor.train's GB per GPU
+    on the grown cluster beside the others' (53.4 GB = 34.3 resident + 19.1 while running, as the 4-GPU proof)."""
+    def cut(*args, **kwargs):
+        return replace(real(*args, **kwargs), solution=None, hit_time_limit=True)
+
+    real = api.solve_placement
+    monkeypatch.setattr(api, "solve_placement", cut)
+    with pytest.raises(InfeasibleError) as info:
+        api.check_instance(build_instance(VERL_7B_ON_2), time_limit_s=unhurried)
+    text = str(info.value)
+    assert ("was cut by the time limit at 8 GPUs (a longer time_limit_s searches on); " + FOUR_RULED_OUT) in text
+    assert ("(actor.generate 1 GPU at 43.5 GB, reference.infer 1 GPU at 21 GB, reward.infer 1 GPU at 17.7 GB, "
+            "critic.infer 1 GPU at 17.7 GB, actor.train 4 GPUs at 53.4 GB, critic.train 2 GPUs at 82.9 GB; their "
+            "bytes together not checked)") in text

@@ -101,7 +101,7 @@ def test_no_value_fits_says_so():
     assert table.engine_pool_message("actor.generate") is None
     detail = table.engine_pool_detail("actor.generate")
     assert detail is not None and detail.startswith("no gpu_memory_utilization fits it on this cluster: at the "
-                                                    "largest block (1 GPUs) it needs 143 GB inside the engine's pool "
+                                                    "largest block (1 GPU) it needs 143 GB inside the engine's pool "
                                                     "and 3.47 GB outside it")
     short = {s.vertex: s for s in table.shortfalls()}
     assert short["actor.generate"].detail == detail

@@ -79,7 +79,7 @@ def test_deepspeed_chat_has_no_engine_to_sleep_and_the_key_is_checked():
     inst = build_instance(cfg)
     assert not engine_sleeps(inst) and not stays_awake(inst, "actor.generate")
     cfg["policy"]["engine_sleeps"] = True
-    with pytest.raises(ConfigError, match=r"\[policy\] engine_sleeps: True is a vLLM setting; the deepspeed-chat "
+    with pytest.raises(ConfigError, match=r"\[policy\] engine_sleeps: true is a vLLM setting; the deepspeed-chat "
                                           r"framework generates with its trainer's own weights"):
         build_instance(cfg)
     with pytest.raises(ConfigError, match="engine_sleeps"):
@@ -94,7 +94,7 @@ def test_nemo_rl_refuses_an_awake_engine():
     a release; ``true`` (what it runs) is accepted."""
     for version in (None, "0.1.0", "0.7.0"):
         cfg = _grpo("nemo-rl", engine_sleeps=False, **({} if version is None else {"framework_version": version}))
-        with pytest.raises(ConfigError, match=r"\[policy\] engine_sleeps: False: NeMo RL has no switch to keep its "
+        with pytest.raises(ConfigError, match=r"\[policy\] engine_sleeps: false: NeMo RL has no switch to keep its "
                                               r"vLLM engine awake .*enable_sleep_mode=True.*colocated.enabled: "
                                               r"false"):
             build_instance(cfg)
@@ -111,7 +111,7 @@ def test_openrlhf_refuses_a_sleeping_engine_before_0_5_8(version, refused):
     ``false`` (what such a release runs) is accepted at every release."""
     cfg = _grpo("openrlhf", engine_sleeps=True, **({} if version is None else {"framework_version": version}))
     if refused:
-        with pytest.raises(ConfigError, match=rf"\[policy\] engine_sleeps: True with framework_version "
+        with pytest.raises(ConfigError, match=rf"\[policy\] engine_sleeps: true with framework_version "
                                               rf"'{version}': OpenRLHF has vLLM's sleep mode from 0\.5\.8 "
                                               r"\(--vllm_enable_sleep"):
             build_instance(cfg)

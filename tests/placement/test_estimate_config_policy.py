@@ -125,7 +125,7 @@ def test_config_refuses_megatron_fields_without_effect() -> None:
     load_setup_mapping(_config(moe_router_dtype="fp32"))   # auto: accepted
     cfg = _config(bias_activation_fusion=True, sharding="zero3")   # the DTensor policy's own
     cfg["policy"]["trainer_backend"] = "fsdp"
-    with pytest.raises(ConfigError, match=r"\[training.actor\] bias_activation_fusion: True can have no effect: "
+    with pytest.raises(ConfigError, match=r"\[training.actor\] bias_activation_fusion: true can have no effect: "
                                           r"trainer_backend fsdp"):
         load_setup_mapping(cfg)
     dense = _config(moe_router_dtype="fp32")

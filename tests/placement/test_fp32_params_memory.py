@@ -129,11 +129,11 @@ def test_the_kept_state_beside_the_engine_follows_the_dtype():
 
 
 def test_the_setting_is_refused_where_no_trainer_reads_it():
-    with pytest.raises(ConfigError, match=r"\[training.actor\] fp32_params: True can have no effect: only verl"):
+    with pytest.raises(ConfigError, match=r"\[training.actor\] fp32_params: true can have no effect: only verl"):
         build_instance(_config(framework="openrlhf", backend="auto", fp32_params=True))
     megatron = _config(backend="megatron", fp32_params=False)
     megatron["training"]["sharding"] = "zero1"   # Megatron-Core's distributed optimizer: verl's Megatron workers
-    with pytest.raises(ConfigError, match="fp32_params: False can have no effect: trainer_backend megatron"):
+    with pytest.raises(ConfigError, match="fp32_params: false can have no effect: trainer_backend megatron"):
         build_instance(megatron)
     with pytest.raises(ConfigError, match="fp32_params: .* for task infer"):
         estimate("qwen2.5-1.5b", "h100-sxm", "infer", framework="verl", fp32_params=True)
@@ -141,7 +141,7 @@ def test_the_setting_is_refused_where_no_trainer_reads_it():
         estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="openrlhf", fp32_params=True)
     with pytest.raises(ConfigError, match="fp32_params: False can have no effect: NeMo RL's DTensor workers always"):
         estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="nemo-rl", trainer_backend="fsdp", fp32_params=False)
-    with pytest.raises(ConfigError, match="fp32_params: True can have no effect: trainer_backend megatron keeps "
+    with pytest.raises(ConfigError, match="fp32_params: true can have no effect: trainer_backend megatron keeps "
                                           "nemo-rl's"):
         build_instance({**megatron, "policy": {"algorithm": "grpo", "framework": "nemo-rl",
                                                "trainer_backend": "megatron"},

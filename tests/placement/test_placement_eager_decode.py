@@ -140,7 +140,7 @@ def test_enforce_eager_is_refused_where_it_means_nothing_or_is_not_a_bool():
     assert cfg["policy"]["framework"] == "deepspeed-chat"
     assert build_instance(cfg).engine.enforce_eager is False
     cfg["policy"]["enforce_eager"] = True
-    with pytest.raises(ConfigError, match=r"\[policy\] enforce_eager: True is a vLLM setting"):
+    with pytest.raises(ConfigError, match=r"\[policy\] enforce_eager: true is a vLLM setting"):
         build_instance(cfg)
     cfg["policy"]["framework"] = "verl"
     cfg["policy"]["enforce_eager"] = "yes"

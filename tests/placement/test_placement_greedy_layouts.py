@@ -335,3 +335,46 @@ def test_a_framework_with_rules_between_tasks_keeps_the_mirror_images():
     table = get_evaluator(inst).table
     inference = sum(1 for v in inst.graph.vertices if v.kind not in ("generate", "train"))
     assert len(greedy.layouts(inst, table)) == 2 * 4 * 3 ** inference - 3 ** inference
+
+
+QWEN_1_5B = {"ffn_dim": 8960, "head_dim": 128, "hidden_dim": 1536, "layers": 28, "model_type": "qwen2",
+             "num_kv_heads": 2, "vocab_size": 151936}
+
+
+def test_greedy_says_the_rules_moved_the_colocated_plan_and_which_moves_improved_it():
+    # verl PPO, Qwen2.5-1.5B for actor, critic and reward on one node of 8 H100s: every vertex's fastest candidate
+    # fits colocated (no step-down), but verl's rules between tasks (conform) move 3 vertices off theirs: critic.train,
+    # critic.infer and reward.infer from (dp 4, pp 2) micro-batch 8 to (dp 4, tp 2) micro-batch 16; single climbs
+    # then put critic.infer and reward.infer on
+    # micro-batch 64 (0.3195 s, from 0.3325 s at micro-batch 16), no trade. The message had said "every vertex
+    # on its fastest candidate" and "climbed back" together
+    inst = build_instance({
+        "hardware": {"gpus_per_node": 8, "preset": "h100-sxm"},
+        "models": {"actor": QWEN_1_5B, "critic": QWEN_1_5B, "reward": QWEN_1_5B},
+        "policy": {"algorithm": "ppo", "framework": "verl", "framework_version": "0.4.0",
+                   "reward_use_remove_padding": True},
+        "workload": {"batch_size": 256, "context_length": 1024, "generation_length": 2048,
+                     "gen_quantiles": [[0.5, 400], [0.9, 1200], [0.99, 2000]], "samples_per_prompt": 1}})
+    ev = get_evaluator(inst)
+    plan, note = colocated_plan(ev)
+    assert note == ("colocated: every vertex on its fastest candidate, then 3 vertices moved by the framework's "
+                    "layout rules between tasks, serialised on shared GPUs")
+    tally: dict[str, int] = {}
+    climbed, t, _ = greedy.trade_climb(ev, plan, ev.step_time(plan), tally=tally)
+    assert tally == {"climbs": 2, "trades": 0} and t < ev.step_time(plan)
+    result = packplace.place(inst, "greedy")
+    assert result.message.startswith("colocated, then improved: 2 vertices climbed back to faster candidates "
+                                     "(the first colocated plan: every vertex on its fastest candidate, then 3 "
+                                     "vertices moved by the framework's layout rules")
+
+
+def test_greedy_names_trades_as_trades():
+    before = Plan.build({})
+    assert greedy._improved(before, before, {"climbs": 2, "trades": 0}) == \
+        "0 vertices climbed back to faster candidates"
+    assert greedy._improved(before, before, {"climbs": 0, "trades": 1}) == (
+        "0 vertices traded to other candidates (1 trade: a vertex on a faster candidate, others stepped down "
+        "in memory to make room)")
+    assert greedy._improved(before, before, {"climbs": 1, "trades": 2}) == (
+        "0 vertices changed candidates (2 trades: a vertex on a faster candidate, others stepped down in memory "
+        "to make room; 1 single climb back to faster candidates)")

@@ -152,3 +152,18 @@ def test_a_fit_hint_that_sets_the_sharding_or_the_backend_stops_following_it():
         "zero1", False)
     offload = _variant(unset, {"offload": "optimizer"}, {})
     assert offload.training["actor"].sharding_follows_backend
+
+
+@pytest.mark.parametrize("framework, strategy, fsdp", STRATEGIES)
+def test_the_trainer_backend_help_states_the_rule_per_framework(framework, strategy, fsdp):
+    """``--trainer-backend``'s help had said auto picks FSDP for ``tp = pp = ep = 1`` for both frameworks; NeMo
+    RL's DTensor policy runs tp 2 on FSDP (layout_rules.trainer_backend), which the help now says."""
+    from packplace.placement.model.layout_rules import Context, trainer_backend
+    from packplace.placement.screen.cli import TRAINER_BACKEND_HELP
+
+    chosen = trainer_backend(Context.of(_instance(framework)), {"actor.train": strategy})
+    assert chosen == ("fsdp" if fsdp else "megatron")
+    assert "verl FSDP when its trainers and forwards run tp = pp = ep = 1" in TRAINER_BACKEND_HELP
+    assert "NeMo RL FSDP (DTensor, which has tensor parallelism) when its trainers run pp = ep = 1 at any tp" in \
+        TRAINER_BACKEND_HELP
+    assert "picks FSDP for plans with tp = pp = ep = 1" not in TRAINER_BACKEND_HELP

@@ -171,3 +171,20 @@ def test_megatron_offload_off_before_0_4_0_is_a_note_not_a_refusal():
     assert out.refusals == []
     assert any(note.startswith("actor_rollout_ref.actor.megatron.param_offload=false: verl 0.3.0's") and
                note.endswith("it runs that way") for note in out.notes)
+
+
+def test_the_backend_note_names_the_reward_forward_that_made_the_plan_megatron():
+    """Before the reward engine (0.6.1) a tensor-parallel reward forward alone makes the plan Megatron; the note
+    had listed only the trainers, the reference and the value forward, and printed "()" here."""
+    from packplace.placement.emit.common import PlanView
+    from packplace.placement.emit.verl import choose_backend
+
+    plan = Plan.build({"actor.generate": vp(2, 1, 4, 256, *NODE0), "reference.infer": vp(8, 1, 1, 32, *NODE0),
+                       "reward.infer": vp(4, 1, 2, 64, *NODE0), "actor.train": vp(8, 1, 1, 8, *NODE0)})
+    view = PlanView.of(verl(GRPO, "0.6.1"), plan, "verl")
+    backend, why = choose_backend(view)
+    assert backend == "megatron"
+    assert why == ("Megatron backend: verl's FSDP workers have no tensor, pipeline, expert or context parallelism "
+                   "(reward.infer (dp=4, pp=1, tp=2))")
+    # from 0.7.0 the reward model is a vLLM engine: its tp 2 keeps the trainers on FSDP
+    assert choose_backend(PlanView.of(verl(GRPO, "0.7.0"), plan, "verl"))[0] == "fsdp"

@@ -179,7 +179,7 @@ def test_dynamic_batch_size_padded_rows():
 
 @pytest.mark.parametrize(("policy", "match"), [
     ({"use_remove_padding": "yes"}, "use_remove_padding.*yes"),
-    ({"use_remove_padding": True, "framework": "openrlhf", "framework_version": None}, "use_remove_padding: True"),
+    ({"use_remove_padding": True, "framework": "openrlhf", "framework_version": None}, "use_remove_padding: true"),
     ({"use_remove_padding": True, "framework_version": "0.1"}, "use_remove_padding: true at framework_version"),
     ({"use_remove_padding": False, "ppo_max_token_len_per_gpu": 4096, "log_prob_max_token_len_per_gpu": 4096,
       "ulysses_sequence_parallel_size": 2}, "use_remove_padding: false with ulysses_sequence_parallel_size 2"),

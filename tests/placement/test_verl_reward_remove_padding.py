@@ -83,17 +83,19 @@ def test_an_unpadded_reward_model_is_charged_its_real_tokens():
 
 @pytest.mark.parametrize(("path", "version", "policy", "match"), [
     (PPO, "0.6.1", {"framework": "openrlhf", "reward_use_remove_padding": False},
-     r"\[policy\] reward_use_remove_padding: False is verl's reward_model\.model\.use_remove_padding, which the "
+     r"\[policy\] reward_use_remove_padding: false is verl's reward_model\.model\.use_remove_padding, which the "
      r"model prices for framework verl only, not 'openrlhf'"),
     (GRPO, "0.6.1", {"reward_use_remove_padding": True, "_rule": True},
-     r"\[policy\] reward_use_remove_padding: True: the config has no reward model"),
+     r"\[policy\] reward_use_remove_padding: true: the config has no reward model"),
     (PPO, None, {"reward_use_remove_padding": True},
-     r"\[policy\] reward_use_remove_padding: True needs policy\.framework_version"),
+     r"\[policy\] reward_use_remove_padding: true needs policy\.framework_version"),
     (PPO, "0.1", {"reward_use_remove_padding": True},
-     r"\[policy\] reward_use_remove_padding: True at framework_version '0\.1': .*v0\.1's reward model pads"),
+     r"\[policy\] reward_use_remove_padding: true at framework_version '0\.1': .*v0\.1's reward model pads"),
     (PPO, "0.7.0", {"reward_use_remove_padding": True},
-     r"\[policy\] reward_use_remove_padding: True at framework_version '0\.7\.0': .*from 0\.7\.0 the reward model "
-     r"is a vLLM engine"),
+     r"\[policy\] reward_use_remove_padding: true at framework_version '0\.7\.0': .*from 0\.7\.0 this project "
+     r"models the reward model as the reward loop's vLLM engine \(reward_model\.use_reward_loop: true, verl's "
+     r"default\), which does not read the key; verl 0\.7\.0's legacy reward-model worker, run with "
+     r"use_reward_loop: false, is not modelled"),
     (PPO, "0.6.1", {"reward_use_remove_padding": "yes"}, r"reward_use_remove_padding.*yes"),
 ], ids=["openrlhf", "rule-reward", "no-version", "v0.1", "v0.7.0", "not-a-bool"])
 def test_what_verl_cannot_run_is_refused_naming_the_field_and_value(path, version, policy, match):

@@ -237,8 +237,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             the memory settings under which it fits with their step times: :mod:`packplace.placement.fit_hints`),
             "cluster has X GPUs; the smallest feasible plan for V needs Y (...); the smallest cluster of
             this node and rack shape (doubled) on which the concurrent solver fits a whole plan has Z GPUs
-            (step T s: per task its GPUs)" (else the upper bound with every task on its own GPUs; where
-            ``deadline`` cut that search, "... was cut by the time limit at N GPUs" and the upper bound; where it
+            (step T s: per task its GPUs); on fewer GPUs: <the smaller sizes ruled out, and by what>" (else the
+            upper bound with every task on its own GPUs; where ``deadline`` cut that search, "... was cut by the
+            time limit at N GPUs", the smaller sizes ruled out and the upper bound; where it
             cut the search for the GPUs each such task needs, "no block of it fits V in memory (...); the search
             for the GPUs it needs on a grown cluster was cut by the time limit"), or
             "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB", or
@@ -333,48 +334,53 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
                             deadline: float | None = None) -> str:
     """The smallest grown cluster (same node and rack shape, doubled up to :data:`MAX_GROWTH` times) on which
     the ``concurrent`` solver finds a plan that fits in memory, with each task's GPUs in that plan; else
-    the upper bound of :meth:`CandidateTable.whole_plan_bound` and the sizes tried: those a proof from the grown
-    cluster's table rules out (:func:`~packplace.placement.whole_plan.shared_gpu_shortfall`,
+    the upper bound of :meth:`CandidateTable.whole_plan_bound`; either way the smaller sizes tried (:class:`_Tried`):
+    those below the GPUs the neediest task needs alone, those a proof from the grown cluster's table rules out
+    (:func:`~packplace.placement.whole_plan.shared_gpu_shortfall`,
     :func:`~packplace.placement.whole_plan.colocation_shortfall`: no solver runs there) and those the solver
     searched in vain.
 
     ``deadline`` (a :data:`~packplace.run.clock` reading; None: :data:`SEARCH_TIME_LIMIT_S` per size, no
     overall limit) bounds the whole search: each grown cluster's table and solve get the time left, and a size
     whose table or solve the deadline cut (or a deadline passed before a size) ends the search with "cut by the
-    time limit" and the upper bound, never a size that a longer search might have beaten."""
+    time limit", the smaller sizes tried and the upper bound, never a size that a longer search might have
+    beaten."""
     c = instance.cluster
-    least = max(entry.needed or 0 for entry in short)  # no plan fits on fewer GPUs than its neediest task
-    factor, tried = 2, _Tried()
+    neediest = max(short, key=lambda entry: entry.needed or 0)
+    least = neediest.needed or 0  # no plan fits on fewer GPUs than its neediest task
+    factor, tried = 2, _Tried(neediest=(neediest.vertex, least))
     while factor <= MAX_GROWTH:
         grown = (Cluster(1, c.nodes_per_rack * factor, c.gpus_per_node) if c.racks == 1
                  else Cluster(c.racks * factor, c.nodes_per_rack, c.gpus_per_node))
         factor *= 2
         if grown.num_gpus < least:
+            tried.below.append(grown.num_gpus)
             continue
         big = replace(instance, cluster=grown, _cache={})
         left = SEARCH_TIME_LIMIT_S if deadline is None else deadline - clock()
         if left <= 0:
-            return _search_cut(table, short, grown.num_gpus)
+            return _search_cut(table, short, grown.num_gpus, tried)
         try:
             get_table(big, deadline=deadline).check()
             proof = shared_gpu_shortfall(get_table(big)) or colocation_shortfall(get_table(big))
             if proof is not None:  # proven: no plan on this size either
                 tried.proven.append((grown.num_gpus, proof))
                 continue
-            tried.searched.append(grown.num_gpus)
             result = solve_placement(big, "concurrent", time_limit_s=left, seed=0)
         except TableBuildTimeout:
-            return _search_cut(table, short, grown.num_gpus)
+            return _search_cut(table, short, grown.num_gpus, tried)
         except InfeasibleError:
             tried.proven.append((grown.num_gpus, None))
             continue
         if result.solution is None and result.hit_time_limit:  # cut: a larger size would not be the smallest
-            return _search_cut(table, short, grown.num_gpus)
+            return _search_cut(table, short, grown.num_gpus, tried)
         if result.solution is None or result.status not in ("optimal", "feasible"):
+            tried.searched.append(grown.num_gpus)   # ran its course and found none
             continue
-        parts = [f"{name} {choice.allocation.num_gpus} GPUs" for name, choice in result.solution.vertices]
+        parts = [f"{name} {_gpus(choice.allocation.num_gpus)}" for name, choice in result.solution.vertices]
         return (f"the smallest cluster of this node and rack shape (doubled) on which the concurrent solver "
-                f"fits a whole plan has {grown.num_gpus} GPUs (step {result.objective:.4g} s: {', '.join(parts)})")
+                f"fits a whole plan has {grown.num_gpus} GPUs (step {result.objective:.4g} s: {', '.join(parts)})"
+                f"{tried.smaller()}")
     return f"no whole plan found on clusters up to {grown.num_gpus} GPUs{tried}; {table.whole_plan_bound(short)}"
 
 
@@ -382,21 +388,38 @@ def _smallest_whole_cluster(instance: PlacementInstance, table: CandidateTable, 
 class _Tried:
     """The grown cluster sizes :func:`_smallest_whole_cluster` ruled out: ``proven`` ``(GPUs, proof line or None
     for a task that fits on no block of it)`` without a solve, ``searched`` (GPUs) where the concurrent solver
-    ran its course and found no plan. ``str``: " (ruled out without a search on 32 and 64 GPUs: <the first
-    proof line>; the concurrent solver found none on 128, 256 and 512 GPUs)", or "" when none was tried."""
+    ran its course and found no plan, ``below`` (GPUs) skipped as fewer than the ``neediest`` task
+    ``(vertex, GPUs)`` needs alone. ``str``: " (ruled out without a search on 32 and 64 GPUs: <the first
+    proof line>; the concurrent solver found none on 128, 256 and 512 GPUs)", or "" when none was tried;
+    :meth:`smaller` the same after a size was found or the search cut."""
 
     proven: list[tuple[int, str | None]] = field(default_factory=list)
     searched: list[int] = field(default_factory=list)
+    below: list[int] = field(default_factory=list)
+    neediest: tuple[str, int] = ("", 0)
 
     def __str__(self) -> str:
+        parts = self.parts()
+        return f" ({'; '.join(parts)})" if parts else ""
+
+    def smaller(self) -> str:
+        """``"; on fewer GPUs: ruled out without a search on 4 GPUs: <the first proof line>; the concurrent
+        solver found none on 8 GPUs"``: the sizes below the one found (or the one the time limit cut), or ""."""
+        parts = self.parts()
+        return f"; on fewer GPUs: {'; '.join(parts)}" if parts else ""
+
+    def parts(self) -> list[str]:
+        """The clauses of :meth:`__str__`: the sizes ruled out (with the first proof), the sizes searched."""
         parts = []
+        if self.below:
+            parts.append(f"{_sizes(self.below)} GPUs: fewer than {self.neediest[0]} needs alone ({self.neediest[1]})")
         if self.proven:
             first = next((line for _, line in self.proven if line is not None), None)
             why = f": {first}" if first is not None else " (a task fits on no block of them)"
             parts.append(f"ruled out without a search on {_sizes([g for g, _ in self.proven])} GPUs{why}")
         if self.searched:
             parts.append(f"the concurrent solver found none on {_sizes(self.searched)} GPUs")
-        return f" ({'; '.join(parts)})" if parts else ""
+        return parts
 
 
 def _sizes(gpus: list[int]) -> str:
@@ -416,9 +439,15 @@ def _shortfall_cut(table: CandidateTable, short: list[Shortfall]) -> str:
             f" on a grown cluster was cut by the time limit (a longer time_limit_s searches on)")
 
 
-def _search_cut(table: CandidateTable, short: list[Shortfall], gpus: int) -> str:
+def _search_cut(table: CandidateTable, short: list[Shortfall], gpus: int, tried: _Tried) -> str:
     """The end of :func:`_smallest_whole_cluster`'s message when the deadline cut its search at the grown
-    cluster of ``gpus`` GPUs: no smallest size is named, only the upper bound of every task on its own GPUs."""
+    cluster of ``gpus`` GPUs: no smallest size is named, only the smaller sizes ``tried`` ruled out or searched
+    in vain and the upper bound of every task on its own GPUs."""
     return (f"the search for the smallest cluster of this node and rack shape (doubled) on which a whole plan fits "
-            f"was cut by the time limit at {gpus} GPUs (a longer time_limit_s searches on); "
+            f"was cut by the time limit at {gpus} GPUs (a longer time_limit_s searches on){tried.smaller()}; "
             f"{table.whole_plan_bound(short)}")
+
+
+def _gpus(count: int) -> str:
+    """``1 GPU``, ``4 GPUs``."""
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"

@@ -234,6 +234,8 @@ class Shortfall(NamedTuple):
         largest_gpus: GPUs of that block.
         cut: The deadline of :meth:`CandidateTable.shortfalls` stopped the search for ``needed`` (None then:
             not known, not "never fits").
+        needed_bytes: Bytes per GPU of its least-memory candidate on a ``needed``-GPU block of that grown
+            cluster (None where ``needed`` is).
     """
 
     needed: int | None
@@ -244,6 +246,7 @@ class Shortfall(NamedTuple):
     bytes_at_largest: float
     largest_gpus: int
     cut: bool = False
+    needed_bytes: float | None = None
 
 
 def divisors(n: int) -> list[int]:
@@ -649,18 +652,19 @@ class CandidateTable:
             largest = max(c.gpus for c in self.all[name])
             at_largest = min(c.memory_bytes for c in self.all[name] if c.gpus == largest)
             try:
-                needed, cut = _smallest_fitting_gpus(vertex, model, inst, self.cost, deadline=deadline), False
+                needed, needed_bytes = _smallest_fitting(vertex, model, inst, self.cost, deadline=deadline)
+                cut = False
             except TableBuildTimeout:
-                needed, cut = None, True
+                needed, needed_bytes, cut = None, None, True
             pooled = self.engine_pool_detail(name)
-            detail = pooled or (f"{gb(at_largest)} GB per GPU needed at the largest block ({largest} GPUs), "
+            detail = pooled or (f"{gb(at_largest)} GB per GPU needed at the largest block ({_gpus(largest)}), "
                                 f"{self.available(name)}")
-            short.append(Shortfall(needed, name, vertex.model, detail, least, at_largest, largest, cut))
+            short.append(Shortfall(needed, name, vertex.model, detail, least, at_largest, largest, cut, needed_bytes))
         never = [x for x in short if x.needed is None and not x.cut]
         if never:  # name the most demanding vertex (the most memory at its largest block)
             worst = max(never, key=lambda x: x.bytes_at_largest)
-            capped = (f"; no block larger than {worst.largest_gpus} GPUs is legal ({self.why_not_larger(worst.vertex)})"
-                      if worst.largest_gpus < inst.cluster.num_gpus else "")
+            capped = (f"; no block larger than {_gpus(worst.largest_gpus)} is legal "
+                      f"({self.why_not_larger(worst.vertex)})" if worst.largest_gpus < inst.cluster.num_gpus else "")
             pooled = self.engine_pool_detail(worst.vertex)
             if pooled is not None:
                 raise InfeasibleError(f"[models] {worst.model} does not fit: {worst.vertex}: {pooled}; at "
@@ -668,7 +672,7 @@ class CandidateTable:
                                       f"cluster grown up to 64x either{capped}")
             raise InfeasibleError(f"[models] {worst.model} does not fit: {worst.vertex} needs "
                                   f"{gb(worst.bytes_at_largest)} GB per GPU at the largest block "
-                                  f"({worst.largest_gpus} GPUs), {self.available(worst.vertex)} "
+                                  f"({_gpus(worst.largest_gpus)}), {self.available(worst.vertex)} "
                                   f"(least memory of any "
                                   f"candidate: {gb(worst.least.memory_bytes)} GB){capped}")
         return short
@@ -840,7 +844,7 @@ class CandidateTable:
             return None
         largest = max(c.gpus for c in cands)
         least = min((c for c in cands if c.gpus == largest), key=lambda c: c.memory_bytes)
-        return (f"no gpu_memory_utilization fits it on this cluster: at the largest block ({largest} GPUs) it needs "
+        return (f"no gpu_memory_utilization fits it on this cluster: at the largest block ({_gpus(largest)}) it needs "
                 f"{gb(least.pool_bytes)} GB inside the engine's pool and {gb(least.memory_bytes - least.pool_bytes)} "
                 f"GB outside it, {gb(least.memory_bytes)} GB of each {gb(inst.hardware.memory_per_gpu)} GB GPU")
 
@@ -903,47 +907,51 @@ class CandidateTable:
 
     def whole_plan_bound(self, short: list[Shortfall]) -> str:
         """The whole plan's GPU count with every task on its own smallest memory-feasible block (an upper
-        bound on the smallest cluster: colocating tasks may need fewer), with each task's GPUs and, where
-        it fits on this cluster, its GB per GPU. An engine that fits only colocated with every trainer
-        (:attr:`colocated_only`) runs on no GPUs of its own: it is named with :meth:`colocated_note` and its
-        GPUs are not counted, and the count is then no bound (the engine's bytes beside the trainers' are
-        not checked): "every other task on its own GPUs needs Z"."""
+        bound on the smallest cluster: colocating tasks may need fewer), with each task's GPUs and GB per GPU
+        (for a task that fits on no block of this cluster, on the smallest grown cluster's block it fits). An
+        engine that fits only colocated with every trainer (:attr:`colocated_only`) runs on no GPUs of its own:
+        it is named with :meth:`colocated_note` and its GPUs are not counted, and the count is then no bound
+        (the engine's bytes beside the trainers' are not checked): "every other task on its own GPUs needs Z"."""
         grown = {entry.vertex: entry.needed for entry in short}
+        at = {entry.vertex: f" at {gb(entry.needed_bytes)} GB" for entry in short if entry.needed_bytes is not None}
         pool = trainer_pool(self.instance)
         if pool:
-            return self._trainer_pool_bound(grown, pool)
+            return self._trainer_pool_bound(short, pool)
         parts, total = [], 0
         for vertex in self.instance.graph.vertices:
             if vertex.name in grown:
                 total += grown[vertex.name]
-                parts.append(f"{vertex.name} {grown[vertex.name]} GPUs")
+                parts.append(f"{vertex.name} {_gpus(grown[vertex.name])}{at.get(vertex.name, '')}")
             else:
                 best = min(self.feasible[vertex.name], key=lambda c: (c.gpus, c.memory_bytes))
                 total += 0 if vertex.name in self.colocated_only else best.gpus
-                parts.append(f"{vertex.name} {best.gpus} GPUs at {gb(best.memory_bytes)} GB"
+                parts.append(f"{vertex.name} {_gpus(best.gpus)} at {gb(best.memory_bytes)} GB"
                              f"{self.colocated_note(vertex.name)}")
         if self.colocated_only:
             return (f"with {', '.join(sorted(self.colocated_only))} on the trainers' GPUs, the whole plan with every "
                     f"other task on its own GPUs needs {total} ({', '.join(parts)})")
         return f"the whole plan with every task on its own GPUs needs at most {total} ({', '.join(parts)})"
 
-    def _trainer_pool_bound(self, grown: dict[str, int], pool: tuple[str, ...]) -> str:
+    def _trainer_pool_bound(self, short: list[Shortfall], pool: tuple[str, ...]) -> str:
         """:meth:`whole_plan_bound` where the framework keeps the tasks ``pool`` on exactly actor.train's GPUs
         (:func:`trainer_pool`, verl): every task on its own GPUs is no plan it runs, so the count is the one block
-        they share, at least the most GPUs any of them needs alone (``grown``: a task's GPUs on a grown cluster,
-        else its smallest memory-feasible block here), their bytes together not checked (a lower bound of that
-        block, not of the plan), and beside it every other task on its own GPUs."""
+        they share, at least the most GPUs any of them needs alone (a task in ``short``: its GPUs and GB per GPU on
+        a grown cluster; else its smallest memory-feasible block here), their bytes together not checked (a lower
+        bound of that block, not of the plan), and beside it every other task on its own GPUs."""
+        grown = {entry.vertex: entry.needed for entry in short}
+        at = {entry.vertex: f" at {gb(entry.needed_bytes)} GB" for entry in short if entry.needed_bytes is not None}
+
         def alone(name: str) -> tuple[int, str]:
             if name in grown:
-                return grown[name], f"{name} {grown[name]} GPUs"
+                return grown[name], f"{name} {_gpus(grown[name])}{at.get(name, '')}"
             best = min(self.feasible[name], key=lambda c: (c.gpus, c.memory_bytes))
-            return best.gpus, f"{name} {best.gpus} GPUs at {gb(best.memory_bytes)} GB"
+            return best.gpus, f"{name} {_gpus(best.gpus)} at {gb(best.memory_bytes)} GB"
 
         shared = [alone(v.name) for v in self.instance.graph.vertices if v.name in (*pool, "actor.train")]
         block = max(g for g, _ in shared)
         text = (f"verl runs {_and(list(pool))} on exactly actor.train's GPUs (one resource pool, the hybrid engine: "
                 f"verl/trainer/main_ppo.py), so every task on its own GPUs is no plan it runs: they share one block "
-                f"of at least {block} GPUs, the most any of them needs alone ({', '.join(p for _, p in shared)}; "
+                f"of at least {_gpus(block)}, the most any of them needs alone ({', '.join(p for _, p in shared)}; "
                 f"their bytes together not checked)")
         rest = [alone(v.name) for v in self.instance.graph.vertices if v.name not in (*pool, "actor.train")]
         if rest:
@@ -1105,6 +1113,11 @@ def trainer_pool(instance) -> tuple[str, ...]:
         return ()
     stale = any(t >= 1 for t in instance.optimizer["staleness_candidates"].get("actor", ()))
     return tuple(n for n in verl_trainer_pool(Context.of(instance), stale) if n in names)
+
+
+def _gpus(count: int) -> str:
+    """``1 GPU``, ``4 GPUs``."""
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
 
 def _and(names: list[str]) -> str:
@@ -2062,10 +2075,11 @@ def _why_none(model: ModelSpec, cluster: Cluster, sequences: int) -> str:
             f"sequences matches a block size of this cluster")
 
 
-def _smallest_fitting_gpus(vertex, model: ModelSpec, instance, cost: CostModel, max_factor: int = 64, *,
-                           deadline: float | None = None) -> int | None:
-    """GPU count of the smallest memory-feasible block of ``vertex`` on a cluster grown (more nodes per
-    rack, then more racks) up to ``max_factor`` times; ``None`` if it never fits. ``deadline``
+def _smallest_fitting(vertex, model: ModelSpec, instance, cost: CostModel, max_factor: int = 64, *,
+                      deadline: float | None = None) -> tuple[int | None, float | None]:
+    """``(GPUs, bytes per GPU)``: GPU count of the smallest memory-feasible block of ``vertex`` on a cluster
+    grown (more nodes per rack, then more racks) up to ``max_factor`` times, and the least bytes per GPU of its
+    memory-feasible candidates on a block of that count; ``(None, None)`` if it never fits. ``deadline``
     (``time.perf_counter()`` seconds, None: none) raises :class:`TableBuildTimeout` once passed."""
     c = instance.cluster
     factor = 2
@@ -2081,8 +2095,9 @@ def _smallest_fitting_gpus(vertex, model: ModelSpec, instance, cost: CostModel, 
         cands = build_vertex_candidates(vertex.name, vertex.kind, model, big, grown_cost,
                                         [e for e in block_extents(grown) if e[0] * e[1] * e[2] > c.num_gpus],
                                         deadline=deadline)
-        fitting = [x.gpus for x in cands if x.fits]
+        fitting = [x for x in cands if x.fits]
         if fitting:
-            return min(fitting)
+            gpus = min(x.gpus for x in fitting)
+            return gpus, min(x.memory_bytes for x in fitting if x.gpus == gpus)
         factor *= 2
-    return None
+    return None, None

@@ -301,12 +301,17 @@ def _proof_line(group: tuple[str, ...], fronts: dict[str, list[tuple[int, float,
 
     tasks = " and ".join(f"{n} ({at_least(fronts[n][0][0])})" for n in group)
     if math.isinf(least):
-        return (f"no plan fits: {tasks} share a GPU in any plan on {total} GPUs, and the framework runs "
+        return (f"no plan fits: {tasks} share a GPU in any plan on {_gpus(total)}, and the framework runs "
                 f"{', '.join(sorted(alone.intersection(group)))} on GPUs of its own")
     parts = ", ".join(f"{n} {gb(res)} + {gb(tr)} GB" + (f", {gb(k)} GB of it kept while others run" if k else "")
                       for n, (_, res, tr, k) in zip(group, choice))
-    return (f"no plan fits in memory: {tasks} share a GPU in any plan on {total} GPUs, where they need at least "
+    return (f"no plan fits in memory: {tasks} share a GPU in any plan on {_gpus(total)}, where they need at least "
             f"{gb(least)} GB ({parts} resident + while running), {gb(capacity)} GB available")
+
+
+def _gpus(count: int) -> str:
+    """``1 GPU``, ``4 GPUs``."""
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
 
 def _pair_need(instance: Any, name: str, train: Candidate, other: Candidate) -> float:
@@ -458,12 +463,12 @@ def colocation_shortfall(table: CandidateTable) -> str | None:
         needs.append((need, t))
     least, worst = min(needs, key=lambda e: e[0])
     sizes = sorted({c.gpus for c in train})
-    span = f"{sizes[0]} GPUs" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]} GPUs"
+    span = _gpus(sizes[0]) if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]} GPUs"
     megatron = [n for n in names if n in layout]
     rule = (f"; on the Megatron backend {_and(megatron)} at its layout: one Megatron-Core parallel state per "
             f"worker process" if megatron else "")
     s = worst.strategy
-    at = (f"at least {gb(least)} GB beside actor.train (dp {s.dp}, pp {s.pp}, tp {s.tp}) on {worst.gpus} GPUs"
+    at = (f"at least {gb(least)} GB beside actor.train (dp {s.dp}, pp {s.pp}, tp {s.tp}) on {_gpus(worst.gpus)}"
           if math.isfinite(least) else "no candidate of some of them has the trainer's block and layout")
     fits = "no plan fits in memory" if math.isfinite(least) else "no plan fits"
     return (f"{fits}: verl runs {_and(names)} on exactly actor.train's GPUs (one resource pool, the "

@@ -47,7 +47,13 @@ from packplace.placement.emit.common import (
 )
 from packplace.placement.emit.verl_releases import REWARD_ENGINE, available, for_release, release_has
 from packplace.placement.model.framework import table_release
-from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
+from packplace.placement.model.layout_rules import (
+    config_refusals,
+    mixed_backends,
+    reward_forward_worker,
+    trainer_backend,
+    unsupported,
+)
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
     TrainingOptions,
@@ -77,21 +83,23 @@ def choose_backend(view: PlanView) -> tuple[str, str]:
     ``policy.trainer_backend`` (or ``--trainer-backend``) when forced; else FSDP when a trained model shards
     with ``zero3`` (verl's Megatron workers shard no parameters) or the config sets Ulysses sequence parallelism
     (``ulysses_sequence_parallel_size`` above 1, the FSDP workers'), Megatron when a trained model has context
-    parallelism or a trainer, the reference or the value forward has tensor, pipeline or expert parallelism
-    (verl's FSDP workers have none: Ulysses sequence parallelism only), FSDP otherwise (``trainer_backend`` in
-    :mod:`packplace.placement.model.layout_rules`)."""
+    parallelism or a trainer, the reference, the value forward or (before the reward engine) the reward model's
+    forward has tensor, pipeline or expert parallelism (verl's FSDP workers have none: Ulysses sequence
+    parallelism only), FSDP otherwise (``trainer_backend`` in :mod:`packplace.placement.model.layout_rules`);
+    the note names those tasks' layouts and the models' context parallelism."""
     ctx = view.rules
     strategies = {name: task.strategy for name, task in view.tasks.items()}
     backend = trainer_backend(ctx, strategies) if ctx is not None else "fsdp"
     if ctx is not None and ctx.backend != "auto":
         return backend, f"{backend} backend: forced (trainer_backend {ctx.backend})"
     if backend == "megatron" and ctx is not None:   # without rules the backend is fsdp
-        parallel = [t.layout for name, t in view.tasks.items() if name in (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER)
+        workers = (TRAIN, CRITIC_TRAIN, REFERENCE, CRITIC_INFER) + ((REWARD,) if reward_forward_worker(ctx) else ())
+        parallel = [t.layout for name, t in view.tasks.items() if name in workers
                     and (t.strategy.tp > 1 or t.strategy.pp > 1 or t.strategy.ep > 1)]
         parallel += [f"{model} context parallelism {degree}{' (dynamic)' if dynamic else ''}"
                      for model, degree, dynamic in ctx.context_parallel_models]
-        return backend, (f"Megatron backend: verl's FSDP workers have no tensor, pipeline or context parallelism "
-                         f"({'; '.join(parallel)})")
+        return backend, ("Megatron backend: verl's FSDP workers have no tensor, pipeline, expert or context "
+                         "parallelism" + (f" ({'; '.join(parallel)})" if parallel else ""))
     return backend, "FSDP backend: every trainer and forward runs with tp = pp = ep = 1"
 
 

@@ -278,7 +278,9 @@ POLICY_FIELDS: dict[str, Field] = {
                                                "(verl's default at every release), every sequence padded to "
                                                "context_length + generation_length; verl only, true with a reward "
                                                "model and a framework_version from 0.2 before 0.7.0 (from 0.7.0 the "
-                                               "reward model is a vLLM engine, which does not read the key)"),
+                                               "model prices the reward model as the reward loop's vLLM engine, "
+                                               "verl's default use_reward_loop: true, which does not read the key; "
+                                               "the legacy worker of use_reward_loop: false is not modelled)"),
     "trainer_backend": Field("enum", choices=TRAINER_BACKENDS, default="auto",
                              meaning="verl / NeMo RL trainer workers (or framework none): fsdp (NeMo RL DTensor), "
                                      "megatron, or auto (chosen by the plan; verl with context_parallel: megatron); "
@@ -840,7 +842,7 @@ def _enforce_eager(value: bool | None, framework: str, version: VersionDefaults 
         default = version.enforce_eager
     if default is None:
         if value is not None:
-            raise ConfigError(f"[policy] enforce_eager: {value!r} is a vLLM setting; the {framework} framework "
+            raise ConfigError(f"[policy] enforce_eager: {_yaml(value)} is a vLLM setting; the {framework} framework "
                               "generates with its own engine, whose eager kernel launches are inside its "
                               "decode_step_overhead (remove enforce_eager)")
         return False
@@ -914,18 +916,18 @@ def _engine_sleeps(value: bool | None, framework: str, generation: str | None,
             0.5.0. Each names ``policy.engine_sleeps`` and its value (and the release).
     """
     if value is not None and generation is None:
-        raise ConfigError(f"[policy] engine_sleeps: {value!r} is a vLLM setting; the {framework} framework "
+        raise ConfigError(f"[policy] engine_sleeps: {_yaml(value)} is a vLLM setting; the {framework} framework "
                           "generates with its trainer's own weights (hybrid engine), which hold no engine copy "
                           "to put to sleep (remove engine_sleeps)")
     if value is False and framework == "nemo-rl":
-        raise ConfigError("[policy] engine_sleeps: False: NeMo RL has no switch to keep its vLLM engine awake (it "
+        raise ConfigError("[policy] engine_sleeps: false: NeMo RL has no switch to keep its vLLM engine awake (it "
                           "builds vllm.LLM with enable_sleep_mode=True and VllmGeneration.finish_generation puts a "
                           "colocated engine to sleep after every generation, v0.1.0-v0.7.0); an engine on GPUs of "
                           "its own (colocated.enabled: false) shares them with no task, where sleeping changes "
                           "nothing (remove engine_sleeps)")
     if value is True and framework == "openrlhf" and release is not None \
             and table_release(release) < OPENRLHF_VLLM_SLEEP:
-        raise ConfigError(f"[policy] engine_sleeps: True with framework_version {release!r}: OpenRLHF has vLLM's "
+        raise ConfigError(f"[policy] engine_sleeps: true with framework_version {release!r}: OpenRLHF has vLLM's "
                           "sleep mode from 0.5.8 (--vllm_enable_sleep, openrlhf/cli/train_ppo_ray.py), so this "
                           "release's engines never sleep; drop engine_sleeps or set framework_version 0.5.8 or "
                           "later")
@@ -937,6 +939,14 @@ def _engine_sleeps(value: bool | None, framework: str, generation: str | None,
                           "says (the sharding manager's __exit__, fsdp_vllm.py / megatron_vllm.py, v0.1-v0.4.1); "
                           "drop engine_sleeps or set framework_version 0.5.0 or later")
     return value
+
+
+def _yaml(value: Any) -> str:
+    """``value`` as the config's YAML spells it in a message: ``true`` / ``false`` for a boolean (not Python's
+    ``True`` / ``False``), else :func:`~packplace.errors.show`'s bounded ``repr``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return show(value)
 
 
 def _check_model_len(engine: RolloutEngine, actor: ModelSpec, workload: Any) -> None:
@@ -1193,7 +1203,7 @@ def _use_remove_padding(policy: Mapping[str, Any], dynamic_bsz: tuple[int, int, 
     if setting is None:
         return True if ulysses > 1 else None
     if policy["framework"] != "verl":
-        raise ConfigError(f"[policy] use_remove_padding: {setting} is verl's actor_rollout_ref.model."
+        raise ConfigError(f"[policy] use_remove_padding: {_yaml(setting)} is verl's actor_rollout_ref.model."
                           f"use_remove_padding, which the model prices for framework verl only, not "
                           f"{policy['framework']!r}; drop it")
     version = policy.get("framework_version")
@@ -1220,33 +1230,37 @@ def _reward_use_remove_padding(policy: Mapping[str, Any], reward_model: bool) ->
         ConfigError: set for a framework other than verl; true without a reward model, without a
             ``framework_version`` (the current release, which runs the reward model as a vLLM engine: verl 0.7.1
             on has no such key), or at a ``framework_version`` before 0.2 (v0.1 has no remove-padding path) or from
-            0.7.0 (:data:`~packplace.placement.model.framework.VERL_REWARD_ENGINE_SINCE`: the reward loop's vLLM
-            engine, not the worker that reads the key). Each names the field and its value.
+            0.7.0 (:data:`~packplace.placement.model.framework.VERL_REWARD_ENGINE_SINCE`: the model prices v0.7.0's
+            reward model as the reward loop's vLLM engine, ``reward_model.use_reward_loop: true``, the default in
+            v0.7.0's ``_generated_ppo_trainer.yaml``, which does not read the key; v0.7.0 still builds the legacy
+            ``RewardModelWorker`` (``main_ppo.py`` ``add_reward_model_worker``) and ``ray_trainer.py`` runs it with
+            ``use_reward_loop: false``, a setting the model does not price). Each names the field and its value.
     """
     setting = policy.get("reward_use_remove_padding")
     if setting is None:
         return None
     if policy["framework"] != "verl":
-        raise ConfigError(f"[policy] reward_use_remove_padding: {setting} is verl's reward_model.model."
+        raise ConfigError(f"[policy] reward_use_remove_padding: {_yaml(setting)} is verl's reward_model.model."
                           f"use_remove_padding, which the model prices for framework verl only, not "
                           f"{policy['framework']!r}; drop it")
     if not setting:
         return False
     if not reward_model:
-        raise ConfigError("[policy] reward_use_remove_padding: True: the config has no reward model (a rule reward "
+        raise ConfigError("[policy] reward_use_remove_padding: true: the config has no reward model (a rule reward "
                           "or an algorithm without one) whose passes it would unpad; drop it")
     version = policy.get("framework_version")
     if version is None:
-        raise ConfigError("[policy] reward_use_remove_padding: True needs policy.framework_version: verl runs the "
+        raise ConfigError("[policy] reward_use_remove_padding: true needs policy.framework_version: verl runs the "
                           "reward model as the forward worker that reads reward_model.model.use_remove_padding from "
                           "0.2 before 0.7.0 only, and an unset framework_version plans the current release (a vLLM "
                           "reward engine; the key is gone from 0.7.1); set framework_version (e.g. \"0.6.1\") or "
                           "drop reward_use_remove_padding")
     if not VERL_REMOVE_PADDING_SINCE <= table_release(version) < VERL_REWARD_ENGINE_SINCE:
         why = ("v0.1's reward model pads every pass (no remove-padding path)" if table_release(version) <
-               VERL_REMOVE_PADDING_SINCE else "from 0.7.0 the reward model is a vLLM engine of the reward loop "
-               "(reward_model.use_reward_loop), which does not read the key")
-        raise ConfigError(f"[policy] reward_use_remove_padding: True at framework_version {version!r}: verl's "
+               VERL_REMOVE_PADDING_SINCE else "from 0.7.0 this project models the reward model as the reward loop's "
+               "vLLM engine (reward_model.use_reward_loop: true, verl's default), which does not read the key; "
+               "verl 0.7.0's legacy reward-model worker, run with use_reward_loop: false, is not modelled")
+        raise ConfigError(f"[policy] reward_use_remove_padding: true at framework_version {version!r}: verl's "
                           f"reward-model worker unpads from 0.2 before 0.7.0 only ({why}); drop it")
     return True
 
@@ -1324,13 +1338,13 @@ def _check_training_models(training: Mapping[str, TrainingOptions], models: Mapp
             why = megatron_field_refusal(name, value, policy["framework"], policy["trainer_backend"],
                                          models[role].is_moe)
             if why is not None:
-                raise ConfigError(f"[training.{role}] {name}: {show(value)} can have no effect: {why}")
+                raise ConfigError(f"[training.{role}] {name}: {_yaml(value)} can have no effect: {why}")
         why = sequence_parallel_refusal(options.sequence_parallel, policy["framework"], policy["trainer_backend"])
         if why is not None:
             raise ConfigError(f"[training.{role}] sequence_parallel: true can have no effect: {why}")
         why = fp32_params_refusal(options.fp32_params, policy["framework"], policy["trainer_backend"])
         if why is not None:
-            raise ConfigError(f"[training.{role}] fp32_params: {show(options.fp32_params)} can have no effect: {why}")
+            raise ConfigError(f"[training.{role}] fp32_params: {_yaml(options.fp32_params)} can have no effect: {why}")
 
 
 def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> None:

@@ -85,6 +85,19 @@ from packplace.table import check_output_file
 #: run anyone would launch.
 MAX_PLAUSIBLE_STEP_S = 7 * 24 * 3600.0
 
+#: ``--trainer-backend``'s help: the rule of :func:`~packplace.placement.model.layout_rules.trainer_backend` under
+#: ``auto``, per framework (verl's FSDP workers have no tensor parallelism, NeMo RL's DTensor policy has).
+TRAINER_BACKEND_HELP = (
+    "verl / NeMo RL trainer workers: fsdp (NeMo RL DTensor) or megatron; auto (the config's policy.trainer_backend, "
+    "default auto) picks FSDP where a trained model shards with zero3 (verl also with "
+    "policy.ulysses_sequence_parallel_size above 1; NeMo RL also where a model offloads its parameters or the value "
+    "model trains with LoRA), Megatron for verl whenever a trained model has training.context_parallel (verl's FSDP "
+    "workers split sequences with Ulysses); else by the plan: verl FSDP when its trainers and forwards run "
+    "tp = pp = ep = 1, NeMo RL FSDP (DTensor, which has tensor parallelism) when its trainers run pp = ep = 1 at any "
+    "tp, Megatron otherwise; the search keeps to the backend's layouts, and a config the backend cannot run (verl "
+    "context parallelism with fsdp or zero3) is refused; the flag replaces the config's policy.trainer_backend "
+    "before the config is checked")
+
 __all__ = ["MAX_PLAUSIBLE_STEP_S", "format_table", "gpu_ranges", "register", "result_json", "run", "run_calibrate",
            "run_validate", "vertex_own_memory"]
 
@@ -121,13 +134,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                         f"feature it cannot run ({', '.join(sorted(FRAMEWORKS))})")
     p.add_argument("--trainer-backend", "--verl-backend", default=None, choices=TRAINER_BACKENDS,
                    dest="trainer_backend",
-                   help="verl / NeMo RL trainer workers: fsdp (NeMo RL DTensor) or megatron; auto (the config's "
-                        "policy.trainer_backend, default auto) picks FSDP for plans with tp = pp = ep = 1 "
-                        "trainers or zero3 sharding, Megatron otherwise (for verl also whenever a trained model "
-                        "has training.context_parallel: verl's FSDP workers split sequences with Ulysses, "
-                        "policy.ulysses_sequence_parallel_size); the search keeps to the backend's layouts, and a "
-                        "config the backend cannot run (verl context parallelism with fsdp or zero3) is refused; "
-                        "the flag replaces the config's policy.trainer_backend before the config is checked")
+                   help=TRAINER_BACKEND_HELP)
     p.add_argument("--compare-balance", action="store_true", dest="compare_balance",
                    help="also print the chosen plan's step time with each training.balance split")
     p.add_argument("--check", action="store_true",
