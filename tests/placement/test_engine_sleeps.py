@@ -135,7 +135,7 @@ def test_verl_refuses_an_awake_engine_before_0_5_0(version, refused):
         with pytest.raises(ConfigError) as err:
             build_instance(cfg)
         assert str(err.value) == (
-            f"[policy] engine_sleeps: False with framework_version '{version}': verl keeps its vLLM engine awake "
+            f"[policy] engine_sleeps: false with framework_version '{version}': verl keeps its vLLM engine awake "
             "only from 0.5.0 (rollout.free_cache_engine=False); before it the sharding manager offloads the "
             "engine's weights after every rollout whatever free_cache_engine says (the sharding manager's __exit__, "
             "fsdp_vllm.py / megatron_vllm.py, v0.1-v0.4.1); drop engine_sleeps or set framework_version 0.5.0 or "

@@ -933,7 +933,7 @@ def _engine_sleeps(value: bool | None, framework: str, generation: str | None,
                           "later")
     if value is False and framework == "verl" and release is not None \
             and table_release(release) < VERL_ENGINE_AWAKE_SINCE:
-        raise ConfigError(f"[policy] engine_sleeps: False with framework_version {release!r}: verl keeps its vLLM "
+        raise ConfigError(f"[policy] engine_sleeps: false with framework_version {release!r}: verl keeps its vLLM "
                           "engine awake only from 0.5.0 (rollout.free_cache_engine=False); before it the sharding "
                           "manager offloads the engine's weights after every rollout whatever free_cache_engine "
                           "says (the sharding manager's __exit__, fsdp_vllm.py / megatron_vllm.py, v0.1-v0.4.1); "
