@@ -15,7 +15,6 @@ import yaml
 
 from packplace.placement.candidates import cost_model
 from packplace.placement.checking.validate import load_setup_mapping
-from packplace.placement.model import components as C
 from packplace.placement.model.cost import CostModel
 from packplace.placement.model.dp_balance import sequence_costs
 from packplace.placement.model.framework import FRAMEWORKS
@@ -165,41 +164,6 @@ def test_padded_dp_imbalance_is_the_attentions_only():
     real, rows = vb.factor(actor, 8, 40), vb.factor(actor, 8, 40, ROW)
     assert 1.0 <= rows <= real
     assert rows - 1.0 < 0.5 * (real - 1.0) or real == 1.0
-
-
-def test_padded_log_softmax_runs_on_the_response_slice(monkeypatch):
-    """``dp_actor.py`` ``_forward_micro_batch`` (``# not using rmpad``) slices the logits to the response,
-    ``logits[:, -T - 1:-1, :]``, before ``logprobs_from_logits``: the log-softmax (and in training the NLL gradient
-    and the log-softmax backward) run on 40·1,024 of the micro-batch's 40·1,536 positions (share 2/3); the head's
-    GEMM and the upcast stay on the whole row. Each removed kernel byte by hand, over the h100-sxm table's device
-    copy rate (2.9417e12 B/s; each kernel far above the launch floor): forward 16 B (LOG_SOFTMAX_BYTES) a
-    vocabulary entry, backward 4 (the fp32 NLL gradient) + 16 (LOG_SOFTMAX_BACKWARD_BYTES), over V = 152,064 and
-    40·512 prompt positions."""
-    padded, unpadded = _instance(False), _instance(True)
-    cp, cu = cost_model(padded), cost_model(unpadded)
-    actor = padded.models["actor"]
-    assert cp.logit_share(actor, 1, 1) == pytest.approx(T / ROW, rel=1e-15) == pytest.approx(2 / 3, rel=1e-15)
-    assert cu.logit_share(actor, 1, 1) == 1.0   # the remove-padding pass: every real token, prompts included
-    table = cp.components_for(actor)
-    V, bw, prompt_positions = actor.output_dim, table.stream_bandwidth, 40 * (ROW - T)
-    assert (V, bw, prompt_positions) == (152_064, 2.94171875e12, 20_480)
-    forward_cut = 16.0 * V * prompt_positions / bw          # 0.0169385 s a micro-batch
-    backward_cut = (4.0 + 16.0) * V * prompt_positions / bw   # 0.0211731 s
-    assert (forward_cut, backward_cut) == (pytest.approx(0.01693851, rel=1e-6), pytest.approx(0.02117314, rel=1e-6))
-    s = cp.attention_length(actor, "train", 8, 1, 1, micro_batch=40)
-    for train in (True, False):
-        got = cp.component_pass_times(table, actor, 40 * ROW, s, train, 1, 1, 1, layers=0, head=True)
-        whole = C.pass_times(table, actor, tokens=40 * ROW, seq_len=s, train=train, layers=0, head=True, tp=1)
-        assert whole.forward - got.forward == pytest.approx(forward_cut, rel=1e-9)
-        assert whole.backward - got.backward == pytest.approx(backward_cut if train else 0.0, abs=1e-15)
-        # the layers are not touched
-        layer = cp.component_pass_times(table, actor, 40 * ROW, s, train, 1, 1, 1, layers=1, head=False)
-        assert layer == C.pass_times(table, actor, tokens=40 * ROW, seq_len=s, train=train, layers=1, head=False)
-    # the whole update pass: 16 micro-batches a rank, each cut by both, at the training rate fraction 0.67
-    sliced = cp.pass_time(actor, True, 8, 1, 1, 40, (1, 1, 8), include_update=False)
-    monkeypatch.setattr(CostModel, "logit_share", lambda self, model, pp, tp, ep=1: 1.0)
-    assert cost_model(padded).pass_time(actor, True, 8, 1, 1, 40, (1, 1, 8), include_update=False) - sliced \
-        == pytest.approx(16 * (forward_cut + backward_cut) / 0.67, rel=1e-9)
 
 
 def test_workload_without_quantiles_pads_nothing():

@@ -496,19 +496,15 @@ def backward(ops: list[tuple]) -> list[tuple]:
 
 
 def head_kernels(model: TransformerShape, tokens: float, tp: int, mode: str,
-                 fused_norm: bool = False, logit_tokens: float | None = None) -> list[tuple]:
+                 fused_norm: bool = False) -> list[tuple]:
     """The final norm, the output head and what follows it over ``tokens`` tokens: ``infer`` the fp32
     upcast of the logits and the log-softmax over the vocabulary (the log-probabilities of an RL log-prob
     pass); ``loss`` the upcast and cross-entropy forward (Hugging Face's ``ForCausalLMLoss``) — the
     backward comes from :func:`head_backward`; ``prefill`` the last token's logits only. Per tensor-
     parallel rank (the vocabulary split ``tp`` ways). ``fused_norm``: the final norm is one Transformer
-    Engine kernel (:func:`te_norm_forward`; Megatron-Core's ``TENorm``) instead of the eager norm's.
-    ``logit_tokens``: the positions the log-softmax runs on where they are fewer than ``tokens`` (verl's padded
-    pass slices the response's logits before it: :meth:`~packplace.placement.model.cost.CostModel.padded_row`);
-    ``None``: all ``tokens``. The norm, the head's GEMM and the upcast stay on ``tokens``."""
+    Engine kernel (:func:`te_norm_forward`; Megatron-Core's ``TENorm``) instead of the eager norm's."""
     d, V = model.hidden_dim, model.output_dim / tp
     T = float(tokens)
-    R = T if logit_tokens is None else float(logit_tokens)
     res = FP32 if mode == "loss_autocast" else BF16
     ops: list[tuple] = []
     if fused_norm:
@@ -523,23 +519,20 @@ def head_kernels(model: TransformerShape, tokens: float, tp: int, mode: str,
         ops.append(("ew", (FP32 + BF16) * d * T))
     ops.append(("gemm", T, d, V))
     if model.lm_head:
-        ops += [("ew", (BF16 + FP32) * V * T), ("ew", LOG_SOFTMAX_BYTES * V * R), ("ew", 0.0)]
+        ops += [("ew", (BF16 + FP32) * V * T), ("ew", LOG_SOFTMAX_BYTES * V * T), ("ew", 0.0)]
     return ops
 
 
 def head_backward(model: TransformerShape, tokens: float, tp: int, autocast: bool,
-                  fused_norm: bool = False, logit_tokens: float | None = None) -> list[tuple]:
+                  fused_norm: bool = False) -> list[tuple]:
     """Backward of the loss and the head: the NLL gradient (a zero-filled fp32 ``T × V`` tensor and its
     scatter), the log-softmax backward, the upcast's backward (fp32 to bf16), the head's two GEMMs and
-    the final norm (``fused_norm``: Transformer Engine's, :func:`te_norm_backward`). ``logit_tokens``: as
-    :func:`head_kernels`, the positions of the NLL gradient and the log-softmax backward (``R`` in place of
-    ``T``); the upcast's backward, the GEMMs and the norm stay on ``tokens``."""
+    the final norm (``fused_norm``: Transformer Engine's, :func:`te_norm_backward`)."""
     d, V = model.hidden_dim, model.output_dim / tp
     T = float(tokens)
-    R = T if logit_tokens is None else float(logit_tokens)
     ops: list[tuple] = []
     if model.lm_head:
-        ops += [("ew", FP32 * V * R), ("ew", 0.0), ("ew", LOG_SOFTMAX_BACKWARD_BYTES * V * R),
+        ops += [("ew", FP32 * V * T), ("ew", 0.0), ("ew", LOG_SOFTMAX_BACKWARD_BYTES * V * T),
                 ("ew", (FP32 + BF16) * V * T)]
     ops += [("gemm", T, V, d), ("gemm", d, T, V)]
     if fused_norm:
@@ -774,16 +767,14 @@ def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float,
                train: bool, layers: float | None = None, head: bool = True, tp: int = 1, ep: int = 1,
                recompute: str = "none", master_fp32: bool = False, optimizer: bool = False,
                params: float = 0.0, logits: str = "all", kernels: str = "hf",
-               transformer_engine: str | None = None, logit_share: float = 1.0) -> PassTimes:
+               transformer_engine: str | None = None) -> PassTimes:
     """Seconds of one micro-batch of ``tokens`` tokens (sequences of ``seq_len``) through ``layers`` of
     the model's layers (default all; a pipeline stage passes its own count) on one GPU of ``tp``
     tensor-parallel ranks, eager PyTorch (Hugging Face modelling code, SDPA attention).
 
     ``train``: forward, loss and backward (a training micro-batch); otherwise a log-probability pass
     (forward, fp32 log-softmax over the vocabulary; ``logits="last"``: the last token's logits only, a
-    prefill). ``head``: the stage holds the output head. ``logit_share``: the fraction of the ``tokens`` whose
-    logits the log-softmax (and in training its backward and the NLL gradient) runs on (:func:`head_kernels`'s
-    ``logit_tokens``; verl's padded pass slices the response, ``T/(S + T)``); 1: all.
+    prefill). ``head``: the stage holds the output head.
     ``recompute``: ``full`` re-runs every layer's forward in the backward (activation checkpointing);
     ``selective`` re-runs the attention core only. ``master_fp32``: fp32 weights under bf16 autocast
     (mixed precision with fp32 master weights; the residual stream in fp32); ``optimizer``: the fused
@@ -812,14 +803,14 @@ def pass_times(table: ComponentTable, model: TransformerShape, *, tokens: float,
                          "distributed optimizer), not under autocast; use kernels='hf' for autocast passes")
     return _pass_times(table, model, float(tokens), float(seq_len), bool(train), None if layers is None else
                        float(layers), bool(head), int(tp), int(ep), recompute, bool(master_fp32), bool(optimizer),
-                       float(params), logits, kernels, ratio, float(logit_share))
+                       float(params), logits, kernels, ratio)
 
 
 @lru_cache(maxsize=65536)
 def _pass_times(table: ComponentTable, model: TransformerShape, tokens: float, seq_len: float, train: bool,
                 layers: float | None, head: bool, tp: int, ep: int, recompute: str, master_fp32: bool,
                 optimizer: bool, params: float, logits: str, kernels: str = "hf",
-                te_host_ratio: float = 1.0, logit_share: float = 1.0) -> PassTimes:
+                te_host_ratio: float = 1.0) -> PassTimes:
     """:func:`pass_times`, memoised (the placement evaluator asks for the same pass under many blocks)."""
     total_layers = model.layers
     scale = 1.0 if layers is None else layers / total_layers
@@ -842,13 +833,10 @@ def _pass_times(table: ComponentTable, model: TransformerShape, tokens: float, s
                 rec += n * table.eager_seconds([op for op in ops if op[0] == "attn"])
     if head:
         mode = ("loss_autocast" if autocast else "loss") if train else ("prefill" if logits == "last" else "infer")
-        logit_tokens = tokens * logit_share if logit_share != 1.0 else None
-        fwd += table.eager_seconds(head_kernels(model, tokens, tp, mode, fused_norm=megatron,
-                                                logit_tokens=logit_tokens))
+        fwd += table.eager_seconds(head_kernels(model, tokens, tp, mode, fused_norm=megatron))
         fwd += table.eager_seconds([("ew", (BF16 + res_bytes(autocast)) * model.hidden_dim * tokens / tp)])
         if train:
-            bwd += table.eager_seconds(head_backward(model, tokens, tp, autocast, fused_norm=megatron,
-                                                     logit_tokens=logit_tokens))
+            bwd += table.eager_seconds(head_backward(model, tokens, tp, autocast, fused_norm=megatron))
     opt = 0.0
     if train and (autocast or optimizer):
         tensors = int(7 * total_layers * scale) + 2

@@ -537,10 +537,10 @@ class CostModel(metaclass=CountsGuarded):
         (:func:`~packplace.placement.model.memory.padded_peak_tokens`): every dense kernel (projections, MLP,
         norms, the output head's logits and their ``div_(temperature)``) runs on all ``mb·(S + T)`` positions. One
         rule for the memory (:meth:`peak_pass_tokens`) and the time (:meth:`pass_shape`, :meth:`attention_length`)
-        of the pass, except the actor's log-softmax (and its backward and the NLL gradient), which verl runs on the
-        sliced response logits ``logits[:, -T - 1:-1]`` (``mb·T`` positions): priced on them
-        (:meth:`logit_share`, ``T/(S + T)``; the remove-padding pass computes them on all its real tokens, prompts
-        included, as priced)."""
+        of the pass. Not resolved: the actor's log-softmax and entropy run on the sliced response logits
+        ``logits[:, -T - 1:-1]`` (``mb·T`` positions) but are priced with the head on the whole row, an over-charge
+        of those elementwise kernels by ``(S + T)/T`` (the remove-padding pass computes them on all its real
+        tokens, prompts included, as priced)."""
         if (self.packed(model) or not self._holds(self.padded_models, model)
                 or self._pass_kernels_unchecked(pp, tp, ep) == "megatron"):
             return 0.0
@@ -1376,10 +1376,7 @@ class CostModel(metaclass=CountsGuarded):
         weights, and where the pass runs flash-attn 2 (:meth:`runs_flash_attn2`) its attention at
         :data:`FLASH_ATTN2_ATTENTION_FRACTION` of the table's rate, the forward (and a forward-only pass) at the
         first fraction, the backward at the second. The one path by which ``place`` (:meth:`_component_pass`) and
-        ``packplace estimate`` (:func:`~packplace.placement.estimate_trainer.trainer_pass_parts`) price them. A
-        verl pass on padded rows (:meth:`padded_row`, ``R = S + T`` tokens a row) runs its log-softmax (and in
-        training the NLL gradient and the log-softmax backward) on the response's ``T`` positions of each row
-        only (:meth:`logit_share`); every other kernel on the whole row."""
+        ``packplace estimate`` (:func:`~packplace.placement.estimate_trainer.trainer_pass_parts`) price them."""
         kernels = self._pass_kernels_unchecked(pp, tp, ep)
         te = self.transformer_engine if kernels == "megatron" else None
         bare = train and self._bare_loop_table_unchecked(model, pp, tp, ep) is not None   # fp32 weights under autocast
@@ -1389,29 +1386,13 @@ class CostModel(metaclass=CountsGuarded):
             fwd_frac, bwd_frac = fractions
             fwd_table = replace(table, attention_flops=table.attention_flops * fwd_frac)
             bwd_table = replace(table, attention_flops=table.attention_flops * bwd_frac)
-        share = self._logit_share_unchecked(model, pp, tp, ep)
         times = pass_times(fwd_table, model, tokens=tokens, seq_len=seq_len, train=train, layers=layers, head=head,
-                           tp=tp, kernels=kernels, transformer_engine=te, master_fp32=bare, logit_share=share)
+                           tp=tp, kernels=kernels, transformer_engine=te, master_fp32=bare)
         if train and layers and bwd_table is not fwd_table:   # the layers' backward at flash-attn 2's (a head has none)
             times = replace(times, backward=pass_times(
                 bwd_table, model, tokens=tokens, seq_len=seq_len, train=True, layers=layers, head=head, tp=tp,
-                kernels=kernels, transformer_engine=te, master_fp32=bare, logit_share=share).backward)
+                kernels=kernels, transformer_engine=te, master_fp32=bare).backward)
         return times
-
-    def logit_share(self, model: ModelSpec, pp: int, tp: int, ep: int = 1) -> float:
-        """The fraction of a micro-batch's tokens whose logits ``model``'s pass runs its log-softmax on
-        (:func:`~packplace.placement.model.components.pass_times`' ``logit_share``): ``T/(S + T)`` for a verl pass
-        on padded rows (:meth:`padded_row`, ``R = S + T``), else 1. ``dp_actor.py`` ``_forward_micro_batch``
-        (v0.2 to v0.7.0, ``else:  # not using rmpad and no ulysses sp``) slices the logits to the response,
-        ``logits[:, -response_length - 1:-1, :]`` (``mb·T`` positions of the ``mb·(S + T)``), after the head and
-        the in-place ``div_(temperature)`` on the whole row, then takes ``logprobs_from_logits`` (and the entropy,
-        unpriced on every path) on the slice; the remove-padding pass runs them on all its real tokens, prompts
-        included, as the share of 1 prices. Each row of a padded micro-batch holds ``T`` response positions
-        whatever the micro-batch count, so the share holds under the dynamic batch size too. A value head (the
-        critic's, the reward model's: no ``lm_head``) has no log-softmax, so its share changes nothing. The
-        slice's backward (a zero-filled whole-row gradient) is not priced."""
-        row = self._padded_row_unchecked(model, pp, tp, ep)
-        return self.workload.generation_length / row if row else 1.0
 
     def flash_attn2_fractions(self, table: ComponentTable, model: ModelSpec, pp: int, tp: int,
                               ep: int = 1) -> tuple[float, float] | None:
@@ -2027,7 +2008,6 @@ class CostModel(metaclass=CountsGuarded):
     _generate_time_unchecked = generate_time
     _group_level_unchecked = group_level
     _link_unchecked = link
-    _logit_share_unchecked = logit_share
     _moe_alltoall_unchecked = moe_alltoall
     _optimizer_ranks_unchecked = optimizer_ranks
     _packs_in_lockstep_unchecked = packs_in_lockstep
