@@ -328,16 +328,16 @@ def baseline_or_disjoint(ev: PlacementEvaluator, deadline: float | None = None) 
 
 def synchronous_only(proposal: Proposal, instance, solver: str) -> Proposal:
     """``proposal`` with a note when the config allows stale (asynchronous) plans that ``solver`` does not
-    search: its plan is synchronous (staleness 0) whatever ``staleness_candidates`` says; ``anneal`` and
-    ``cpsat`` search them."""
+    search: its plan is synchronous (staleness 0) whatever ``staleness_candidates`` says, and where it found none
+    a stale plan may still fit; ``anneal`` and ``cpsat`` search them."""
     allowed = {model: [t for t in values if t > 0]
                for model, values in instance.optimizer.get("staleness_candidates", {}).items()}
     allowed = {model: values for model, values in allowed.items() if values}
-    if not allowed or proposal.solution is None:
+    if not allowed:
         return proposal
     listed = ", ".join(f"{model}: {values}" for model, values in sorted(allowed.items()))
-    note = (f"synchronous plan: {solver} does not search staleness_candidates ({listed}); anneal and cpsat "
-            "search them")
+    found = "synchronous plan" if proposal.solution is not None else "no synchronous plan found"
+    note = f"{found}: {solver} does not search staleness_candidates ({listed}); anneal and cpsat search them"
     proposal.message = f"{proposal.message}; {note}" if proposal.message else note
     return proposal
 

@@ -12,7 +12,8 @@ import packplace
 from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
 from packplace.placement.problem.config import build_instance, load_config, load_yaml
 from packplace.placement.problem.plan import Allocation, Plan
-from packplace.solvers.placement._common import repair_memory
+from packplace.result import Proposal
+from packplace.solvers.placement._common import repair_memory, synchronous_only
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GRPO = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
@@ -241,3 +242,13 @@ def test_solvers_without_a_staleness_search_say_their_plan_is_synchronous(solver
     raw = load_yaml(GRPO)
     raw["optimizer"]["staleness_candidates"] = {"actor": [0]}
     assert "staleness_candidates" not in (packplace.place(build_instance(raw), solver=solver).message or "")
+
+
+def test_a_solver_that_found_no_synchronous_plan_says_stale_ones_were_not_searched():
+    """Where greedy or concurrent found nothing, a stale plan may still fit: the note names the candidates they
+    did not search and the solvers that do (before, it was added only to a plan found)."""
+    instance = load_config(GRPO)   # staleness_candidates: {actor: [1]}
+    found = synchronous_only(Proposal(solution=None, status="unknown", message="no feasible plan found"),
+                             instance, "concurrent")
+    assert found.message == ("no feasible plan found; no synchronous plan found: concurrent does not search "
+                             "staleness_candidates (actor: [1]); anneal and cpsat search them")
