@@ -184,8 +184,8 @@ def test_smallest_feasible_plan_names_the_vertex_needing_the_most_gpus(unhurried
                                "(17.1 GB per GPU needed at the largest block (8 GPUs), 8 GB available); the smallest "
                                "cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
                                "whole plan has 32 GPUs (step 1.289 s: actor.generate 8 GPUs, actor.train 24 "
-                               "GPUs, reference.infer 24 GPUs, reward.infer 8 GPUs); on fewer GPUs: 16 GPUs: fewer than "
-                               "actor.train needs alone (24)")
+                               "GPUs, reference.infer 24 GPUs, reward.infer 8 GPUs); on fewer GPUs: 16 GPUs: "
+                               "fewer than actor.train needs alone (24)")
     # (at 0.3, the value this test had, the 2.4 GB pool less the weights and the start-up profile run's peak
     # leaves the KV cache nothing: the engine had been priced at one sequence at a time, a 32.92 s step; vLLM
     # refuses to start it, test_vllm_start_refusal.py; 1.255 s before greedy's trades, concurrent's first family)
