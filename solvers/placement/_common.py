@@ -137,10 +137,7 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
         return pooled, (f"colocated: the framework's trainer pool beside actor.train's least-memory candidate it "
                         f"fits with (dp {s.dp}, pp {s.pp}, tp {s.tp} on {train.allocation.num_gpus} GPUs; each "
                         f"vertex's fastest candidates do not fit together)")
-    least = {}
-    for name in ev.names:
-        cand = min(table.feasible[name], key=lambda c: (c.resident_bytes + c.transient_bytes, c.time))
-        least[name] = (cand, Allocation(ORIGIN, cand.extent))
+    least = {name: least_at_origin(table, name) for name in ev.names}
     plan = assemble_for(ev, least)
     score = ev.score(plan)
     if score.feasible:
@@ -171,6 +168,14 @@ def colocated_plan(ev: PlacementEvaluator, tried: str = "only colocated plans we
 POOL_EVALUATIONS = 20
 
 
+def least_at_origin(table, name: str) -> tuple[Candidate, Allocation]:
+    """Vertex ``name``'s feasible candidate with the least bytes per GPU (:attr:`Candidate.memory_bytes`, the
+    faster on ties) on its block at GPU (0, 0, 0): the colocated plan's last resort and :func:`pool_plan`'s
+    vertices outside the trainer's pool."""
+    cand = min(table.feasible[name], key=lambda c: (c.memory_bytes, c.time))
+    return cand, Allocation(ORIGIN, cand.extent)
+
+
 def pool_plan(ev: PlacementEvaluator, max_evaluations: int = POOL_EVALUATIONS) -> Plan | None:
     """The first colocated plan the evaluator scores feasible (``score(plan).feasible``) of the framework's trainer
     pool (:func:`~packplace.placement.whole_plan.pool_choices`: verl keeps its reference, critic, rollout and reward
@@ -193,8 +198,7 @@ def pool_plan(ev: PlacementEvaluator, max_evaluations: int = POOL_EVALUATIONS) -
         choice["actor.train"] = (train, block)
         for name in ev.names:
             if name not in choice:
-                cand = min(table.feasible[name], key=lambda c: (c.memory_bytes, c.time))
-                choice[name] = (cand, Allocation(ORIGIN, cand.extent))
+                choice[name] = least_at_origin(table, name)
         plan = assemble_for(ev, choice)
         if ev.score(plan).feasible:
             return plan
