@@ -631,7 +631,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     micro_batch, seq_len = _packs(pack_tokens, train_mb_tokens, task, framework, micro_batch, seq_len, tp, cp)
     _check_strategy(shape, tp, pp, dp, ep, cp, framework=framework, task=task)
     backend = resolve_trainer_backend(framework, trainer_backend, task, (dp, pp, tp, ep), cp, framework_version,
-                                      kv(shape), sharding)
+                                      kv(shape), sharding, shape.layers)
     sharding = check_trainer_sharding(sharding, task, optimizer, framework, backend.name, trainer_backend)
     backend = framework_none_trainer(backend, task, optimizer)   # framework none's training: place's vertex
     pack = (None if pack_tokens is None else _pack_pricing(shape, task, framework_version, int(pack_tokens),
@@ -1631,14 +1631,15 @@ def _bare_pass_parts(cost, shape: ModelSpec, table: ComponentTable | None, task:
     fused AdamW step on the table), or a prefill by the efficiency knobs, with the stage's communication:
     tensor-parallel all-reduces, pipeline sends and, for training with Adam, the gradient all-reduce."""
     dp, pp, tp, ep = degrees
-    layers = stage_layers(shape.layers, pp)
+    engine = "megatron" if task in ("train", "infer") else "vllm"   # a prefill is vLLM's (stage_layers)
+    layers = stage_layers(shape.layers, pp, engine)
     d = shape.hidden_dim
     train = task == "train"
     parts: dict[str, float] = {}
     if table is not None:
         stages = []
         for i, n in enumerate(layers):
-            params = stage_params(shape, pp)[i] / tp / (dp if sharding != "none" else 1)  # AdamW's share
+            params = stage_params(shape, pp, engine)[i] / tp / (dp if sharding != "none" else 1)  # AdamW's share
             stages.append(pass_times(table, shape, tokens=tokens, seq_len=attention, train=train, layers=n,
                                      head=i == pp - 1, tp=tp, recompute=recompute if train else "none",
                                      master_fp32=train and uses_autocast(optimizer, sharding),
@@ -1681,7 +1682,7 @@ def _engine_parts(cost, shape: ModelSpec, hw: Hardware, table: ComponentTable | 
         if table is not None:   # the whole model's kernels at the slowest stage's pace, pp batches in flight, and
             # the sampler on the last stage, as CostModel.decode_step_times prices a pipelined engine's iteration
             return decode_seconds(table, shape, running, ctx, tp, eager=eager, sampler=cost.decode_sampler(), pp=pp,
-                                  stage_share=stage_gemm_share(shape, pp))
+                                  stage_share=stage_gemm_share(shape, pp, "vllm"))
         one = cost.decode_step_times(shape, tp, pp, extent, dp, np.array([float(running)]),
                                      np.array([float(running) * ctx]), ep)
         return float(one[0]) - decode_step_overhead(hw, cost.framework) - _decode_comm(cost, shape, running, tp, pp,

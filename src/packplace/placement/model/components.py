@@ -992,7 +992,7 @@ def pipelined_forward(model: TransformerShape, forward, kv, pp: int = 1, stage_s
     while each attention kernel's fixed time is paid once per batch. ``pp`` 1: ``forward + kv``."""
     if pp < 1:
         raise ValueError(f"pp must be at least 1, got {pp!r}")
-    return forward * pp * stage_share + kv * pp * stage_layer_share(model.layers, pp)
+    return forward * pp * stage_share + kv * pp * stage_layer_share(model.layers, pp, "vllm")
 
 
 def pipelined_decode(table: ComponentTable, model: TransformerShape, running, forward,

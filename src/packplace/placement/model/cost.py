@@ -1495,7 +1495,7 @@ class CostModel(metaclass=CountsGuarded):
         """
         hw = self.hw
         d, L = model.hidden_dim, model.layers
-        imbalance = pp * stage_gemm_share(model, pp)  # the slowest stage's weights, pp batches in flight
+        imbalance = pp * stage_gemm_share(model, pp, "vllm")  # the slowest stage's weights, pp batches in flight
         table = self.decode_table(model)   # a vLLM engine's KV read at vllm_kv_bandwidth_fraction
         eager = self.engine.enforce_eager
         if table is not None:   # measured components: the step's kernels, captured or eager, at the slowest
@@ -1527,8 +1527,8 @@ class CostModel(metaclass=CountsGuarded):
         hw = self.hw
         d, L = model.hidden_dim, model.layers
         k_eff = d / tp / (d / tp + hw.gemm_k_half * GEMM_UNIT) if hw.gemm_k_half > 0 else 1.0
-        imbalance = pp * stage_gemm_share(model, pp)  # the slowest stage's weights, pp batches in flight
-        layer_share = stage_share(L, pp)   # its layers' KV cache of every running sequence, once per iteration
+        imbalance = pp * stage_gemm_share(model, pp, "vllm")  # the slowest stage's weights, pp batches in flight
+        layer_share = stage_share(L, pp, "vllm")   # its layers' KV cache of every running sequence, once per iteration
         rate = tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff
         gemm_compute = 2.0 * model.gemm_params * imbalance * running / rate
         attention_compute = 4.0 * L * model.attention_dim * context_sum * layer_share / rate
@@ -1783,7 +1783,7 @@ class CostModel(metaclass=CountsGuarded):
         active = micro_batch * fraction
         step = self._decode_step_times_unchecked(model, tp, pp, extent, dp, active, active * (S + steps), ep)
         round_time = prefill + float((step * weight).sum())
-        share = stage_gemm_share(model, pp)
+        share = stage_gemm_share(model, pp, "vllm")
         if self.engine.dispatch == "queue":
             # a batch whose longest response is T decodes the grid's iterations up to T
             done = np.concatenate([[0.0], np.cumsum(step * weight)])

@@ -5,9 +5,10 @@ states) that stays on the GPU for every model placed there, and a *transient* pa
 logits, KV cache) that only exists while the vertex runs. On one GPU the evaluator charges
 ``Σ_models max(resident of that model's vertices) + max_vertices(transient)``. Pipeline stages differ
 (the first holds the embedding, the last the final norm, the output head and the fp32 logits; uneven
-layer splits, :func:`stage_layers`): :func:`vertex_stage_memory` prices each stage, and a task is charged the
-largest resident and the largest transient bytes over its stages, each taken separately (:func:`stage_peaks`), on
-every GPU of its block: the stage with the largest sum need not hold either peak.
+layer splits, :func:`stage_layers`: Megatron-Core's for a trainer or forward, vLLM's for generation):
+:func:`vertex_stage_memory` prices each stage, and a task is charged the largest resident and the largest
+transient bytes over its stages, each taken separately (:func:`stage_peaks`), on every GPU of its block: the
+stage with the largest sum need not hold either peak.
 
 Training state: :func:`train_state_bytes` (ZeRO sharding, offload, fp32 gradient buffer); a pass's
 transient parts (saved activations with recomputation and 1F1B in-flight micro-batches, logits, workspace,
@@ -63,6 +64,8 @@ from packplace.placement.model.stages import (
     trainer_defaults,
     trainer_fp32_params,
 )
+from packplace.placement.model.stages import megatron_stage_layers as megatron_stage_layers
+from packplace.placement.model.stages import megatron_uneven_keys as megatron_uneven_keys
 from packplace.placement.model.stages import stage_gemm_share as stage_gemm_share
 from packplace.placement.model.stages import stage_layers as stage_layers
 from packplace.placement.model.stages import stage_params as stage_params
@@ -476,12 +479,13 @@ class ContextParallelSplit:
 NO_CONTEXT_PARALLEL = ContextParallelSplit()
 
 
-def weight_bytes(model: ModelSpec, tp: int, pp: int, ep: int = 1) -> float:
+def weight_bytes(model: ModelSpec, tp: int, pp: int, ep: int = 1, engine: str = "megatron") -> float:
     """bf16 weights per GPU of the largest stage: ``2·max(stage_params)/tp`` (``2P/tp`` for pp = 1); with
-    expert parallelism the routed experts count ``1/ep`` of that (:func:`stage_split`)."""
+    expert parallelism the routed experts count ``1/ep`` of that (:func:`stage_split`); ``engine``: whose layer
+    split (:func:`stage_layers`)."""
     if ep == 1 or not model.is_moe:
-        return 2.0 * max(stage_params(model, pp)) / tp
-    return 2.0 * max(d + e for d, e in stage_split(model, pp, tp, ep))
+        return 2.0 * max(stage_params(model, pp, engine)) / tp
+    return 2.0 * max(d + e for d, e in stage_split(model, pp, tp, ep, engine))
 
 
 def expert_train_state_bytes(model: ModelSpec, split: tuple[float, float], dp: int, tp: int, ep: int,
@@ -634,8 +638,9 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
     tokens = cp.rank_tokens(micro_batch * seq_len if pass_tokens is None else pass_tokens, micro_batch, tp)
     logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
-    layers, params = stage_layers(model.layers, pp), stage_params(model, pp)
-    split = stage_split(model, pp, tp, ep) if model.is_moe and ep > 1 else None
+    engine = "vllm" if kind == "generate" else "megatron"   # whose layer split (stage_layers)
+    layers, params = stage_layers(model.layers, pp, engine), stage_params(model, pp, engine)
+    split = stage_split(model, pp, tp, ep, engine) if model.is_moe and ep > 1 else None
     scores = eager_score_bytes_per_token(model, seq_len, framework, False)
     stages: list[tuple[float, float]] = []
     inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
@@ -1052,10 +1057,10 @@ def kv_cache_budget_bytes(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu:
     Arguments", ``--gpu-memory-utilization``; vllm/v1/worker/gpu_worker.py ``determine_available_memory``:
     ``requested_memory − non_kv_cache_memory``, the weights, the torch peak and the non-torch increase), with
     ``memory_per_gpu`` the CUDA total its ``requested_memory`` is a fraction of."""
-    budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep)
+    budget = gpu_memory_utilization * memory_per_gpu - weight_bytes(model, tp, pp, ep, "vllm")
     workspace = stack("none").workspace_bytes if workspace_bytes is None else workspace_bytes
-    overhead = engine_overhead_bytes(model, max(stage_layers(model.layers, pp)), prompt_len, prefill_sequences, tp,
-                                     workspace, ep)
+    overhead = engine_overhead_bytes(model, max(stage_layers(model.layers, pp, "vllm")), prompt_len, prefill_sequences,
+                                     tp, workspace, ep)
     work = working_set_bytes_per_token(model) * prompt_len * prefill_sequences / tp
     return budget - overhead - max(0.0, profile_bytes - work) - non_torch_bytes
 
@@ -1267,8 +1272,9 @@ def _nccl_bytes(tp: int, pp: int) -> float:
 
 
 def stage_kv_bytes_per_token(model: ModelSpec, tp: int, pp: int) -> float:
-    """KV-cache bytes per token per GPU on the largest pipeline stage's layers (``tp``-way split heads)."""
-    return model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp)) / model.layers
+    """KV-cache bytes per token per GPU on the largest pipeline stage's layers (``tp``-way split heads; vLLM's split,
+    :func:`stage_layers`)."""
+    return model.kv_bytes_per_token(tp, 1) * max(stage_layers(model.layers, pp, "vllm")) / model.layers
 
 
 def max_concurrent_sequences(model: ModelSpec, *, tp: int, pp: int, memory_per_gpu: float,

@@ -663,13 +663,15 @@ def _check_positive(name: str, value: int) -> None:
         raise ConfigError(f"{name}: must be an integer >= 1, got {value!r}")
 
 
-def _stage(model: ModelSpec, pp: int, tp: int, ep: int) -> tuple[list[float], tuple[int, ...]]:
-    """Parameters one GPU holds per stage and the stage layer counts."""
+def _stage(model: ModelSpec, pp: int, tp: int, ep: int,
+           engine: str = "megatron") -> tuple[list[float], tuple[int, ...]]:
+    """Parameters one GPU holds per stage and the stage layer counts, as ``engine`` splits the layers
+    (:func:`~packplace.placement.model.stages.stage_layers`)."""
     if model.is_moe and ep > 1:
-        per = [dense + expert for dense, expert in stage_split(model, pp, tp, ep)]
+        per = [dense + expert for dense, expert in stage_split(model, pp, tp, ep, engine)]
     else:
-        per = [p / tp for p in stage_params(model, pp)]
-    return per, stage_layers(model.layers, pp)
+        per = [p / tp for p in stage_params(model, pp, engine)]
+    return per, stage_layers(model.layers, pp, engine)
 
 
 def in_flight(pp: int, stage: int, micro_batches: int) -> int:
@@ -783,7 +785,7 @@ def pass_memory(model: ModelSpec, task: str, *, micro_batch: int = 1, seq_len: i
                 {"micro_batch": micro_batch, "tp": tp, "pp": pp, "dp": dp, "ep": ep, "micro_batches": micro_batches,
                  "cp": cp})
     ws = stack(framework).workspace_bytes if workspace_bytes is None else float(workspace_bytes)
-    per_gpu, layers = _stage(model, pp, tp, ep)
+    per_gpu, layers = _stage(model, pp, tp, ep, "megatron" if task in ("train", "infer") else "vllm")
     best: PassMemory | None = None
     saved, forward = (eager_score_bytes_per_token(model, seq_len, framework, grad) for grad in (True, False))
     kept = zero3_kept_bytes(model, zero3_fetch, recompute == "full", tp, ep) if sharding == "zero3" else 0.0

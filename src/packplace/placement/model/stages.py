@@ -152,59 +152,140 @@ def megatron_requires_sequence_parallel(tp: int, ep: int) -> bool:
     return tp > 1 and ep > 1
 
 
-@lru_cache(maxsize=4096, typed=True)   # typed: a bool is refused, not served pp 1's entry
-def stage_layers(layers: int, pp: int) -> tuple[int, ...]:
-    """Layers of each of the ``pp`` pipeline stages (``pp ≤ layers``).
+#: The pipeline engines whose layer split :func:`stage_layers` knows: ``megatron`` (Megatron-Core, every trainer
+#: and forward with ``pp`` above 1) and ``vllm`` (a vLLM engine's pipeline stages, generation).
+PIPELINE_ENGINES = ("megatron", "vllm")
 
-    Even when ``pp`` divides ``layers``. Otherwise every stage gets ``⌊L/pp⌋`` and the ``L mod pp`` extra
-    layers go to the middle stages first (the first holds the embedding, the last the output head and
-    logits), then to the first stage — the shape Megatron-LM's ``decoder_first_pipeline_num_layers`` /
-    ``decoder_last_pipeline_num_layers`` produce when set to the smaller size. 61 layers on 4 stages:
-    ``(15, 16, 15, 15)``; on 2 stages ``(31, 30)``.
+
+@lru_cache(maxsize=4096, typed=True)   # typed: a bool is refused, not served pp 1's entry
+def stage_layers(layers: int, pp: int, engine: str = "megatron") -> tuple[int, ...]:
+    """Layers of each of the ``pp`` pipeline stages (``pp ≤ layers``) as ``engine`` splits them.
+
+    Even when ``pp`` divides ``layers``. Otherwise:
+
+    - ``megatron`` (:func:`megatron_stage_layers`): the shape Megatron-Core builds with
+      ``num_layers_in_first_pipeline_stage`` / ``num_layers_in_last_pipeline_stage`` (the emitters write them,
+      :func:`megatron_uneven_keys`): the middle stages equal, each ``⌈L/pp⌉``, the rest split over the first
+      and the last, the first taking the odd one. 27 layers on 4 stages ``(7, 7, 7, 6)``, 61 on 4
+      ``(15, 16, 16, 14)``, 80 on 6 ``(12, 14, 14, 14, 14, 12)``, 28 on 3 ``(9, 10, 9)``, 61 on 2 ``(31, 30)``.
+    - ``vllm``: vLLM's ``get_pp_indices`` (``vllm/distributed/utils.py``, without ``VLLM_PP_LAYER_PARTITION``):
+      every stage ``⌊L/pp⌋`` and the ``L mod pp`` extra layers one each to the stages before the last, from the
+      second-to-last backwards (the last runs the norm, the head and the sampler). 61 layers on 4 stages
+      ``(15, 15, 16, 15)``; on 2 ``(31, 30)``.
 
     Raises:
         ValueError: ``layers`` or ``pp`` not a whole number of at least 1 (:func:`~packplace.placement.model.counts.
-            check_counts`), naming the field and the value.
+            check_counts`), naming the field and the value; ``engine`` not one of :data:`PIPELINE_ENGINES`.
     """
     check_counts("stage_layers", layers=layers, pp=pp)
     layers, pp = int(layers), int(pp)
+    if engine not in PIPELINE_ENGINES:
+        raise ValueError(f"stage_layers: engine must be one of {', '.join(PIPELINE_ENGINES)}, got {engine!r}")
+    if engine == "megatron":
+        return megatron_stage_layers(layers, pp)
     base, extra = divmod(layers, pp)
     counts = [base] * pp
-    order = list(range(1, pp - 1)) + [0, pp - 1]
-    for i in order[:extra]:
-        counts[i] += 1
+    for i in range(2, extra + 2):   # get_pp_indices: partitions[-i] += 1
+        counts[-i] += 1
     return tuple(counts)
 
 
+def megatron_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
+    """Megatron-Core's layers per stage for ``layers`` on ``pp`` stages (``1 ≤ pp ≤ layers``), the split the model
+    prices and the emitters write (:func:`megatron_uneven_keys`).
+
+    Megatron-Core builds ``L/pp`` layers a stage unless ``num_layers_in_first_pipeline_stage`` /
+    ``num_layers_in_last_pipeline_stage`` are set (``megatron/core/transformer/transformer_block.py``
+    ``get_num_layers_to_build``: "num_layers should be divisible by pipeline_model_parallel_size"); with them the
+    stages between take the remaining layers in equal shares, and ``TransformerConfig.__post_init__``
+    (``megatron/core/transformer/transformer_config.py``, core_v0.11.0 on) refuses a first or last stage of 0
+    layers and remaining layers that the middle stages do not divide. Of those shapes this one has the
+    fewest layers on its largest stage, ``⌈L/pp⌉`` where the middle stages ``⌈L/pp⌉`` leave the ends at least
+    one layer each (else as many as do: ``⌊(L − 2)/(pp − 2)⌋``), and the ends split the rest, the first one
+    more when it is odd: the last stage also runs the output head and the loss's logits, so it never holds
+    more layers than the first. Where ``L mod pp`` is ``pp − 2`` or ``pp − 1`` (every stage but the ends, or
+    but the last, one layer over) this is also vLLM's split; 27 layers on 4 stages ``(7, 7, 7, 6)``."""
+    if pp == 1 or layers % pp == 0:
+        return (layers // pp,) * pp
+    if pp == 2:
+        return ((layers + 1) // 2, layers // 2)
+    middle = min(-(-layers // pp), (layers - 2) // (pp - 2))
+    ends = layers - (pp - 2) * middle
+    first = (ends + 1) // 2
+    return (first,) + (middle,) * (pp - 2) + (ends - first,)
+
+
+def megatron_uneven_keys(layers: int, pp: int) -> dict[str, int]:
+    """The ``TransformerConfig`` fields that make Megatron-Core build :func:`megatron_stage_layers` of ``layers``
+    on ``pp`` stages: none where ``pp`` divides ``layers`` (the even split is its default);
+    ``num_layers_in_first_pipeline_stage`` alone at ``pp = 2`` (the last stage takes the rest; with both set
+    core_v0.12's ``__post_init__`` divides the 0 remaining layers by the 0 middle stages, a
+    ``ZeroDivisionError``, which core_v0.13.0 guards with ``if pipeline_parallel_size and``); else both
+    ``num_layers_in_first_pipeline_stage`` and ``num_layers_in_last_pipeline_stage``. Their names since
+    core_v0.11.0 (core_r0.10.0 named them ``first_pipeline_num_layers`` / ``last_pipeline_num_layers``).
+    27 layers at pp 4: ``{first: 7, last: 6}``."""
+    if pp == 1 or layers % pp == 0:
+        return {}
+    counts = megatron_stage_layers(layers, pp)
+    keys = {"num_layers_in_first_pipeline_stage": counts[0]}
+    if pp > 2:
+        keys["num_layers_in_last_pipeline_stage"] = counts[-1]
+    return keys
+
+
+def megatron_accepts(layers: int, pp: int, keys: dict[str, int]) -> tuple[int, ...] | None:
+    """The stages Megatron-Core builds for ``layers`` on ``pp`` stages with the ``TransformerConfig`` ``keys``
+    (``num_layers_in_first_pipeline_stage`` / ``num_layers_in_last_pipeline_stage``, either absent), or ``None``
+    where it refuses them: the checks of ``TransformerConfig.__post_init__`` (core_v0.12.0 to core_v0.15.0: each
+    set end at least 1 layer, the remaining layers divisible by the remaining stages, no remaining stage at
+    core_v0.12's pp 2 with both set) and, with neither set, ``get_num_layers_to_build``'s even division. No virtual
+    pipeline (the placement model has none). The rule the tests hold the emitters to."""
+    first, last = keys.get("num_layers_in_first_pipeline_stage"), keys.get("num_layers_in_last_pipeline_stage")
+    rest, stages = layers, pp
+    for end in (first, last):
+        if end is not None:
+            if end <= 0:
+                return None
+            rest, stages = rest - end, stages - 1
+    if stages <= 0:
+        return None
+    if rest <= 0 or rest % stages:
+        return None
+    middle = rest // stages
+    return ((first if first is not None else middle,) + (middle,) * (pp - 2)
+            + (last if last is not None else middle,))[:pp] if pp > 1 else (layers,)
+
+
 @lru_cache(maxsize=4096)
-def stage_share(layers: int, pp: int) -> float:
+def stage_share(layers: int, pp: int, engine: str = "megatron") -> float:
     """Fraction of the layers the slowest pipeline stage runs: ``1/pp`` for an even split, else
-    ``max(stage_layers)/L``."""
+    ``max(stage_layers)/L`` (``engine``'s split, :func:`stage_layers`)."""
     if layers % pp == 0:
         return 1.0 / pp
-    return max(stage_layers(layers, pp)) / layers
+    return max(stage_layers(layers, pp, engine)) / layers
 
 
 @lru_cache(maxsize=4096)
-def stage_gemm_share(model: ModelSpec, pp: int) -> float:
+def stage_gemm_share(model: ModelSpec, pp: int, engine: str = "megatron") -> float:
     """Fraction of a forward pass's GEMM weights (:attr:`~packplace.shape.TransformerShape.gemm_params`)
     that the slowest pipeline stage multiplies: per stage its layers' share of the blocks and, on the
     last stage, the output head (where :func:`stage_params` puts it); the maximum over the stages. 1 for
     ``pp = 1``. Llama-3.1-8B (blocks 6.98e9, head 0.525e9 of 7.50e9): 0.535 at pp 2 (last stage), 0.303
-    at pp 4, 0.186 at pp 8 — 1.07, 1.21 and 1.49 times the even ``1/pp``."""
+    at pp 4, 0.186 at pp 8 — 1.07, 1.21 and 1.49 times the even ``1/pp``. ``engine``: whose split
+    (:func:`stage_layers`)."""
     if pp == 1:
         return 1.0
     head = model.head_gemm_params
     per_layer = (model.gemm_params - head) / model.layers
-    counts = stage_layers(model.layers, pp)
+    counts = stage_layers(model.layers, pp, engine)
     return max(max(counts[:-1]) * per_layer, counts[-1] * per_layer + head) / model.gemm_params
 
 
 @lru_cache(maxsize=4096, typed=True)   # typed: a bool is refused, not served pp 1's entry
-def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
-    """Parameters of each pipeline stage (all tensor-parallel ranks together): its layers, the input
-    embedding on the first, the final norm and output head on the last (a tied LM head with ``pp > 1``
-    is a copy of the embedding matrix there).
+def stage_params(model: ModelSpec, pp: int, engine: str = "megatron") -> tuple[int, ...]:
+    """Parameters of each pipeline stage (all tensor-parallel ranks together): its layers (``engine``'s split,
+    :func:`stage_layers`), the input embedding on the first, the final norm and output head on the last (a tied
+    LM head with ``pp > 1`` is a copy of the embedding matrix there).
 
     Raises:
         ValueError: ``pp`` not a whole number of at least 1 (a fraction, a bool, ``nan``), naming the field and the
@@ -214,7 +295,7 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
     pp = int(pp)
     per_layer = model.block_params / model.layers
     out = []
-    for i, n in enumerate(stage_layers(model.layers, pp)):
+    for i, n in enumerate(stage_layers(model.layers, pp, engine)):
         p = n * per_layer
         if i == 0:
             p += model.embedding_params
@@ -226,7 +307,8 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def stage_split(model: ModelSpec, pp: int, tp: int, ep: int = 1) -> tuple[tuple[float, float], ...]:
+def stage_split(model: ModelSpec, pp: int, tp: int, ep: int = 1,
+                engine: str = "megatron") -> tuple[tuple[float, float], ...]:
     """Per pipeline stage, the parameters one GPU holds as ``(dense, expert)``: ``dense`` the stage's
     non-expert weights over ``tp`` (attention, dense MLPs, router, shared experts, embedding / head),
     ``expert`` its routed experts (:attr:`~packplace.shape.TransformerShape.expert_params` times the
@@ -237,10 +319,10 @@ def stage_split(model: ModelSpec, pp: int, tp: int, ep: int = 1) -> tuple[tuple[
     ``num_experts/ep`` experts) with the ep ranks carved out of the data-parallel ranks and each expert
     split over the tensor-parallel ranks (the expert tensor-parallel degree equal to tp): the experts of
     a layer fill ``tp·ep`` GPUs. A dense model (or ``ep = 1`` with ``expert = 0`` for a dense model) gives
-    ``(stage_params/tp, 0)``."""
+    ``(stage_params/tp, 0)``. ``engine``: whose layer split (:func:`stage_layers`)."""
     experts_per_layer = model.expert_params / model.layers
     out = []
-    for p, n in zip(stage_params(model, pp), stage_layers(model.layers, pp)):
+    for p, n in zip(stage_params(model, pp, engine), stage_layers(model.layers, pp, engine)):
         expert = n * experts_per_layer
         out.append(((p - expert) / tp, expert / (tp * ep)))
     return tuple(out)
