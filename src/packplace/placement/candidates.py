@@ -1603,8 +1603,9 @@ def framework_layout_allows(instance, kind: str, strategy: Strategy, name: str |
         if cp.refusal(strategy.dp) is not None:
             return False
     ctx = Context.of(instance)   # a framework without rules: strategy_refusal says None (DeepSpeed-Chat's one)
-    kv_heads = instance.models[instance.graph.vertex(name).model].kv_heads if name is not None else 0
-    return strategy_refusal(ctx, name or f"?.{kind}", kind, strategy, kv_heads) is None
+    model = instance.models[instance.graph.vertex(name).model] if name is not None else None
+    kv_heads, layers = (model.kv_heads, model.layers) if model is not None else (0, 0)
+    return strategy_refusal(ctx, name or f"?.{kind}", kind, strategy, kv_heads, layers) is None
 
 
 #: Why a packed context-parallel NeMo RL trainer has no DTensor strategy (:func:`dtensor_packs_with_context_parallel`).

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from packplace.errors import ConfigError, show
 from packplace.placement.model.cost import ACT_BYTES, CostModel
-from packplace.placement.model.framework import dispatch_seconds
+from packplace.placement.model.framework import dispatch_seconds, table_release
 from packplace.placement.model.layout_rules import (
     TRAIN,
     TRAINER_BACKENDS,
@@ -78,7 +78,7 @@ class TrainerBackend:
 
 def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tuple[int, int, int, int],
                             cp: int = 1, framework_version: str | None = None,
-                            kv_heads: int = 0, sharding: str | None = None) -> TrainerBackend:
+                            kv_heads: int = 0, sharding: str | None = None, layers: int = 0) -> TrainerBackend:
     """The trainer backend of an ``estimate`` pass of ``task`` with ``framework`` and strategy ``degrees`` =
     ``(dp, pp, tp, ep)``, as ``place`` resolves ``policy.trainer_backend`` (``backend``): for verl and NeMo RL
     the given backend, or under ``auto`` Megatron-Core for a strategy only it runs (verl: ``tp``, ``pp``, ``ep``
@@ -90,7 +90,9 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
     (:func:`~packplace.placement.model.layout_rules.kv_head_refusal`, as ``place``'s candidates). ``sharding``
     (as given; ``None`` unset): ``zero3`` is a training option of the layout, as ``training.<role>.sharding`` is
     ``place``'s: it keeps verl's and NeMo RL's trainer on its FSDP / DTensor workers under ``auto`` and sets the
-    layout rules that read it (OpenRLHF's tensor parallelism runs with ZeRO stage 2 at most).
+    layout rules that read it (OpenRLHF's tensor parallelism runs with ZeRO stage 2 at most). ``layers``: the
+    model's layers (0: not asked), which a verl release before 0.4.0 needs ``pp`` to divide on its Megatron workers
+    (:func:`~packplace.placement.model.layout_rules.uneven_pipeline_refusal`).
 
     Raises:
         ConfigError: ``trainer_backend: ...`` naming the value: not one of ``auto``, ``fsdp``, ``megatron``;
@@ -128,8 +130,11 @@ def resolve_trainer_backend(framework: str, backend: str, task: str, degrees: tu
     name = trainer_backend_name(given, {TRAIN: strategy})   # the name place records (place --json)
     release = release_for(framework, framework_version)
     layout = Context(framework, "grpo", training, False, resolved if two else backend,
-                     megatron_splits_kv_heads=release is not None and release.megatron_splits_kv_heads)
-    why = strategy_refusal(layout, TRAIN, "train", strategy, kv_heads)   # framework none: the KV-head rule only
+                     megatron_splits_kv_heads=release is not None and release.megatron_splits_kv_heads,
+                     verl_release=table_release(framework_version)
+                     if framework == "verl" and framework_version is not None else None)
+    # framework none: the KV-head rule only
+    why = strategy_refusal(layout, TRAIN, "train", strategy, kv_heads, layers)
     if why is not None:
         on = f" (trainer_backend {backend}: its {name} workers)" if two else ""
         raise ConfigError(f"tp / pp / ep: {tp} / {pp} / {ep} is a strategy {framework}'s trainer does not run"

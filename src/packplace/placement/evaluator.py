@@ -318,8 +318,8 @@ class PlacementEvaluator:
             why = explain(self.instance.models[vertex.model], self.cluster, sequences, vp.strategy,
                           vp.micro_batch, alloc.extent, vertex.kind, batch, sequences_together(self.instance))
             if not why and self.rules is not None:   # a framework's own rule (sequence packing's rounding, ...)
-                why = strategy_refusal(self.rules, name, vertex.kind, vp.strategy,
-                                       self.instance.models[vertex.model].kv_heads)
+                model = self.instance.models[vertex.model]
+                why = strategy_refusal(self.rules, name, vertex.kind, vp.strategy, model.kv_heads, model.layers)
             return f"{name}: {why or 'not a legal candidate'}"
         if not math.isfinite(cand.time):
             return f"{name}: predicted time is {cand.time} seconds (not finite); the plan cannot be scored"

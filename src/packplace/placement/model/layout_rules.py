@@ -582,7 +582,26 @@ def kv_head_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_h
             f"{_KV_HEAD_SOURCES[backend]}; tp must divide {kv_heads}")
 
 
-def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_heads: int = 0) -> str | None:
+def uneven_pipeline_refusal(ctx: Context, kind: str, strategy: Strategy, layers: int) -> str | None:
+    """Why verl's Megatron workers cannot run a trainer or forward of ``layers`` layers at ``strategy.pp`` (one
+    line), or ``None``: a ``pp`` that does not divide the layers before verl 0.4.0, which has no
+    ``megatron.override_transformer_config`` to set Megatron-Core's uneven first and last stages through
+    (:data:`~packplace.placement.emit.verl_releases.OVERRIDE_TRANSFORMER_CONFIG`: its own Megatron models build
+    ``num_hidden_layers // pp`` layers a stage). From 0.4.0, and in NeMo RL (``megatron_cfg.
+    num_layers_in_first_pipeline_stage``, v0.3.0 on), the emitters write the split the plan prices
+    (:func:`~packplace.placement.model.stages.megatron_uneven_keys`). ``layers`` 0: not asked."""
+    from packplace.placement.emit.verl_releases import available  # the emit package imports this module
+
+    if (ctx.framework != "verl" or kind == "generate" or not layers or strategy.pp <= 1 or layers % strategy.pp == 0
+            or available("actor_rollout_ref.actor.megatron.override_transformer_config", ctx.verl_release, True)):
+        return None
+    return (f"pp {strategy.pp} does not divide the model's {layers} layers, and verl {ctx.verl_release} has no "
+            f"megatron.override_transformer_config (0.4.0 on) to set Megatron-Core's uneven first and last stages: "
+            f"its Megatron models build num_hidden_layers // pp layers a stage (verl/models/llama/megatron)")
+
+
+def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_heads: int = 0,
+                     layers: int = 0) -> str | None:
     """Why ``ctx.framework`` cannot run vertex ``name`` (of ``kind``) with ``strategy`` (one line), or ``None``.
 
     verl: the trainers and forwards on the FSDP backend keep ``tp = pp = ep = 1``; a reward model's vLLM
@@ -600,7 +619,8 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
     ring attention and ``--ds.tensor_parallel_size`` only). DeepSpeed-Chat (a framework without other rules):
     no pipeline or expert parallelism for any task (its step-3 scripts, module docstring). With ``kv_heads``
     (the model's KV heads; 0: not asked) a trainer's or forward's ``tp`` must divide them where its backend
-    needs it (:func:`kv_head_refusal`)."""
+    needs it (:func:`kv_head_refusal`); with ``layers`` (0: not asked) verl before 0.4.0 keeps its Megatron
+    ``pp`` a divisor of them (:func:`uneven_pipeline_refusal`)."""
     s = strategy
     fw = ctx.framework
     if fw == "deepspeed-chat" and (s.pp > 1 or s.ep > 1):
@@ -645,6 +665,8 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
     backend = trainer_backend(ctx)
     if fw == "verl" and backend == "fsdp" and (s.tp > 1 or s.pp > 1 or s.ep > 1):
         return "verl's FSDP workers have no tensor, pipeline or expert parallelism (Ulysses sequence parallelism only)"
+    if (uneven := uneven_pipeline_refusal(ctx, kind, s, layers)) is not None:
+        return uneven
     if name == REWARD and s.ep > 1:   # verl's Megatron reward worker: reward_model.megatron tp and pp only
         return (f"verl {ctx.verl_release}'s reward model is a forward worker (RewardModelWorker) with tensor and "
                 f"pipeline parallelism only (reward_model.megatron)")
