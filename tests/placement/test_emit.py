@@ -29,8 +29,11 @@ PPO = ROOT / "configs" / "placement" / "ppo_llama3.1-8b_4x8xh100.yaml"  # 1 rack
 
 
 def assert_known_keys(emitted) -> None:
+    """Every emitted key is in the framework's config, or is a Hydra ``++`` key (added where the config lacks it)
+    under a node the config has (verl's ``megatron.override_transformer_config.<field>``)."""
     keys = KEY_LISTS[emitted.framework]["configs"][emitted.config]
-    unknown = [key for key in emitted.settings if key not in keys]
+    unknown = [key for key in emitted.settings if key not in keys
+               and not (key.startswith("++") and {key.lstrip("+"), key.lstrip("+").rsplit(".", 1)[0]} & set(keys))]
     assert not unknown, (emitted.framework, emitted.config, unknown)
 
 
@@ -62,6 +65,35 @@ def test_every_emitted_key_exists_in_the_framework_for_every_shipped_config(conf
         emitted = emit(instance, plan, framework)
         assert_known_keys(emitted)
         assert emitted.settings and emitted.text().startswith(emitted.command)
+        assert_megatron_splits_accepted(instance, plan, emitted)
+
+
+#: ``{framework: {vertex: (pipeline-size key, node of the uneven-stage keys)}}`` of the Megatron workers.
+MEGATRON_NODES = {
+    "verl": {"actor.train": ("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size",
+                             "actor_rollout_ref.actor.megatron.override_transformer_config"),
+             "critic.train": ("critic.megatron.pipeline_model_parallel_size",
+                              "critic.megatron.override_transformer_config")},
+    "nemo-rl": {"actor.train": ("policy.megatron_cfg.pipeline_model_parallel_size", "policy.megatron_cfg"),
+                "critic.train": ("value.megatron_cfg.pipeline_model_parallel_size", "value.megatron_cfg")},
+}
+
+
+def assert_megatron_splits_accepted(instance, plan, emitted) -> None:
+    """Megatron-Core's rule (``TransformerConfig.__post_init__``, :func:`~packplace.placement.model.stages.
+    megatron_accepts`) holds for every Megatron trainer of ``emitted``, and builds the split the plan priced."""
+    from packplace.placement.model.stages import megatron_accepts, stage_layers
+
+    for vertex, (size, node) in MEGATRON_NODES.get(emitted.framework, {}).items():
+        pp = emitted.settings.get(size)
+        if pp is None or vertex not in plan.by_vertex():
+            continue
+        layers = instance.models[instance.graph.vertex(vertex).model].layers
+        keys = {k.rsplit(".", 1)[1]: v for k, v in emitted.settings.items()
+                if k.lstrip("+").startswith(node + ".num_layers_in_")}
+        if isinstance(whole := emitted.settings.get("++" + node), str):
+            keys.update({k: int(v) for k, v in (p.split(":") for p in whole.strip("{}").split(",") if p)})
+        assert megatron_accepts(layers, pp, keys) == stage_layers(layers, pp), (emitted.framework, vertex, keys)
 
 
 def test_a_colocated_grpo_plan_in_verl_uses_fsdp_and_the_plan_numbers():

@@ -36,6 +36,8 @@ class Task:
         nodes: Nodes (hosts: :attr:`~packplace.placement.problem.hardware.Cluster.host_gpus`, a GB200 tray)
             the block spans.
         gpus_per_node: GPUs of the block on each of its hosts.
+        layers: Transformer layers of the task's model (0: not known), which its pipeline stages split
+            (:func:`~packplace.placement.model.stages.megatron_uneven_keys`).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Task:
     gpus: frozenset[int]
     nodes: int
     gpus_per_node: int
+    layers: int = 0
 
     @property
     def layout(self) -> str:
@@ -211,7 +214,7 @@ def _task(name: str, vp: VertexPlan, instance: PlacementInstance) -> Task:
     lo, hi = vp.allocation.gpu_range(cluster)
     hosts = len({gpu // cluster.host_gpus for gpu in range(lo, hi)})
     return Task(name, vp.strategy, vp.micro_batch, frozenset(range(lo, hi)), hosts,
-                cluster.host_share(vp.allocation.extent[2]))
+                cluster.host_share(vp.allocation.extent[2]), instance.models[instance.graph.vertex(name).model].layers)
 
 
 @dataclass
@@ -260,7 +263,9 @@ class EmittedPlan:
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    text = str(value)
+    # a Hydra dict literal ({a:1,b:2}) quoted, or the shell's brace expansion splits it into words
+    return f"'{text}'" if text.startswith("{") else text
 
 
 def same_gpus(*tasks: Task | None) -> bool:

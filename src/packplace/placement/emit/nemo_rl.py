@@ -44,7 +44,7 @@ from packplace.placement.model.memory import (
     forced_sequence_parallel,
     resolved_training,
 )
-from packplace.placement.model.stages import resolved_sharding
+from packplace.placement.model.stages import megatron_stage_layers, megatron_uneven_keys, resolved_sharding
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
            "dpo": "examples/run_dpo.py"}
@@ -159,6 +159,7 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         s[f"{prefix}.megatron_cfg.tensor_model_parallel_size"] = task.strategy.tp
         s[f"{prefix}.megatron_cfg.pipeline_model_parallel_size"] = task.strategy.pp
         s[f"{prefix}.megatron_cfg.expert_model_parallel_size"] = task.strategy.ep
+        _pipeline_split(out, prefix, task)
         s[f"{prefix}.megatron_cfg.activation_checkpointing"] = options.recompute == "full"
         # the layout the plan's memory was priced with (memory.resolved_training: NeMo RL's own unless set)
         resolved = resolved_training(options, "nemo-rl", True, task.strategy.tp, task.strategy.ep)
@@ -188,6 +189,27 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
     if options.sharding != "zero3":   # a given zero1 / none under auto on a DTensor layout (fsdp refuses it)
         out.notes.append(f"{task.name} sharding {options.sharding}: the DTensor {prefix} is FSDP2 (ZeRO-3), no "
                          f"more memory than planned, more all-gathers per step")
+
+
+def _pipeline_split(out: EmittedPlan, prefix: str, task: Task) -> None:
+    """Megatron-Core's uneven pipeline stages of a Megatron trainer whose ``pp`` does not divide its model's
+    layers, as the plan priced them (:func:`~packplace.placement.model.stages.megatron_stage_layers`):
+    ``<prefix>.megatron_cfg.num_layers_in_first_pipeline_stage`` and, at ``pp`` above 2,
+    ``num_layers_in_last_pipeline_stage`` (:func:`~packplace.placement.model.stages.megatron_uneven_keys`). NeMo RL
+    has both keys, ``null`` by default, from v0.3.0 (``examples/configs/grpo_math_1B_megatron.yaml``) and sets
+    them on the Megatron model config (``megatron_policy_worker.py`` v0.3.0-v0.4.0, ``nemo_rl/models/megatron/
+    setup.py`` v0.7.0: ``model_cfg.num_layers_in_first_pipeline_stage = config["megatron_cfg"][...]``), whose
+    ``TransformerConfig.__post_init__`` checks them; unset, Megatron-Core builds ``L/pp`` layers a stage and
+    refuses a ``pp`` that does not divide them."""
+    if not task.layers:
+        return
+    keys = megatron_uneven_keys(task.layers, task.strategy.pp)
+    for key, value in keys.items():
+        out.settings[f"{prefix}.megatron_cfg.{key}"] = value
+    if keys:
+        out.notes.append(f"{task.name}: {task.layers} layers on pp {task.strategy.pp} as "
+                         f"{megatron_stage_layers(task.layers, task.strategy.pp)} (Megatron-Core's uneven stages: "
+                         f"the middle ones equal, the first and last set by {', '.join(keys)})")
 
 
 def _generation(out: EmittedPlan, view: PlanView, gen: Task, train: Task) -> None:

@@ -45,7 +45,14 @@ from packplace.placement.emit.common import (
     disjoint,
     same_gpus,
 )
-from packplace.placement.emit.verl_releases import REWARD_ENGINE, available, for_release, release_has
+from packplace.placement.emit.verl_releases import (
+    OVERRIDE_TRANSFORMER_CONFIG,
+    REWARD_ENGINE,
+    available,
+    for_release,
+    inherits_actor_overrides,
+    release_has,
+)
 from packplace.placement.model.framework import table_release
 from packplace.placement.model.layout_rules import (
     config_refusals,
@@ -61,7 +68,7 @@ from packplace.placement.model.memory import (
     forced_sequence_parallel,
     resolved_training,
 )
-from packplace.placement.model.stages import resolved_sharding
+from packplace.placement.model.stages import megatron_stage_layers, megatron_uneven_keys, resolved_sharding
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
 #: What a DAPO plan leaves to the user: its loss and sampling settings are not placement.
@@ -173,8 +180,51 @@ def emit_verl(view: PlanView) -> EmittedPlan:
             elif critic_infer.micro_batch != critic.micro_batch:  # the Megatron critic has no forward micro-batch key
                 note.append(f"critic.infer micro-batch {critic_infer.micro_batch}: verl's Megatron critic computes "
                             f"values at critic.ppo_micro_batch_size_per_gpu ({critic.micro_batch})")
+    if megatron:
+        _pipeline_splits(out, view)
     for_release(s, view.framework_version, megatron, refuse, note)
     return out
+
+
+def _pipeline_splits(out: EmittedPlan, view: PlanView) -> None:
+    """Megatron-Core's uneven pipeline stages, as the plan priced them
+    (:func:`~packplace.placement.model.stages.megatron_stage_layers`): for each Megatron worker whose ``pp``
+    does not divide its model's layers, ``num_layers_in_first_pipeline_stage`` (and at ``pp`` above 2
+    ``num_layers_in_last_pipeline_stage``, :func:`~packplace.placement.model.stages.megatron_uneven_keys`) in its
+    ``megatron.override_transformer_config``, which verl passes to ``TransformerConfig`` (v0.4.0 on,
+    :data:`~packplace.placement.emit.verl_releases.OVERRIDE_TRANSFORMER_CONFIG`; without them Megatron-Core builds
+    ``L/pp`` layers a stage and refuses a ``pp`` that does not divide them). The actor's keys one by one (``++``:
+    its node has other entries); a worker whose node is the actor's by interpolation at the release (the
+    reference; the critic before 0.6.0, the reward forward worker from 0.5.0:
+    :func:`~packplace.placement.emit.verl_releases.inherits_actor_overrides`) gets its own node as a whole
+    (``{...}``) where its split differs from the actor's, else nothing; one with a node of its own, its keys.
+    A release before 0.4.0 has no such node: :func:`~packplace.placement.emit.verl_releases.for_release` leaves
+    the keys out with a refusal line (the search plans no such layout there,
+    :func:`~packplace.placement.model.layout_rules.uneven_pipeline_refusal`)."""
+    release = table_release(view.framework_version) if view.framework_version is not None else None
+    train = view.tasks[TRAIN]
+    actor = megatron_uneven_keys(train.layers, train.strategy.pp) if train.layers else {}
+    workers = [("actor_rollout_ref.actor", train), ("actor_rollout_ref.ref", view.get(REFERENCE)),
+               ("critic", view.get(CRITIC_TRAIN))]
+    if view.rules is not None and reward_forward_worker(view.rules) and not view.rule_reward:
+        workers.append(("reward.reward_model", view.get(REWARD)))
+    for prefix, task in workers:
+        if task is None or not task.layers:
+            continue
+        keys = megatron_uneven_keys(task.layers, task.strategy.pp)
+        node = f"++{prefix}.megatron.{OVERRIDE_TRANSFORMER_CONFIG}"
+        if prefix != "actor_rollout_ref.actor" and inherits_actor_overrides(prefix, release):
+            if keys != actor:
+                out.settings[node] = "{" + ",".join(f"{k}:{v}" for k, v in keys.items()) + "}"
+                out.notes.append(f"{node.lstrip('+')}: {task.name}'s own node, replacing the actor's it "
+                                 f"interpolates (its {task.layers} layers on pp {task.strategy.pp} split otherwise)")
+            continue
+        for key, value in keys.items():
+            out.settings[f"{node}.{key}"] = value
+        if keys:
+            out.notes.append(f"{task.name}: {task.layers} layers on pp {task.strategy.pp} as "
+                             f"{megatron_stage_layers(task.layers, task.strategy.pp)} (Megatron-Core's uneven "
+                             f"stages: the middle ones equal, the first and last set by {', '.join(keys)})")
 
 
 def _reference_policy(out: EmittedPlan, view: PlanView, megatron: bool) -> None:

@@ -113,6 +113,31 @@ AVAILABLE: dict[str, tuple[str, str]] = {
     "trainer.v1.colocate_async.num_warmup_batches": ("0.9.0", "0.9.0"),
     "trainer.v1.separate_async.num_warmup_batches": ("0.9.0", "0.9.0"),
     "trainer.v1.trainer_mode": ("0.9.0", "0.9.0"),
+    # the node whose entries (num_layers_in_first_pipeline_stage, ...) verl passes to Megatron-Core's
+    # TransformerConfig (:data:`OVERRIDE_TRANSFORMER_CONFIG`); a key under it is looked up as the node
+    "actor_rollout_ref.actor.megatron.override_transformer_config": ("", "0.4.0"),
+    "actor_rollout_ref.ref.megatron.override_transformer_config": ("", "0.4.0"),
+    "critic.megatron.override_transformer_config": ("", "0.4.0"),
+    "reward.reward_model.megatron.override_transformer_config": ("", "0.4.0-0.7.1"),
+}
+#: The Megatron workers' node of extra ``TransformerConfig`` fields, from v0.4.0: ``megatron_workers.py`` reads
+#: ``<worker>.megatron.override_transformer_config`` (actor, ref, critic, reward model) and
+#: ``verl/models/mcore/config_converter.py`` ``_get_base_transformer_config`` puts it into the arguments of
+#: ``TransformerConfig(**args)`` (v0.4.0; from v0.5.0 also mbridge's ``bridge.set_extra_args``, v0.7.0 the engine's
+#: ``transformer_impl.py``); v0.4.0's ``ppo_megatron_trainer.yaml`` names its use: "additional transformer config
+#: like: num_layers_in_first(/last)_pipeline_stage". Before v0.4.0 the Megatron workers build verl's own models
+#: (``verl/models/llama/megatron/modeling_llama_megatron.py``: ``num_hidden_layers // pp_size`` layers a stage, the
+#: loader asserting ``num_layers_per_model * pp_size == num_hidden_layers``): no uneven stages.
+OVERRIDE_TRANSFORMER_CONFIG = "override_transformer_config"
+#: ``{worker prefix: (since, until)}``: the releases whose Megatron config makes that worker's
+#: ``override_transformer_config`` the actor's (an OmegaConf interpolation, ``${actor_rollout_ref.actor.megatron.
+#: override_transformer_config}`` at v0.4.x, ``${oc.select:...,{}}`` from v0.5.0; ``until`` excluded, ``None``
+#: open): the reference always; the critic until 0.6.0 (its own node from ``_generated_ppo_megatron_trainer.yaml``
+#: v0.6.0); the reward model from v0.5.0 (v0.4.x its own ``{}``) until its forward worker left (0.7.1).
+INHERITS_ACTOR_OVERRIDES: dict[str, tuple[Release, Release | None]] = {
+    "actor_rollout_ref.ref": (Release((0, 4, 0)), None),
+    "critic": (Release((0, 4, 0)), Release((0, 6, 0))),
+    "reward.reward_model": (Release((0, 5, 0)), Release((0, 7, 1))),
 }
 #: ``{key: value}``: a key a release lacks whose absence runs the plan's value: before 0.6.0 verl maps the reward
 #: model to the global pool (``verl/trainer/main_ppo.py`` at v0.5.0: ``mapping[Role.RewardModel] =
@@ -137,6 +162,10 @@ ABSENT_MEANS: dict[str, Any] = {"reward.reward_model.enable_resource_pool": Fals
                                    for what in ("param", "optimizer")}}
 #: ``{key: what the release runs instead}`` for the refusal line of a key a release lacks.
 INSTEAD: dict[str, str] = {
+    **{f"{worker}.megatron.{OVERRIDE_TRANSFORMER_CONFIG}":
+       "its Megatron workers build num_hidden_layers // pp layers a stage (verl/models/llama/megatron), so a pipeline "
+       "degree that does not divide the layers does not start"
+       for worker in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic", "reward.reward_model")},
     "trainer.v1.trainer_mode": "it has no trainer.v1 asynchronous modes: its trainer is synchronous",
     "actor_rollout_ref.rollout.nnodes": "its rollout has no pool of its own (the hybrid engine's GPUs)",
     **{f"{model}.model.enable_gradient_checkpointing":
@@ -183,9 +212,28 @@ def name_at(key: str, release: Release) -> str:
 def available(key: str, release: Release | None, megatron: bool) -> bool:
     """Whether ``release``'s trainer config (Megatron's or FSDP's) has ``key`` (a 0.9.1 name; :data:`AVAILABLE`);
     ``None``: the current release, which has every key the emitter writes."""
+    key = _node(key)
     if release is None or key not in _SPANS:
         return True
     return any(since <= release and (until is None or release < until) for since, until in _SPANS[key][megatron])
+
+
+def _node(key: str) -> str:
+    """``key`` without Hydra's ``+`` / ``++`` and, under an ``override_transformer_config`` node, the node: what
+    :data:`AVAILABLE` lists."""
+    bare = key.lstrip("+")
+    head, found, _ = bare.partition(f".{OVERRIDE_TRANSFORMER_CONFIG}")
+    return head + found if found else bare
+
+
+def inherits_actor_overrides(prefix: str, release: Release | None) -> bool:
+    """Whether worker ``prefix``'s ``megatron.override_transformer_config`` is the actor's at ``release``
+    (:data:`INHERITS_ACTOR_OVERRIDES`; ``None``: the current release)."""
+    if prefix not in INHERITS_ACTOR_OVERRIDES:
+        return False
+    since, until = INHERITS_ACTOR_OVERRIDES[prefix]
+    at = CURRENT if release is None else release
+    return since <= at and (until is None or at < until)
 
 
 def release_has(key: str, release: Release | None) -> bool:
@@ -197,6 +245,7 @@ def release_has(key: str, release: Release | None) -> bool:
 def introduced(key: str) -> Release:
     """The first release both backends' configs have ``key`` from (:data:`AVAILABLE`; a key not listed:
     :data:`CURRENT`)."""
+    key = _node(key)
     if key not in _SPANS:
         return CURRENT
     return max(min((since for since, _ in spans), default=CURRENT) for spans in _SPANS[key])
@@ -204,7 +253,7 @@ def introduced(key: str) -> Release:
 
 def first_release(key: str, release: Release, megatron: bool) -> Release | None:
     """The first release after ``release`` whose config has ``key``, or ``None`` (none the table knows)."""
-    return next((since for since, _ in _SPANS.get(key, ((), ()))[megatron] if since > release), None)
+    return next((since for since, _ in _SPANS.get(_node(key), ((), ()))[megatron] if since > release), None)
 
 
 #: A regular expression matching the start of :func:`for_release`'s :class:`FrameworkVersionWarning` (a release past
@@ -244,7 +293,7 @@ def for_release(settings: dict[str, Any], version: str | None, megatron: bool, r
         later = first_release(key, release, megatron)
         refusals.append(f"{name}={_shown(value)}: verl {version}'s {config} has no {name}"
                         + (f" (verl {later} on)" if later is not None else "") + "; left out"
-                        + (f": {INSTEAD[key]}" if key in INSTEAD else ""))
+                        + (f": {INSTEAD[_node(key)]}" if _node(key) in INSTEAD else ""))
     settings.clear()
     settings.update(kept)
 
