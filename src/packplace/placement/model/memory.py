@@ -634,11 +634,10 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
     (and ``micro_batches = 1``): the KV of the waiting ones is not held.
     """
     prefill = micro_batch if prefill_sequences is None else prefill_sequences
-    cp = context_parallel if kind in ("train", "infer") else NO_CONTEXT_PARALLEL
+    cp, engine = (context_parallel, "megatron") if kind in ("train", "infer") else (NO_CONTEXT_PARALLEL, "vllm")
     tokens = cp.rank_tokens(micro_batch * seq_len if pass_tokens is None else pass_tokens, micro_batch, tp)
     logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
-    engine = "vllm" if kind == "generate" else "megatron"   # whose layer split (stage_layers)
     layers, params = stage_layers(model.layers, pp, engine), stage_params(model, pp, engine)
     split = stage_split(model, pp, tp, ep, engine) if model.is_moe and ep > 1 else None
     scores = eager_score_bytes_per_token(model, seq_len, framework, False)
