@@ -200,3 +200,17 @@ def test_the_emitted_keys_are_in_the_frameworks_configs():
     inst = _instance(None)
     assert_known_keys(emit(inst, _plan(), "verl"))
     assert_known_keys(emit(_with(inst, framework="nemo-rl"), _plan(), "nemo-rl"))
+
+
+def test_a_pinned_uneven_pp_at_verl_0_3_is_infeasible_with_the_reason_and_never_a_candidate():
+    from packplace.placement.evaluator import evaluate_plan, get_table
+
+    inst = _instance("0.3.0.post1")
+    score = evaluate_plan(inst, _plan())
+    assert not score.feasible
+    assert any("does not divide the model's 30 layers" in line for line in score.violations), score.violations
+    table = get_table(inst)
+    assert all(c.strategy.pp == 1 or 30 % c.strategy.pp == 0 for c in table.all["actor.train"])
+    assert all(c.strategy.pp == 1 or 27 % c.strategy.pp == 0 for c in table.all["critic.train"])
+    at_0_4 = get_table(_instance("0.4.0"))
+    assert any(30 % c.strategy.pp for c in at_0_4.all["actor.train"])   # pp 4 and 8 of 30 layers from 0.4.0
