@@ -1133,7 +1133,8 @@ def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: in
         ConfigError: naming the degree and the model's figure, or the layout rule's reason.
     """
     if pp > shape.layers:
-        raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
+        raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layer"
+                          f"{'' if shape.layers == 1 else 's'}")
     heads, kv_heads = getattr(shape, "heads", None), getattr(shape, "kv_heads", None)
     if isinstance(heads, int) and heads % tp:
         raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
