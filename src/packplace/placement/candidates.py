@@ -2076,7 +2076,7 @@ def _why_none(model: ModelSpec, cluster: Cluster, sequences: int) -> str:
     tps = [t for t in divisors(G) if model.heads % t == 0]
     if not tps:
         return f"no tensor-parallel degree <= {G} divides {model.heads} heads"
-    return (f"no combination of tp in {tps}, pp up to {model.layers} layers and dp dividing {sequences} "
+    return (f"no combination of tp in {tps}, pp up to {_layers(model.layers)} and dp dividing {sequences} "
             f"sequences matches a block size of this cluster")
 
 
