@@ -452,7 +452,11 @@ def colocation_shortfall(table: CandidateTable) -> str | None:
     Returns:
         One line: "no plan fits in memory: verl runs T1 and T2 on exactly actor.train's GPUs (...); beside
         every memory-feasible candidate of actor.train (A to B GPUs) they need more than W GB on each GPU: at
-        least X GB beside actor.train (dp, pp, tp) on G GPUs", or None.
+        least X GB beside actor.train (dp, pp, tp) on G GPUs"; where beside every candidate of actor.train some task
+        has no memory-feasible candidate of its GPUs and layout, "no plan fits: verl runs ...; beside no
+        memory-feasible candidate of actor.train (A to B GPUs) has each of them a memory-feasible candidate of its
+        GPUs and layout: T has none beside actor.train at any of its N layouts [on G GPUs: why; ...]" (each such
+        task, and why per block size: :func:`_unplaced`); or None.
     """
     instance = table.instance
     train = table.feasible.get(TRAIN, ())
@@ -516,8 +520,8 @@ def _why_not_on(table: CandidateTable, name: str, trains: list[Candidate]) -> st
     strategy fills the block), none of them fits in memory alone (its least bytes per GPU there), or none at the
     trainer's layout (the Megatron rule of :func:`_beside`): for the first of ``trains``, the rule its strategy
     breaks for ``name`` (:func:`~packplace.placement.candidates.explain`, the framework's
-    :func:`~packplace.placement.model.layout_rules.strategy_refusal`) or, where the strategy is legal, that its
-    candidates there fit in memory on no block alone."""
+    :func:`~packplace.placement.model.layout_rules.strategy_refusal`) or, where it has candidates at that strategy,
+    that none of them fits in memory alone (their least bytes per GPU)."""
     instance, first = table.instance, trains[0]
     vertex = instance.graph.vertex(name)
     model = instance.models[vertex.model]
