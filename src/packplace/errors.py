@@ -104,6 +104,14 @@ def show(value: Any) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def show_setting(value: Any) -> str:
+    """``value`` as a config's YAML and the command line spell it in a message: ``true`` / ``false`` for a boolean
+    (not Python's ``True`` / ``False``), else :func:`show`'s bounded ``repr``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return show(value)
+
+
 def show_kind(value: Any) -> str:
     """What ``value`` is, quoting it only when it is ``None``, a boolean or a number: for a whole document
     read from a file that turned out not to be the expected kind (a system file named by mistake), so that a

@@ -60,3 +60,21 @@ def test_solve_from_start_does_not_start_the_import_without_time_for_it(monkeypa
     assert solved.cp_status.startswith("out of time before building: OR-Tools is not loaded")
     solved = solve_from_start(instance, start, run_for("balance", instance, time_limit_s=5.0, seed=0))
     assert loader.runs == 1 and solved.cp_status == "OPTIMAL" and solved.bins is not None
+
+
+def test_an_import_longer_than_its_projection_answers_with_the_start(monkeypatch, work_clock):
+    """A projection too low for this machine (the import takes 0.5 s where ORTOOLS_IMPORT_S keeps 0.01 s): the import
+    starts, runs past the 0.3 s limit (it cannot be cut), and the call answers at once with its ``repair`` start,
+    hit_time_limit, no CP-SAT status, and a message that names the import."""
+    import packplace.solvers._ortools as shared
+
+    limit, import_s = 0.3, 0.5
+    monkeypatch.setattr(shared, "ORTOOLS_IMPORT_S", 0.01)
+    loader = slow_ortools(monkeypatch, work_clock, import_s, LAZY_USERS)
+    start = work_clock.now
+    result = packplace.balance(_instance(40, 4), solver="cpsat", time_limit_s=limit, seed=0)
+    assert loader.runs == 1
+    assert work_clock.now - start <= limit + import_s, result.message
+    assert result.status == "feasible" and result.hit_time_limit and result.info["returned"] == "repair"
+    assert result.info["build_stopped_at"] == "loading OR-Tools" and "cp_status" not in result.info
+    assert "loading OR-Tools" in result.message

@@ -325,3 +325,45 @@ def test_a_search_cut_at_a_size_says_which_smaller_sizes_were_ruled_out(monkeypa
     assert ("(actor.generate 1 GPU at 43.5 GB, reference.infer 1 GPU at 21 GB, reward.infer 1 GPU at 17.7 GB, "
             "critic.infer 1 GPU at 17.7 GB, actor.train 4 GPUs at 53.4 GB, critic.train 2 GPUs at 82.9 GB; their "
             "bytes together not checked)") in text
+
+
+def _one_layer_reward(nodes: int):
+    """The verl 0.3.0 toy at 0.64 with a reward model of 1 layer, on ``nodes`` nodes of 8 GPUs."""
+    config = _verl_toy(0.64)
+    config["models"]["reward"]["layers"] = 1
+    return replace(build_instance(config), cluster=Cluster(1, nodes, 8), _cache={})
+
+
+def test_the_refusal_names_the_task_with_no_candidate_beside_the_trainer():
+    """On 32 GPUs actor.train fits on 24 GPUs (dp 1, pp 3, tp 8; dp 1, pp 6, tp 4) and on 32 (dp 1, pp 4, tp 8;
+    dp 1, pp 8, tp 4; dp 2, pp 2, tp 8; dp 2, pp 4, tp 4): 6 layouts, all on the Megatron backend (pp > 1). The
+    1-layer reward model runs at pp 1 only; on 24 GPUs tp <= 8 leaves dp 24/tp in {3, 6, 12, 24}, none of which
+    divides the 32 sequences (16 prompts x 2): no legal strategy; on 32 GPUs it has candidates, none at the
+    trainer's pp >= 2 (verl's Megatron reward forward runs at the trainer's layout)."""
+    inst = _one_layer_reward(4)
+    table = get_table(inst)
+    layouts = {(c.gpus, c.strategy.dp, c.strategy.pp, c.strategy.tp) for c in table.feasible["actor.train"]}
+    assert layouts == {(24, 1, 3, 8), (24, 1, 6, 4), (32, 1, 4, 8), (32, 1, 8, 4), (32, 2, 2, 8), (32, 2, 4, 4)}
+    assert colocation_shortfall(table) == (
+        "no plan fits: verl runs actor.generate, reference.infer and reward.infer on exactly actor.train's GPUs (one "
+        "resource pool, the hybrid engine: verl/trainer/main_ppo.py; on the Megatron backend reference.infer and "
+        "reward.infer at its layout: one Megatron-Core parallel state per worker process); beside no "
+        "memory-feasible candidate of actor.train (24 to 32 GPUs) has each of them a memory-feasible candidate of "
+        "its GPUs and layout: reward.infer has none beside actor.train at any of its 6 layouts [on 24 GPUs: no "
+        "legal strategy (tp/pp/dp divisibility: tp <= 8 (divides 8 attention heads and 8 GPUs per node), pp <= 1 "
+        "(at most 1 layer), dp <= 8 (divides 32 sequences per step); no dp*pp*tp = 24); on 32 GPUs: none at "
+        "actor.train's layout on the Megatron backend, e.g. dp 1, pp 4, tp 8: pipeline degree 4 exceeds the "
+        "1 layer]")
+
+
+def test_the_refusal_says_when_the_task_fits_in_memory_on_no_block_of_the_trainer_s_size():
+    """The same table with reward.infer's 32-GPU candidates taken out of its memory-feasible ones: on 32 GPUs the
+    reason is memory, with the least bytes of its legal candidates there and what a forward has per GPU."""
+    table = CandidateTable(_one_layer_reward(4))
+    legal = [c for c in table.all["reward.infer"] if c.gpus == 32]
+    assert len(legal) == 10
+    table.feasible["reward.infer"] = tuple(c for c in table.feasible["reward.infer"] if c.gpus != 32)
+    text = colocation_shortfall(table)
+    assert text is not None and text.endswith(
+        f"on 32 GPUs: none of its 10 legal candidates fits in memory alone (least "
+        f"{gb(min(c.memory_bytes for c in legal))} GB per GPU, 8 GB available)]")

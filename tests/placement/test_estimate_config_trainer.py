@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from packplace.cli import main
+from packplace.errors import ConfigError
 from packplace.placement.checking.validate import load_setup, plan_evaluator
+from packplace.placement.task_estimate import _naming_the_config, estimate
 from packplace.yamlio import load_yaml
 
 GRPO = "configs/placement/grpo_qwen2.5-7b_2x8xh100.yaml"
@@ -104,7 +106,9 @@ def test_the_role_s_megatron_settings_are_the_defaults(capsys, tmp_path, trainin
     assert {k: v for k, v in doc["inputs"]["from_config"].items() if k in taken} == taken
     for name, value in taken.items():
         assert doc["inputs"][name] == value
-        assert f"{name} {value}" in text.splitlines()[0]
+        # the text spells a boolean as the flags and the YAML do (--bias-activation-fusion false); the JSON keeps it
+        assert f"{name} {str(value).lower() if isinstance(value, bool) else value}" in text.splitlines()[0]
+    assert "True" not in text.splitlines()[0] and "False" not in text.splitlines()[0]
     assert doc["memory"]["peak_bytes"] == pytest.approx(_placed(path), rel=1e-9)
     flags = [x for k, v in taken.items() for x in (f"--{k.replace('_', '-')}", str(v).lower())]
     explicit, _ = _run(capsys, "--model", f"{path}:actor", *MOE_TRAIN, *flags)
@@ -138,3 +142,17 @@ def test_a_backend_flag_that_leaves_megatron_drops_the_config_s_settings(capsys,
     assert doc["inputs"]["trainer_backend_resolved"] == "fsdp"
     assert doc["inputs"]["moe_router_dtype"] is None and doc["inputs"]["bias_activation_fusion"] is None
     assert not {"moe_router_dtype", "bias_activation_fusion"} & set(doc["inputs"]["from_config"])
+
+
+def test_a_refused_boolean_of_the_config_is_spelled_as_its_yaml(tmp_path):
+    """``training.sequence_parallel: true`` in an OpenRLHF config: DeepSpeed has no sequence parallelism, and the
+    refusal names the config's value as its YAML and the flag spell it (true), not Python's True."""
+    doc = load_yaml(GRPO)
+    doc["policy"].update(framework="openrlhf")
+    doc["training"] = {"actor": {"sequence_parallel": True}}
+    path = _write(tmp_path, doc)
+    with pytest.raises(ConfigError) as info, _naming_the_config(f"{path}:actor", {"sequence_parallel": True}):
+        estimate("qwen2.5-7b", "h100-sxm", "train", framework="openrlhf", tp=2, sequence_parallel=True)
+    assert str(info.value).startswith("sequence_parallel: true can have no effect: openrlhf trains with DeepSpeed")
+    assert str(info.value).endswith(f"(sequence_parallel true is {path}'s own setting, taken for the unset "
+                                    "--sequence-parallel: give --sequence-parallel to price another)")

@@ -137,9 +137,9 @@ def test_the_setting_is_refused_where_no_trainer_reads_it():
         build_instance(megatron)
     with pytest.raises(ConfigError, match="fp32_params: .* for task infer"):
         estimate("qwen2.5-1.5b", "h100-sxm", "infer", framework="verl", fp32_params=True)
-    with pytest.raises(ConfigError, match="fp32_params: True can have no effect: only verl"):
+    with pytest.raises(ConfigError, match="fp32_params: true can have no effect: only verl"):
         estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="openrlhf", fp32_params=True)
-    with pytest.raises(ConfigError, match="fp32_params: False can have no effect: NeMo RL's DTensor workers always"):
+    with pytest.raises(ConfigError, match="fp32_params: false can have no effect: NeMo RL's DTensor workers always"):
         estimate("qwen2.5-1.5b", "h100-sxm", "train", framework="nemo-rl", trainer_backend="fsdp", fp32_params=False)
     with pytest.raises(ConfigError, match="fp32_params: true can have no effect: trainer_backend megatron keeps "
                                           "nemo-rl's"):

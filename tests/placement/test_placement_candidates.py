@@ -208,5 +208,5 @@ def test_model_that_never_fits_because_of_divisibility_says_so():
     assert str(info.value) == (
         "[models] actor does not fit: actor.train needs 0.0126 GB per GPU at the largest block (4 GPUs), 0.005 GB "
         "available (least memory of any candidate: 0.0126 GB); no block larger than 4 GPUs is legal (tp/pp/dp "
-        "divisibility: tp <= 2 (divides 2 attention heads and 8 GPUs per node), pp <= 1 (at most 1 layers), "
+        "divisibility: tp <= 2 (divides 2 attention heads and 8 GPUs per node), pp <= 1 (at most 1 layer), "
         "dp <= 2 (divides 2 preference pairs per step); no dp*pp*tp = 8)")

@@ -239,18 +239,18 @@ def test_estimate_refuses_a_framework_version_it_cannot_apply(framework, version
 
 
 def test_estimate_refuses_eager_for_a_non_vllm_engine_and_a_non_bool():
-    with pytest.raises(ConfigError, match="enforce_eager: True: a vLLM setting"):
+    with pytest.raises(ConfigError, match="enforce_eager: true: a vLLM setting"):
         estimate("qwen2.5-1.5b", "h200", "decode", framework="deepspeed-chat", enforce_eager=True)
     with pytest.raises(ConfigError, match="enforce_eager: must be true or false"):
         estimate("qwen2.5-1.5b", "h200", "decode", enforce_eager="yes")
 
 
 def test_estimate_refuses_vllm_settings_for_training():
-    with pytest.raises(ConfigError, match="enforce_eager: True: a vLLM decode setting .* task train runs no vLLM"):
+    with pytest.raises(ConfigError, match="enforce_eager: true: a vLLM decode setting .* task train runs no vLLM"):
         estimate("qwen2.5-1.5b", "h200", "train", enforce_eager=True)
     for task in ("infer", "prefill"):
         with pytest.raises(ConfigError,
-                           match=f"enforce_eager: True: a vLLM decode setting .* task {task} decodes nothing"):
+                           match=f"enforce_eager: true: a vLLM decode setting .* task {task} decodes nothing"):
             estimate("qwen2.5-1.5b", "h200", task, framework="vllm", enforce_eager=True)
     with pytest.raises(ConfigError, match="framework: vllm is an inference engine and does not train"):
         estimate("qwen2.5-1.5b", "h200", "train", framework="vllm")

@@ -127,7 +127,7 @@ def test_the_trainers_defaults() -> None:
 
 
 def test_sequence_parallelism_is_refused_where_no_trainer_runs_it(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="sequence_parallel: True can have no effect: openrlhf"):
+    with pytest.raises(ConfigError, match="sequence_parallel: true can have no effect: openrlhf"):
         estimate("qwen2.5-1.5b", "h100-sxm", "train", tp=2, framework="openrlhf", sequence_parallel=True)
     with pytest.raises(ConfigError, match="fp32_grad_buffer: .* for task infer"):
         estimate("qwen2.5-1.5b", "h100-sxm", "infer", fp32_grad_buffer=True)

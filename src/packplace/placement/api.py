@@ -27,7 +27,7 @@ from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.batch_limits import batch_note
 from packplace.placement.candidates import CandidateTable, Shortfall, TableBuildTimeout
 from packplace.placement.evaluator import get_evaluator, get_table
-from packplace.placement.fit_hints import hinting, with_hints
+from packplace.placement.fit_hints import hinting, padding_hint, with_hints
 from packplace.placement.problem.config import PlacementInstance
 from packplace.placement.problem.hardware import Cluster
 from packplace.placement.whole_plan import PlacementCheck, colocation_shortfall, shared_gpu_shortfall
@@ -241,7 +241,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
             upper bound with every task on its own GPUs; where ``deadline`` cut that search, "... was cut by the
             time limit at N GPUs", the smaller sizes ruled out and the upper bound; where it
             cut the search for the GPUs each such task needs, "no block of it fits V in memory (...); the search
-            for the GPUs it needs on a grown cluster was cut by the time limit"), or
+            for the GPUs it needs on a grown cluster was cut by the time limit"; where verl's passes run padded
+            rows and the greedy solver plans the instance on this cluster with ``policy.use_remove_padding`` true,
+            that setting with its step time: :func:`~packplace.placement.fit_hints.padding_hint`), or
             "no plan fits in memory: T1 and T2 share a GPU in any plan ..., where they need at least X GB", or
             under verl "no plan fits in memory: verl runs T1 and T2 on exactly actor.train's GPUs (...); beside
             every memory-feasible candidate of actor.train (...) they need more than W GB on each GPU: ..."
@@ -272,8 +274,9 @@ def check_instance(instance: PlacementInstance, *, whole_plan: bool = True,
     if any(entry.cut for entry in short):
         raise InfeasibleError(_shortfall_cut(table, short))
     if short:
-        raise InfeasibleError(table.shortfall_message(short, _smallest_whole_cluster(instance, table, short,
-                                                                                      deadline)))
+        message = table.shortfall_message(short, _smallest_whole_cluster(instance, table, short, deadline))
+        unpad = None if hinting() else padding_hint(instance, deadline)   # verl's padded rows, re-scored unpadded
+        raise InfeasibleError(message if unpad is None else f"{message}; {unpad}")
     proof = shared_gpu_shortfall(table) or colocation_shortfall(table)
     if proof is not None:
         field = "[hardware] memory_per_gpu" if proof.startswith("no plan fits in memory") else "[policy] framework"

@@ -379,7 +379,7 @@ def explain(model: ModelSpec, cluster: Cluster, sequences: int, strategy: Strate
     if model.kv_heads % tp and tp % model.kv_heads:
         return f"tensor-parallel degree {tp} neither divides nor is a multiple of {model.kv_heads} KV heads"
     if pp > model.layers:
-        return f"pipeline degree {pp} exceeds the {model.layers} layers"
+        return f"pipeline degree {pp} exceeds the {_layers(model.layers)}"
     if sequences % dp:
         return f"data-parallel degree {dp} does not divide the {sequences} sequences of {batch}"
     if (sequences // dp) % whole:
@@ -980,8 +980,8 @@ def block_rules_broken(model: ModelSpec, cluster: Cluster, sequences: int, exten
                        kind: str | None = None, whole: int = 1,
                        tp_refusal: Callable[[Strategy], str | None] | None = None) -> str:
     """Why no ``(dp, pp, tp)`` fills a block of ``extent`` (one line): the divisibility rules with the
-    largest degree each allows, e.g. ``"tp/pp/dp divisibility: tp <= 2 (divides 2 attention heads, fits
-    a node of 8), pp <= 1 (divides 1 layers), dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8"``;
+    largest degree each allows, e.g. ``"tp/pp/dp divisibility: tp <= 2 (divides 2 attention heads and 8
+    GPUs per node), pp <= 1 (at most 1 layer), dp <= 2 (divides 2 sequences per step); no dp*pp*tp = 8"``;
     ``whole``: sequences a replica holds together (:func:`sequences_together`, a DPO pair: dp divides the pairs).
     ``tp_refusal`` (:func:`kv_head_rule`): the backend's own KV-head rule; a ``tp`` the generic rule allows (a
     multiple of the KV heads) but it refuses at every ``pp`` is left out of the bound, and the line quotes that
@@ -1003,7 +1003,12 @@ def block_rules_broken(model: ModelSpec, cluster: Cluster, sequences: int, exten
     if refused:
         tp_rule += f"; not {max(refused)}: {refused[max(refused)]}"
     return (f"tp/pp/dp divisibility: tp <= {max(allowed, default=0)} ({tp_rule}), pp <= {max(pps)} (at most "
-            f"{model.layers} layers), dp <= {max(dps)} (divides {units}); no dp*pp*tp = {gpus}")
+            f"{_layers(model.layers)}), dp <= {max(dps)} (divides {units}); no dp*pp*tp = {gpus}")
+
+
+def _layers(count: int) -> str:
+    """``1 layer``, ``4 layers``."""
+    return f"{count} layer" if count == 1 else f"{count} layers"
 
 
 def _order(c: Candidate) -> tuple:
@@ -2072,7 +2077,7 @@ def _why_none(model: ModelSpec, cluster: Cluster, sequences: int) -> str:
     tps = [t for t in divisors(G) if model.heads % t == 0]
     if not tps:
         return f"no tensor-parallel degree <= {G} divides {model.heads} heads"
-    return (f"no combination of tp in {tps}, pp up to {model.layers} layers and dp dividing {sequences} "
+    return (f"no combination of tp in {tps}, pp up to {_layers(model.layers)} and dp dividing {sequences} "
             f"sequences matches a block size of this cluster")
 
 

@@ -13,6 +13,13 @@ not counted (the evaluator's ``relaxed_step_time``), e.g. "fits with training: {
 (:func:`~packplace.placement.model.layout_rules.config_refusals`) is skipped. Settings that change what is
 trained (LoRA) are listed last: they fit at another model's quality, not only another speed.
 
+Where verl's FSDP passes run padded rows (``policy.use_remove_padding`` false, or unset at a release whose
+default is false: :func:`~packplace.placement.model.framework.verl_padded_roles`), the instance with the key true
+is tried first (:func:`unpadded`) and, where it fits, named first whatever its step time, as the cause ("fits with
+policy: {use_remove_padding: true} (verl's actor_rollout_ref.model.use_remove_padding; padding is the cause: ...)
+..."); where it does not, nothing is said of it. The check's refusal of a cluster too small for some task, which
+tries no other setting, adds that line alone (:func:`padding_hint`).
+
 A config with NeMo RL's sequence packing (``policy.train_mb_tokens`` / ``logprob_mb_tokens``) is also tried
 with the largest packs under which every policy task fits on its own (:func:`largest_fitting_packs`:
 computed from the memory model by bisection, not a guessed fraction), planned and reported like the
@@ -29,6 +36,12 @@ from typing import Any
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.candidates import TableBuildTimeout, cost_model, fit_alone, fits_alone
 from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.model.framework import (
+    VERL_REMOVE_PADDING_ROLES,
+    VERL_REMOVE_PADDING_SINCE,
+    table_release,
+    verl_padded_roles,
+)
 from packplace.placement.model.layout_rules import Context, config_refusals
 from packplace.placement.model.memory import DEFAULT_TRAINING
 from packplace.placement.model.sequence_packing import pad_multiple, padded_length
@@ -61,6 +74,8 @@ PACK_HALVINGS = 4
 RULE_PROOF = "[policy] framework: "
 #: The label of the smaller-sequence-packs setting among the settings a layout rule refuses.
 PACKS_LABEL = "policy: {train_mb_tokens, logprob_mb_tokens} smaller"
+#: The order :func:`_fitting` gives the remove-padding hint (before the packs' 0 and the settings' 1, 2, ...).
+UNPAD_ORDER = -1
 #: Set while :func:`fit_hints` plans the variants (their own failures are not hinted again).
 _ACTIVE: list[bool] = []
 
@@ -94,6 +109,42 @@ def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
     if config_refusals(Context.of(variant)):
         return None
     return variant
+
+
+def unpadded(instance):
+    """``instance`` with ``policy.use_remove_padding`` true, where its verl FSDP passes of the actor, the reference
+    or the critic run padded rows (:func:`~packplace.placement.model.framework.verl_padded_roles`: the key false,
+    or unset at a release whose default is false) and the release has the key
+    (:data:`~packplace.placement.model.framework.VERL_REMOVE_PADDING_SINCE`, or no ``framework_version``); else
+    ``None``. The reward model's own key (``policy.reward_use_remove_padding``) is left as it is."""
+    if instance.framework != "verl" or getattr(instance, "use_remove_padding", None):
+        return None
+    version = getattr(instance, "framework_version", None)
+    if version is not None and table_release(version) < VERL_REMOVE_PADDING_SINCE:
+        return None
+    padded = verl_padded_roles(instance.framework, version, getattr(instance, "use_remove_padding", None),
+                               instance.models, getattr(instance, "reward_use_remove_padding", None))
+    if not padded.intersection(VERL_REMOVE_PADDING_ROLES):
+        return None
+    return replace(instance, use_remove_padding=True, _cache={})
+
+
+def unpad_label(instance) -> str:
+    """The remove-padding hint's label: the setting, verl's keys it sets, and that the padded rows are the cause
+    (the roles :func:`~packplace.placement.model.framework.verl_padded_roles` pads now; with the dynamic batch
+    size, as many rows a micro-batch as the token budget admits)."""
+    version = getattr(instance, "framework_version", None)
+    padded = verl_padded_roles(instance.framework, version, getattr(instance, "use_remove_padding", None),
+                               instance.models, getattr(instance, "reward_use_remove_padding", None))
+    roles = [r for r in VERL_REMOVE_PADDING_ROLES if r in padded]
+    keys = "actor_rollout_ref.model.use_remove_padding" + (
+        " and critic.model.use_remove_padding" if "critic" in instance.models else "")
+    budget = "" if getattr(instance, "dynamic_bsz", None) is None else (
+        ", as many rows a micro-batch as its real tokens admit under ppo_max_token_len_per_gpu / "
+        "log_prob_max_token_len_per_gpu")
+    names = roles[0] if len(roles) == 1 else f"{', '.join(roles[:-1])} and {roles[-1]}"
+    return (f"policy: {{use_remove_padding: true}} (verl's {keys}; padding is the cause: each FSDP pass of the "
+            f"{names} now runs every sequence as a row padded to context_length + generation_length{budget})")
 
 
 def smallest_pack(instance) -> int:
@@ -235,13 +286,77 @@ def _report(instance, max_hints: int = 3, deadline: float | None = None,
     if not found:
         return [], refused, bool(cut)
     changes_model = [f for f in found if "LoRA" in f[2]]
-    ranked = sorted(f for f in found if f not in changes_model) + sorted(changes_model)
-    lines = []
-    for seconds, _, label, without in ranked[:max_hints]:
-        cost = (f"step {seconds / without - 1:+.1%} over the same plan without it, memory aside"
-                if math.isfinite(without) and without > 0 else "the plan is not legal without it")
-        lines.append(f"fits with {label}: step {seconds:.4g} s ({cost})")
+    unpad = [f for f in found if f[1] == UNPAD_ORDER]   # the cause itself: named first, whatever its step time
+    ranked = unpad + sorted(f for f in found if f not in changes_model + unpad) + sorted(changes_model)
+    lines = [_hint_line(seconds, label, without) for seconds, _, label, without in ranked[:max_hints]]
     return lines, refused, bool(cut)
+
+
+def _planned(variant, label: str, api, deadline: float, rules: list[tuple[str, str]], stopped: list[str]):
+    """The greedy plan of ``variant`` (a setting's instance, None: skipped) within ``deadline`` (a
+    ``packplace.run.clock()`` reading), or ``None``: a layout rule that refused it goes to ``rules`` as ``(label,
+    rule)``, a setting the time ran out on to ``stopped``."""
+    left = deadline - clock()
+    if variant is None:
+        return None
+    if left <= 0:
+        stopped.append(label)
+        return None
+    try:
+        if not may_fit(variant):   # memory only: the table would find a task without a feasible candidate
+            return None
+        table = get_table(variant, deadline=deadline)
+        empty = [name for name, cands in table.all.items() if not cands]
+        if empty:   # a task without a legal strategy under the setting: a layout rule, not memory
+            rules.append((label, table.no_strategy_message(empty[0])))
+            return None
+        if not all(table.feasible.values()):  # some task fits on no block of this cluster
+            return None
+        result = api.solve_placement(variant, "greedy", time_limit_s=min(HINT_TIME_LIMIT_S, max(left, 1e-3)), seed=0)
+    except ConfigError:
+        return None
+    except InfeasibleError as exc:
+        if str(exc).startswith(RULE_PROOF):
+            rules.append((label, str(exc).removeprefix(RULE_PROOF)))
+        return None
+    except TableBuildTimeout:
+        stopped.append(label)
+        return None
+    if result.solution is None and result.hit_time_limit:
+        stopped.append(label)
+    return result if result.solution is not None and result.status in ("optimal", "feasible") else None
+
+
+def padding_hint(instance, deadline: float | None = None) -> str | None:
+    """``"fits with policy: {use_remove_padding: true} (...): step X s (...)"`` where ``instance``'s verl passes run
+    padded rows (:func:`unpadded`) and the greedy solver plans the instance with ``policy.use_remove_padding`` true on
+    its own cluster within ``deadline`` (a ``packplace.run.clock()`` reading; None: :data:`HINTS_BUDGET_S` from
+    now), the plan scored by the evaluator; else ``None`` (nothing said). For the check's refusal of a cluster too
+    small for some task, which tries no other setting."""
+    from packplace.placement import api  # the placement front-end solves the variant
+
+    variant = unpadded(instance)
+    if variant is None or _ACTIVE:
+        return None
+    until = clock() + HINTS_BUDGET_S if deadline is None else min(deadline, clock() + HINTS_BUDGET_S)
+    _ACTIVE.append(True)
+    try:
+        result = _planned(variant, unpad_label(instance), api, until, [], [])
+    finally:
+        _ACTIVE.pop()
+    if result is None:
+        return None
+    without, _ = get_evaluator(instance).relaxed_step_time(result.solution)
+    return _hint_line(result.objective, unpad_label(instance), without)
+
+
+def _hint_line(seconds: float, label: str, without: float) -> str:
+    """``"fits with LABEL: step X s (step +Y% over the same plan without it, memory aside)"``: a setting's plan of
+    ``seconds`` per step against ``without``, the same plan's under the instance's own settings, memory not
+    counted (inf or 0: "the plan is not legal without it")."""
+    cost = (f"step {seconds / without - 1:+.1%} over the same plan without it, memory aside"
+            if math.isfinite(without) and without > 0 else "the plan is not legal without it")
+    return f"fits with {label}: step {seconds:.4g} s ({cost})"
 
 
 def _fitting(instance, api, refused: list[tuple[str, str]] | None = None, until: float | None = None,
@@ -249,7 +364,9 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None, until:
     """``(step seconds, order, label, seconds of the same plan under the instance's own settings with memory
     not counted)`` of every setting under which the greedy solver plans ``instance``: the second time is
     what the setting costs on that plan (ZeRO-3's gathers, offload traffic), inf where the plan is not
-    legal without the setting. ``refused`` (when given) receives ``(label, rule)`` for each setting a layout
+    legal without the setting. First, where its verl passes run padded rows, ``policy.use_remove_padding`` true
+    (:func:`unpadded`; order :data:`UNPAD_ORDER`; a refusal or a cut of it is not reported). ``refused`` (when
+    given) receives ``(label, rule)`` for each setting a layout
     rule refuses: a task has no legal strategy under it
     (:meth:`~packplace.placement.candidates.CandidateTable.no_strategy_message`), or the check proves no plan by
     a task the framework runs on GPUs of its own (an ``InfeasibleError`` on ``[policy] framework``). A setting
@@ -262,38 +379,7 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None, until:
     stopped = cut if cut is not None else []
 
     def planned(variant, label: str):
-        """The greedy plan of ``variant`` within the hints' deadline, or ``None`` (a layout rule that refused
-        it goes to ``rules``)."""
-        left = deadline - clock()
-        if variant is None:
-            return None
-        if left <= 0:
-            stopped.append(label)
-            return None
-        try:
-            if not may_fit(variant):   # memory only: the table would find a task without a feasible candidate
-                return None
-            table = get_table(variant, deadline=deadline)
-            empty = [name for name, cands in table.all.items() if not cands]
-            if empty:   # a task without a legal strategy under the setting: a layout rule, not memory
-                rules.append((label, table.no_strategy_message(empty[0])))
-                return None
-            if not all(table.feasible.values()):  # some task fits on no block of this cluster
-                return None
-            result = api.solve_placement(variant, "greedy", time_limit_s=min(HINT_TIME_LIMIT_S, max(left, 1e-3)),
-                                         seed=0)
-        except ConfigError:
-            return None
-        except InfeasibleError as exc:
-            if str(exc).startswith(RULE_PROOF):
-                rules.append((label, str(exc).removeprefix(RULE_PROOF)))
-            return None
-        except TableBuildTimeout:
-            stopped.append(label)
-            return None
-        if result.solution is None and result.hit_time_limit:
-            stopped.append(label)
-        return result if result.solution is not None and result.status in ("optimal", "feasible") else None
+        return _planned(variant, label, api, deadline, rules, stopped)
 
     def record(result, order: int, label: str) -> None:
         without, _ = get_evaluator(instance).relaxed_step_time(result.solution)
@@ -319,6 +405,11 @@ def _fitting(instance, api, refused: list[tuple[str, str]] | None = None, until:
             record(result, 0, f"policy: {{train_mb_tokens: {packs[0]}, logprob_mb_tokens: {packs[1]}}} ({which})")
             break
         packs = halved(packs)
+    # verl's padded rows: re-scored unpadded first; a refusal or a cut of it says nothing new
+    variant = unpadded(instance)
+    result = None if variant is None else _planned(variant, unpad_label(instance), api, deadline, [], [])
+    if result is not None:
+        record(result, UNPAD_ORDER, unpad_label(instance))
     for order, (label, training, policy) in enumerate(SETTINGS, start=1):
         result = planned(_variant(instance, training, policy), label)
         if result is not None:

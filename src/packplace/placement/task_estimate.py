@@ -56,7 +56,7 @@ import numpy as np
 
 from packplace.context_parallel.cost import cost_from_shape
 from packplace.contract import REQUIRED, check_section, plain_bool, plain_number
-from packplace.errors import ConfigError, FrameworkVersionWarning, OverriddenSettingWarning, show
+from packplace.errors import ConfigError, FrameworkVersionWarning, OverriddenSettingWarning, show, show_setting
 from packplace.placement.estimate_engine import (
     add_engine_argument,
     engine_gmu,
@@ -1042,23 +1042,23 @@ def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, fra
                               fp32_grad_buffer=fp32, sequence_parallel=sp, fp32_params=params32)
     for name, value in (("fp32_grad_buffer", fp32), ("fp32_params", params32)):
         if value is not None and task != "train":
-            raise ConfigError(f"{name}: a training pass's state, got {show(value)} for task {task}; drop it")
+            raise ConfigError(f"{name}: a training pass's state, got {show_setting(value)} for task {task}; drop it")
     why = fp32_params_refusal(params32, framework, trainer_backend)
     if why is not None:
-        raise ConfigError(f"fp32_params: {show(params32)} can have no effect: {why}")
+        raise ConfigError(f"fp32_params: {show_setting(params32)} can have no effect: {why}")
     if sp is not None and task not in ("train", "infer"):
-        raise ConfigError(f"sequence_parallel: a trainer's layout (train, infer), got {show(sp)} for task {task}; "
-                          "drop it")
+        raise ConfigError(f"sequence_parallel: a trainer's layout (train, infer), got {show_setting(sp)} for task "
+                          f"{task}; drop it")
     why = sequence_parallel_refusal(sp, framework, trainer_backend)
     if why is not None:
-        raise ConfigError(f"sequence_parallel: {show(sp)} can have no effect: {why}")
+        raise ConfigError(f"sequence_parallel: {show_setting(sp)} can have no effect: {why}")
     for name, value in (("bias_activation_fusion", bias_activation_fusion), ("moe_router_dtype", moe_router_dtype)):
         if value is not None and task != "train":
-            raise ConfigError(f"{name}: a Megatron-Core trainer's setting (its saved activations), got {show(value)} "
-                              f"for task {task}; drop it")
+            raise ConfigError(f"{name}: a Megatron-Core trainer's setting (its saved activations), got "
+                              f"{show_setting(value)} for task {task}; drop it")
         why = megatron_field_refusal(name, value, framework, trainer_backend, shape is None or shape.is_moe)
         if why is not None:
-            raise ConfigError(f"{name}: {show(value)} can have no effect: {why}")
+            raise ConfigError(f"{name}: {show_setting(value)} can have no effect: {why}")
     return options, {"bias_activation_fusion": bias_activation_fusion, "moe_router_dtype": moe_router_dtype,
                      "fp32_grad_buffer": fp32, "sequence_parallel": sp, "fp32_params": params32}
 
@@ -1088,14 +1088,15 @@ def _check_settings(task: str, recompute: str | None, optimizer: str, framework:
                           f"or an RL framework ({', '.join(f for f in ESTIMATE_FRAMEWORKS if f != 'vllm')})")
     # True and False alike (None: unset), as the command line refuses --enforce-eager and --no-enforce-eager
     if task == "train" and enforce_eager is not None:
-        raise ConfigError(f"enforce_eager: {enforce_eager}: a vLLM decode setting (no CUDA graphs); task train runs "
-                          "no vLLM engine; drop it")
+        raise ConfigError(f"enforce_eager: {show_setting(enforce_eager)}: a vLLM decode setting (no CUDA graphs); "
+                          "task train runs no vLLM engine; drop it")
     if task in ("infer", "prefill") and enforce_eager is not None:   # vLLM captures graphs for decode batches only
-        raise ConfigError(f"enforce_eager: {enforce_eager}: a vLLM decode setting (no CUDA graphs); task {task} "
-                          "decodes nothing; drop it")
+        raise ConfigError(f"enforce_eager: {show_setting(enforce_eager)}: a vLLM decode setting (no CUDA graphs); "
+                          f"task {task} decodes nothing; drop it")
     if enforce_eager is not None and FRAMEWORKS.get(framework, FRAMEWORKS["none"]).enforce_eager is None:
-        raise ConfigError(f"enforce_eager: {enforce_eager}: a vLLM setting; the {framework} framework generates with "
-                          "its own engine, whose eager kernel launches are inside its per-step overhead; drop it")
+        raise ConfigError(f"enforce_eager: {show_setting(enforce_eager)}: a vLLM setting; the {framework} framework "
+                          "generates with its own engine, whose eager kernel launches are inside its per-step "
+                          "overhead; drop it")
     _check_sharding(sharding, task, optimizer)
     return recompute
 
@@ -1133,7 +1134,8 @@ def _check_strategy(shape: ModelSpec, tp: int, pp: int, dp: int, ep: int, cp: in
         ConfigError: naming the degree and the model's figure, or the layout rule's reason.
     """
     if pp > shape.layers:
-        raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layers")
+        raise ConfigError(f"pp: {pp} exceeds the model's {shape.layers} layer"
+                          f"{'' if shape.layers == 1 else 's'}")
     heads, kv_heads = getattr(shape, "heads", None), getattr(shape, "kv_heads", None)
     if isinstance(heads, int) and heads % tp:
         raise ConfigError(f"tp: {tp} does not divide the model's {heads} attention heads")
@@ -2324,10 +2326,16 @@ def run_estimate(args) -> int:
     if taken:
         result.inputs["from_config"] = dict(taken)
         print(f"from {config_role(args.model)[0]} policy / training (a flag given wins): "
-              + ", ".join(f"{name} {value}" for name, value in taken.items()))
+              + ", ".join(f"{name} {_as_given(value)}" for name, value in taken.items()))
     print(format_estimate(result))
     args.json_document = result.as_dict()
     return 0
+
+
+def _as_given(value: Any) -> str:
+    """A setting taken from a config, as its YAML and the flags spell it: ``true`` / ``false`` for a boolean (not
+    Python's ``True`` / ``False``), any other value as it reads (``zero3``, ``0.4.0``)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 @contextmanager
@@ -2343,8 +2351,8 @@ def _naming_the_config(model: str, taken: Mapping[str, Any]) -> Iterator[None]:
         for name, value in taken.items():
             if text.startswith(f"{name}: "):
                 flag = "--" + name.replace("_", "-")
-                raise ConfigError(f"{text} ({name} {value} is {config_role(model)[0]}'s own setting, taken for the "
-                                  f"unset {flag}: give {flag} to price another)") from None
+                raise ConfigError(f"{text} ({name} {_as_given(value)} is {config_role(model)[0]}'s own setting, taken "
+                                  f"for the unset {flag}: give {flag} to price another)") from None
         raise
 
 

@@ -27,9 +27,15 @@ from packplace.placement.candidates import (
     Candidate,
     CandidateTable,
     block_counts,
+    block_rules_broken,
+    explain,
     gb,
+    global_batch,
     keeps_train_state,
+    kv_head_rule,
+    legal_strategies,
     memory_budget,
+    sequences_together,
     sleeps_between_calls,
     train_state_kept,
     trainer_pool,
@@ -41,6 +47,7 @@ from packplace.placement.model.layout_rules import (
     Context,
     megatron_pool_followers,
     own_gpus,
+    strategy_refusal,
     trainer_backend,
 )
 from packplace.placement.problem.hardware import Cluster
@@ -445,7 +452,11 @@ def colocation_shortfall(table: CandidateTable) -> str | None:
     Returns:
         One line: "no plan fits in memory: verl runs T1 and T2 on exactly actor.train's GPUs (...); beside
         every memory-feasible candidate of actor.train (A to B GPUs) they need more than W GB on each GPU: at
-        least X GB beside actor.train (dp, pp, tp) on G GPUs", or None.
+        least X GB beside actor.train (dp, pp, tp) on G GPUs"; where beside every candidate of actor.train some task
+        has no memory-feasible candidate of its GPUs and layout, "no plan fits: verl runs ...; beside no
+        memory-feasible candidate of actor.train (A to B GPUs) has each of them a memory-feasible candidate of its
+        GPUs and layout: T has none beside actor.train at any of its N layouts [on G GPUs: why; ...]" (each such
+        task, and why per block size: :func:`_unplaced`); or None.
     """
     instance = table.instance
     train = table.feasible.get(TRAIN, ())
@@ -467,13 +478,80 @@ def colocation_shortfall(table: CandidateTable) -> str | None:
     megatron = [n for n in names if n in layout]
     rule = (f"; on the Megatron backend {_and(megatron)} at its layout: one Megatron-Core parallel state per "
             f"worker process" if megatron else "")
+    head = (f"verl runs {_and(names)} on exactly actor.train's GPUs (one resource pool, the hybrid engine: "
+            f"verl/trainer/main_ppo.py{rule})")
+    if not math.isfinite(least):
+        return (f"no plan fits: {head}; beside no memory-feasible candidate of actor.train ({span}) has each of "
+                f"them a memory-feasible candidate of its GPUs and layout: {_unplaced(table, pool, train)}")
     s = worst.strategy
-    at = (f"at least {gb(least)} GB beside actor.train (dp {s.dp}, pp {s.pp}, tp {s.tp}) on {_gpus(worst.gpus)}"
-          if math.isfinite(least) else "no candidate of some of them has the trainer's block and layout")
-    fits = "no plan fits in memory" if math.isfinite(least) else "no plan fits"
-    return (f"{fits}: verl runs {_and(names)} on exactly actor.train's GPUs (one resource pool, the "
-            f"hybrid engine: verl/trainer/main_ppo.py{rule}); beside every memory-feasible candidate of actor.train "
-            f"({span}) they need more than {gb(capacity)} GB on each GPU: {at}")
+    return (f"no plan fits in memory: {head}; beside every memory-feasible candidate of actor.train ({span}) they "
+            f"need more than {gb(capacity)} GB on each GPU: at least {gb(least)} GB beside actor.train (dp {s.dp}, "
+            f"pp {s.pp}, tp {s.tp}) on {_gpus(worst.gpus)}")
+
+
+def _unplaced(table: CandidateTable, pool: dict[str, list[Candidate]], train: tuple[Candidate, ...]) -> str:
+    """For :func:`colocation_shortfall` where every trainer candidate has some task of ``pool`` with no candidate
+    :func:`_beside` it: each such task (the pool's order), at how many of actor.train's layouts (the distinct
+    strategies of ``train``, its memory-feasible candidates) it has none beside the trainer, and why, per block
+    size of the trainer (:func:`_why_not_on`), e.g. ``"reward.infer has none beside actor.train at any of its 6
+    layouts [on 24 GPUs: no legal strategy (...); on 32 GPUs: none at actor.train's layout on the Megatron backend,
+    e.g. dp 1, pp 4, tp 8: pipeline degree 4 exceeds the 1 layer]"``; tasks joined by ``"; "``."""
+    instance = table.instance
+    trains = sorted(_distinct(train, True), key=lambda c: c.memory_bytes)
+    layouts = {t.strategy for t in trains}
+    parts = []
+    for name, cands in pool.items():
+        missing = [t for t in trains if not _beside(instance, t, name, cands)]
+        if not missing:
+            continue
+        short = {t.strategy for t in missing}
+        count = (f"any of its {len(layouts)} layouts" if short == layouts else
+                 f"{len(short)} of its {len(layouts)} layouts")
+        whys = "; ".join(f"on {_gpus(g)}: {_why_not_on(table, name, [t for t in missing if t.gpus == g])}"
+                         for g in sorted({t.gpus for t in missing}))
+        parts.append(f"{name} has none beside actor.train at {count} [{whys}]")
+    return "; ".join(parts)
+
+
+def _why_not_on(table: CandidateTable, name: str, trains: list[Candidate]) -> str:
+    """Why task ``name`` has no memory-feasible candidate :func:`_beside` any of ``trains`` (actor.train's
+    candidates on one block size, least memory first), from the candidate table: no hard-rule-legal candidate of
+    that many GPUs (the block rules it breaks, :func:`~packplace.placement.candidates.block_rules_broken`, where no
+    strategy fills the block), none of them fits in memory alone (its least bytes per GPU there), or none at the
+    trainer's layout (the Megatron rule of :func:`_beside`): for the first of ``trains``, the rule its strategy
+    breaks for ``name`` (:func:`~packplace.placement.candidates.explain`, the framework's
+    :func:`~packplace.placement.model.layout_rules.strategy_refusal`) or, where it has candidates at that strategy,
+    that none of them fits in memory alone (their least bytes per GPU)."""
+    instance, first = table.instance, trains[0]
+    vertex = instance.graph.vertex(name)
+    model = instance.models[vertex.model]
+    sequences, whole = global_batch(instance, name), sequences_together(instance)
+    legal = [c for c in table.all[name] if c.gpus == first.gpus]
+    if not legal:
+        if legal_strategies(model, table.cluster, sequences, first.extent, vertex.kind, whole):
+            return "no legal strategy (the framework's rules refuse each)"
+        return "no legal strategy (" + block_rules_broken(model, table.cluster, sequences, first.extent, vertex.kind,
+                                                          whole, kv_head_rule(instance, name)) + ")"
+    if not any(c.gpus == first.gpus for c in table.feasible[name]):
+        least = min(legal, key=lambda c: c.memory_bytes)
+        return (f"none of its {_count(len(legal), 'legal candidate')} fits in memory alone (least "
+                f"{gb(least.memory_bytes)} GB per GPU, {table.available(name)})")
+    s = first.strategy
+    at = [c for c in legal if c.strategy == s]
+    if at:
+        why = (f"{_count(len(at), 'candidate')} there, none of which fits in memory alone (least "
+               f"{gb(min(c.memory_bytes for c in at))} GB per GPU, {table.available(name)})")
+    else:
+        batch = "a step" if sequences == instance.workload.sequences else "one global batch (training.optimizer_steps)"
+        why = (explain(model, table.cluster, sequences, s, 1, first.extent, vertex.kind, batch, whole)
+               or strategy_refusal(Context.of(instance), name, vertex.kind, s, model.kv_heads)
+               or "no legal candidate there")
+    return f"none at actor.train's layout on the Megatron backend, e.g. dp {s.dp}, pp {s.pp}, tp {s.tp}: {why}"
+
+
+def _count(n: int, noun: str) -> str:
+    """``"1 candidate"``, ``"3 candidates"``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _need_beside(instance: Any, name: str, train: Candidate, x: Candidate) -> tuple[float, float, float]:

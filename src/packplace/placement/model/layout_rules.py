@@ -578,7 +578,8 @@ def kv_head_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_h
         backend = "megatron"
     else:
         return None
-    return (f"tensor-parallel degree {tp} does not divide the model's {kv_heads} KV heads: {name} runs "
+    heads = f"{kv_heads} KV head" + ("" if kv_heads == 1 else "s")
+    return (f"tensor-parallel degree {tp} does not divide the model's {heads}: {name} runs "
             f"{_KV_HEAD_SOURCES[backend]}; tp must divide {kv_heads}")
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from packplace.contract import Field, check_count, check_section, key_shown
-from packplace.errors import ConfigError, FrameworkVersionWarning, KnobAboveBoundWarning, show
+from packplace.errors import ConfigError, FrameworkVersionWarning, KnobAboveBoundWarning, show, show_setting
 from packplace.placement.checking.knob_bounds import above_bound_messages
 from packplace.placement.model.cp_balance import ContextParallelSetting
 from packplace.placement.model.dp_balance import BALANCE_CHOICES, BALANCE_OBJECTIVES, BalanceSetting
@@ -942,11 +942,9 @@ def _engine_sleeps(value: bool | None, framework: str, generation: str | None,
 
 
 def _yaml(value: Any) -> str:
-    """``value`` as the config's YAML spells it in a message: ``true`` / ``false`` for a boolean (not Python's
-    ``True`` / ``False``), else :func:`~packplace.errors.show`'s bounded ``repr``."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return show(value)
+    """``value`` as the config's YAML spells it in a message (:func:`~packplace.errors.show_setting`: ``true`` /
+    ``false`` for a boolean, not Python's ``True`` / ``False``)."""
+    return show_setting(value)
 
 
 def _check_model_len(engine: RolloutEngine, actor: ModelSpec, workload: Any) -> None:
