@@ -130,6 +130,7 @@ def test_verl_rollout_data_parallel_size_makes_verl_s_expert_group_the_plans(tmp
             assert 16 // (tp * rdp) == gen[0] // gen[3] and EXPERTS // rep == EXPERTS // (gen[2] * gen[3])
             # v0.6.x's default sync rollout has no expert parallelism: the async server is asked for
             assert got.get(r + "mode") == ("async" if release == "v0.6.0" else None), release
+            assert got.get("data.return_raw_chat") == ("true" if release == "v0.6.0" else None), release
     # before v0.6.0 neither key exists: left out, each a refusal line naming the release that has it
     out = verl_at(instance, plan, "v0.5.0")
     assert "actor_rollout_ref.rollout.data_parallel_size" not in out.settings

@@ -402,15 +402,21 @@ def _rollout_experts(s: dict[str, Any], note: list[str], view: PlanView, gen: Ta
     refuses them, :func:`~packplace.placement.emit.verl_releases.for_release`). At v0.6.0 and v0.6.1 the rollout's
     default ``mode: sync`` builds an offline vLLM with tensor parallelism only (``vllm_rollout_spmd.py``: no
     expert or data parallelism, every GPU of a TP group holding ``1/tp`` of every expert), so ``mode=async`` is
-    written there; from v0.7.0 ``async`` is the default."""
+    written there, with ``data.return_raw_chat=true`` (its agent loop reads the prompts' messages,
+    ``single_turn_agent_loop.py``, which ``rl_dataset.py`` returns only then); from v0.7.0 both are the
+    defaults."""
     tp, ep = gen.strategy.tp, gen.strategy.ep
     s["actor_rollout_ref.rollout.data_parallel_size"] = ep
     s["actor_rollout_ref.rollout.expert_parallel_size"] = tp * ep
     release = table_release(view.framework_version) if view.framework_version is not None else None
     if release is not None and SYNC_ROLLOUT_DEFAULT[0] <= release < SYNC_ROLLOUT_DEFAULT[1]:
         s["actor_rollout_ref.rollout.mode"] = "async"
-        note.append(f"rollout.mode=async: verl {view.framework_version}'s default sync rollout runs vLLM with "
-                    f"tensor parallelism only; the asynchronous server runs the plan's expert parallelism")
+        # the agent loop reads each prompt's messages (single_turn_agent_loop.py: kwargs["raw_prompt"]), which the
+        # dataset returns only under return_raw_chat (rl_dataset.py), false by default at v0.6.x, true from v0.7.0
+        s["data.return_raw_chat"] = True
+        note.append(f"rollout.mode=async (with data.return_raw_chat=true, which its agent loop reads): verl "
+                    f"{view.framework_version}'s default sync rollout runs vLLM with tensor parallelism only; the "
+                    f"asynchronous server runs the plan's expert parallelism")
     note.append(f"{gen.layout}: {gen.strategy.dp // ep} verl rollout replica(s) of {tp * ep} GPUs, "
                 f"data_parallel_size {ep} x tensor_model_parallel_size {tp}, the experts over the "
                 f"expert_parallel_size {tp * ep} GPUs of each")
