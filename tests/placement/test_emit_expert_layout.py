@@ -173,5 +173,8 @@ def test_nemo_rl_emits_the_megatron_settings_a_verl_config_was_priced_with_and_s
     # the other way: a NeMo RL config's priced layout on verl (sequence parallel off; fp32 off is a refusal)
     out = emit(nemo, plan, "verl")
     assert read_back(out)["actor_rollout_ref.actor.megatron.sequence_parallel"] == "false"
-    assert any(line.startswith("actor.train fp32_grad_buffer false (priced with nemo-rl default)")
+    assert any(line.startswith("actor_rollout_ref.actor.megatron.sequence_parallel=false: as priced (nemo-rl's",
+                               len("actor.train ")) for line in out.notes)
+    assert any(line.startswith("actor.train fp32_grad_buffer false (nemo-rl's Megatron default, as priced): verl's")
                for line in out.refusals)
+    assert not [line for line in emit(verl, plan, "verl").notes if "as priced (" in line]

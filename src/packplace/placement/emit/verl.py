@@ -260,10 +260,15 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, view: PlanView, megatron
                                                f"[training] sequence_parallel ({task.name})")) is not None:
             warnings.warn(forced, OverriddenSettingWarning, stacklevel=2)
         s[f"{prefix}.megatron.sequence_parallel"] = bool(resolved.sequence_parallel)
+        priced = view.priced_framework or "verl"
+        if (priced != "verl" and options.sequence_parallel is None and task.strategy.tp > 1
+                and not resolved.sequence_parallel):   # verl's own: on at tp above 1 (stages.trainer_defaults)
+            out.notes.append(f"{task.name} {prefix}.megatron.sequence_parallel=false: as priced ({priced}'s Megatron "
+                             f"default); verl's own default (true) would hold less activation memory than priced")
         if not resolved.fp32_grad_buffer:   # verl's get_model sets grad_reduce_in_fp32 True unless overridden
             given = options.fp32_grad_buffer is not None
-            out.refusals.append(f"{task.name} fp32_grad_buffer false"
-                                f"{'' if given else f' (priced with {view.priced_framework} default)'}: verl's "
+            source = "" if given else f" ({priced}'s Megatron default, as priced)"
+            out.refusals.append(f"{task.name} fp32_grad_buffer false{source}: verl's "
                                 f"Megatron workers reduce gradients in fp32 (verl/utils/megatron_utils.py get_model: "
                                 f"grad_reduce_in_fp32 True), twice the gradient bytes the plan priced; "
                                 f"{'drop fp32_grad_buffer: false, or ' if given else ''}add "
