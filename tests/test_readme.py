@@ -296,3 +296,37 @@ def test_validate_exit_codes_say_what_the_command_does(tmp_path, capsys):
     document = json.loads(capsys.readouterr().out)
     (row,) = document["rows"]
     assert row["ratio"] > 1.3 and row["memory_ok"] and not row["ok"] and document["ok"] is False
+
+
+#: The README's excerpt of ``place --emit``: ``{framework: [(key, value), ...]}`` from its ``verl:`` /
+#: ``openrlhf:`` / ``nemo-rl:`` lines (``key=value`` words, or OpenRLHF's ``--flag value`` pairs).
+def _emit_excerpt() -> dict[str, list[tuple[str, str]]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    out: dict[str, list[tuple[str, str]]] = {}
+    for line in text.splitlines():
+        head, _, rest = line.partition(":")
+        if head in ("verl", "openrlhf", "nemo-rl") and rest.strip().endswith("..."):
+            words = rest.split()[:-1]
+            pairs = ([tuple(w.split("=", 1)) for w in words] if head != "openrlhf"
+                     else list(zip(words[::2], words[1::2])))
+            out[head] = [(k, v) for k, v in pairs]
+    return out
+
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf", "nemo-rl"])
+def test_readme_emit_excerpt_is_what_the_command_prints(framework, capsys):
+    """The README's sample keys of ``packplace place --config configs/placement/grpo_qwen2.5-7b_2x8xh100.yaml
+    --emit <framework>`` are those the command prints (the command as written: its default solver)."""
+    import json
+
+    from packplace.cli import main
+
+    excerpt = _emit_excerpt()
+    assert set(excerpt) == {"verl", "openrlhf", "nemo-rl"} and all(len(pairs) >= 3 for pairs in excerpt.values())
+    command = "packplace place --config configs/placement/grpo_qwen2.5-7b_2x8xh100.yaml --emit verl   # or openrlhf"
+    assert command in (ROOT / "README.md").read_text(encoding="utf-8")
+    config = str(ROOT / "configs" / "placement" / "grpo_qwen2.5-7b_2x8xh100.yaml")
+    assert main(["place", "--config", config, "--emit", framework, "--json"]) == 0
+    settings = json.loads(capsys.readouterr().out)["report"]["emit"]["settings"]
+    shown = {key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in settings.items()}
+    assert [(key, shown.get(key)) for key, _ in excerpt[framework]] == excerpt[framework]

@@ -108,6 +108,12 @@ class PlanView:
             (:func:`~packplace.placement.candidates.engine_sleeps`: the framework's default or the config's
             ``policy.engine_sleeps``); an emitter turns the framework's sleep switch on only then (OpenRLHF's
             ``--vllm.enable_sleep``), so the command runs as priced.
+        moe: The models (``actor``, ``critic``, ...) that are mixtures of experts: their expert layout is written
+            (an emitter writes no expert keys for a dense model).
+        priced_framework: ``policy.framework`` of the instance, whose trainer defaults the plan was priced with
+            (:func:`~packplace.placement.model.memory.resolved_training`); an emitter for another framework writes
+            those settings where its target can run them, with a note per setting that differs from its own
+            default.
     """
 
     tasks: Mapping[str, Task]
@@ -130,6 +136,8 @@ class PlanView:
     framework_version: str | None = None
     padded_roles: frozenset[str] = frozenset()
     engine_sleeps: bool = True
+    moe: frozenset[str] = frozenset()
+    priced_framework: str | None = None
 
     @classmethod
     def of(cls, instance: PlacementInstance, plan: Plan, framework: str | None = None) -> PlanView:
@@ -164,7 +172,9 @@ class PlanView:
                    padded_roles=verl_padded_roles(instance.framework, getattr(instance, "framework_version", None),
                                                   getattr(instance, "use_remove_padding", None), instance.models,
                                                   getattr(instance, "reward_use_remove_padding", None)),
-                   engine_sleeps=engine_sleeps(instance))
+                   engine_sleeps=engine_sleeps(instance),
+                   moe=frozenset(role for role, spec in instance.models.items() if spec.is_moe),
+                   priced_framework=instance.framework)
 
     def layout_refusals(self) -> list[str]:
         """The target framework's layout rules the plan breaks (``layout_rules.refusals``), and every task

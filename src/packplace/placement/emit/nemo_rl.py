@@ -44,7 +44,13 @@ from packplace.placement.model.memory import (
     forced_sequence_parallel,
     resolved_training,
 )
-from packplace.placement.model.stages import megatron_stage_layers, megatron_uneven_keys, resolved_sharding
+from packplace.placement.model.stages import (
+    megatron_requires_sequence_parallel,
+    megatron_stage_layers,
+    megatron_uneven_keys,
+    resolved_sharding,
+    trainer_defaults,
+)
 
 SCRIPTS = {"grpo": "examples/run_grpo.py", "dapo": "examples/run_grpo.py", "ppo": "examples/run_ppo.py",
            "dpo": "examples/run_dpo.py"}
@@ -105,7 +111,7 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
     if view.sequence_packing is not None:   # the packs the plan was priced on
         s["policy.sequence_packing.train_mb_tokens"], s["policy.sequence_packing.logprob_mb_tokens"] = (
             view.sequence_packing)
-    _policy(out, "policy", train, view.training["actor"], megatron and view.algorithm != "dpo")
+    _policy(out, view, "policy", train, megatron and view.algorithm != "dpo")
     _context_parallel(out, "policy", train, view.context_parallel.get("actor"), megatron and view.algorithm != "dpo")
     if reward_env and reward is not None:  # grpo_rm_1B: the reward model as an environment on GPUs of its own
         s["env.reward_model.resources.num_nodes"] = reward.nodes
@@ -128,7 +134,7 @@ def emit_nemo_rl(view: PlanView) -> EmittedPlan:
             role="critic")
         s["value.train_micro_batch_size"] = critic.micro_batch
         s["value.max_total_sequence_length"] = view.sequence_tokens
-        _policy(out, "value", critic, view.training["critic"], megatron)
+        _policy(out, view, "value", critic, megatron)
         _context_parallel(out, "value", critic, view.context_parallel.get("critic"), megatron)
     return out
 
@@ -146,29 +152,43 @@ def _context_parallel(out: EmittedPlan, prefix: str, task: Task, setting: tuple[
                             f"it runs CP {degree} for every sequence")
 
 
-def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions, megatron: bool) -> None:
-    """DTensor or Megatron parallelism, sharding, offload and recompute of one trained model."""
+def _policy(out: EmittedPlan, view: PlanView, prefix: str, task: Task, megatron: bool) -> None:
+    """DTensor or Megatron parallelism, sharding, offload and recompute of one trained model (``policy``: the
+    actor, ``value``: the critic), with the trainer settings the plan was priced with
+    (:attr:`PlanView.priced_framework`'s defaults where the config leaves them unset)."""
     s: dict[str, Any] = out.settings
+    role = "actor" if prefix == "policy" else "critic"
+    options = view.training[role]
+    priced = view.priced_framework or "nemo-rl"
     # one neither backend runs: refused (stages.trainer_sharding)
-    resolved_sharding(options.sharding, "nemo-rl", "auto", f"training.{'actor' if prefix == 'policy' else 'critic'}"
-                                                           f".sharding")
+    resolved_sharding(options.sharding, "nemo-rl", "auto", f"training.{role}.sharding")
     options = backend_sharding(options, not megatron)   # unset under auto: the layout the plan was priced with
     if megatron:
+        tp, ep = task.strategy.tp, task.strategy.ep
         s[f"{prefix}.dtensor_cfg.enabled"] = False
         s[f"{prefix}.megatron_cfg.enabled"] = True
-        s[f"{prefix}.megatron_cfg.tensor_model_parallel_size"] = task.strategy.tp
+        s[f"{prefix}.megatron_cfg.tensor_model_parallel_size"] = tp
         s[f"{prefix}.megatron_cfg.pipeline_model_parallel_size"] = task.strategy.pp
-        s[f"{prefix}.megatron_cfg.expert_model_parallel_size"] = task.strategy.ep
+        expert_group = _expert_layout(s, f"{prefix}.megatron_cfg", tp, ep, role in view.moe)
         _pipeline_split(out, prefix, task)
         s[f"{prefix}.megatron_cfg.activation_checkpointing"] = options.recompute == "full"
-        # the layout the plan's memory was priced with (memory.resolved_training: NeMo RL's own unless set)
-        resolved = resolved_training(options, "nemo-rl", True, task.strategy.tp, task.strategy.ep)
-        if (forced := forced_sequence_parallel(options, True, task.strategy.tp, task.strategy.ep,
+        # the layout the plan's memory was priced with (memory.resolved_training: the priced framework's own
+        # defaults unless set)
+        resolved = resolved_training(options, priced, True, tp, ep)
+        if (forced := forced_sequence_parallel(options, True, tp, ep,
                                                f"[training] sequence_parallel ({task.name})")) is not None:
             warnings.warn(forced, OverriddenSettingWarning, stacklevel=2)
-        s[f"{prefix}.megatron_cfg.sequence_parallel"] = bool(resolved.sequence_parallel)
+        sequence_parallel = bool(resolved.sequence_parallel)
+        if not sequence_parallel and megatron_requires_sequence_parallel(tp, expert_group):
+            sequence_parallel = True
+            out.notes.append(f"{task.name} sequence_parallel=true: Megatron-Core runs expert parallelism "
+                             f"{expert_group} beside tensor parallelism {tp} only with sequence parallelism "
+                             f"(megatron/core/model_parallel_config.py __post_init__); the plan priced it off, "
+                             f"and on holds less activation memory per GPU than priced")
+        s[f"{prefix}.megatron_cfg.sequence_parallel"] = sequence_parallel
         s[f"{prefix}.megatron_cfg.distributed_data_parallel_config.grad_reduce_in_fp32"] = bool(
             resolved.fp32_grad_buffer)
+        out.notes += _priced_default_notes(task, prefix, options, resolved, priced)
         if prefix == "policy":
             s[f"{prefix}.megatron_cfg.optimizer.use_distributed_optimizer"] = options.sharding != "none"
         s[f"{prefix}.megatron_cfg.optimizer.optimizer_cpu_offload"] = options.offload != "none"
@@ -179,7 +199,7 @@ def _policy(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions,
         return
     s[f"{prefix}.dtensor_cfg.tensor_parallel_size"] = task.strategy.tp
     s[f"{prefix}.dtensor_cfg.activation_checkpointing"] = options.recompute == "full"
-    s[f"{prefix}.dtensor_cfg.sequence_parallel"] = bool(resolved_training(options, "nemo-rl", False).sequence_parallel)
+    s[f"{prefix}.dtensor_cfg.sequence_parallel"] = bool(resolved_training(options, priced, False).sequence_parallel)
     s[f"{prefix}.dtensor_cfg.cpu_offload"] = options.offload == "optimizer+params"
     if options.lora_rank:
         # LoRA on every linear layer of the model, as the plan's adapters
@@ -212,13 +232,65 @@ def _pipeline_split(out: EmittedPlan, prefix: str, task: Task) -> None:
                          f"the middle ones equal, the first and last set by {', '.join(keys)})")
 
 
+def _expert_layout(s: dict[str, Any], section: str, tp: int, ep: int, moe: bool) -> int:
+    """A Megatron trainer's expert layout in ``section`` (``policy.megatron_cfg``); returns its expert-parallel size.
+
+    The plan splits a MoE model's routed experts over ``tp·ep`` GPUs (docs/placement-model.md, "Expert
+    parallelism": Megatron-Core's layout with the expert tensor-parallel degree equal to ``tp``). NeMo RL runs its
+    experts whole, ``expert_tensor_parallel_size: 1`` (``examples/configs/grpo_math_1B_megatron.yaml``, v0.4.0 to
+    v0.7.0), so the same expert bytes per GPU are ``expert_model_parallel_size = tp·ep`` at ETP 1, written with ETP
+    1 explicitly (Megatron-Core needs ``tp·ep`` to divide the data-parallel × tensor-parallel ranks of a stage,
+    which it does: ``ep`` divides ``dp``). A dense model: ``ep`` (1), no ETP."""
+    if not moe:
+        s[f"{section}.expert_model_parallel_size"] = ep
+        return ep
+    s[f"{section}.expert_model_parallel_size"] = tp * ep
+    s[f"{section}.expert_tensor_parallel_size"] = 1
+    return tp * ep
+
+
+def _priced_default_notes(task: Task, prefix: str, options: TrainingOptions, resolved: TrainingOptions,
+                          priced: str) -> list[str]:
+    """A note per Megatron setting written as the plan was priced with ``priced``'s defaults (a config of another
+    framework emitted for NeMo RL) where NeMo RL's own default differs (``sequence_parallel`` false,
+    ``grad_reduce_in_fp32`` false: :data:`~packplace.placement.model.stages.MEGATRON_TRAINER_DEFAULTS`), with
+    what NeMo RL's default would change; none for a setting the config gave."""
+    if priced == "nemo-rl":
+        return []
+    fp32, sp = trainer_defaults("nemo-rl", True)
+    head = f"{task.name} {prefix}.megatron_cfg."
+    out = []
+    if options.sequence_parallel is None and bool(resolved.sequence_parallel) != sp:
+        on = bool(resolved.sequence_parallel)
+        out.append(f"{head}sequence_parallel={str(on).lower()}: as priced ({priced}'s Megatron default); NeMo RL's "
+                   f"own default ({str(sp).lower()}) would "
+                   + (f"hold the norm and dropout activations whole on each of the {task.strategy.tp} tensor-parallel "
+                      f"ranks, more memory than priced" if on else "hold less activation memory than priced"))
+    if options.fp32_grad_buffer is None and bool(resolved.fp32_grad_buffer) != fp32:
+        on = bool(resolved.fp32_grad_buffer)
+        out.append(f"{head}distributed_data_parallel_config.grad_reduce_in_fp32={str(on).lower()}: as priced "
+                   f"({priced}'s Megatron default); NeMo RL's own default ({str(fp32).lower()}) would keep "
+                   + ("a bf16 gradient buffer, 2 bytes per parameter held instead of 4 (less memory than priced, "
+                      "gradients reduced in bf16)" if on else
+                      "an fp32 gradient buffer, 4 bytes per parameter held instead of 2 (more memory than priced)"))
+    return out
+
+
 def _generation(out: EmittedPlan, view: PlanView, gen: Task, train: Task) -> None:
     """vLLM parallelism, colocation and asynchronous GRPO."""
     s = out.settings
     s["policy.generation.vllm_cfg.tensor_parallel_size"] = gen.strategy.tp
     s["policy.generation.vllm_cfg.pipeline_parallel_size"] = gen.strategy.pp
+    if gen.strategy.pp > 1:   # vllm_generation.py (v0.7.0) asserts async_engine when pipeline_parallel_size > 1
+        s["policy.generation.vllm_cfg.async_engine"] = True
     if gen.strategy.ep > 1:
-        s["policy.generation.vllm_cfg.expert_parallel_size"] = gen.strategy.ep
+        # vLLM's EP group is its DP x TP ranks (nemo_rl/models/generation/vllm/vllm_generation.py, v0.7.0:
+        # vllm_dp_size = expert_parallel_size // tensor_parallel_size); the plan's experts are over tp·ep GPUs
+        s["policy.generation.vllm_cfg.expert_parallel_size"] = gen.strategy.tp * gen.strategy.ep
+        if gen.strategy.pp > 1:
+            out.refusals.append(f"{gen.layout}: NeMo RL's vLLM runs pipeline parallelism only with async_engine "
+                                f"and expert parallelism across engines (EP above TP) only without it "
+                                f"(vllm_generation.py asserts both, v0.7.0)")
     s["policy.generation.vllm_cfg.gpu_memory_utilization"] = view.gpu_memory_utilization
     s["policy.generation.vllm_cfg.enforce_eager"] = view.enforce_eager   # as the plan's decode was priced
     out.notes.append(f"{gen.name} decodes {gen.micro_batch} sequences at once per engine in the plan: the example "

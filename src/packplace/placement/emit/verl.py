@@ -63,7 +63,6 @@ from packplace.placement.model.layout_rules import (
 )
 from packplace.placement.model.memory import (
     DEFAULT_TRAINING,
-    TrainingOptions,
     backend_sharding,
     forced_sequence_parallel,
     resolved_training,
@@ -82,6 +81,10 @@ ADVANTAGE = {"ppo": "gae", "grpo": "grpo", "dapo": "grpo"}
 #: The first release with each ``adv_estimator`` past ``gae``: ``grpo`` from v0.2 (``verl/trainer/ppo/ray_trainer.py``
 #: ``compute_advantage``; at v0.1 ``init_workers`` raises ``NotImplementedError`` for any estimator but ``gae``).
 ADVANTAGE_SINCE = {"grpo": (0, 2)}
+#: The releases whose rollout defaults to ``mode: sync`` among those with an expert-parallel rollout
+#: (``verl/trainer/config/rollout/rollout.yaml``: ``sync`` at v0.6.0 and v0.6.1, ``async`` at v0.7.0), as
+#: ``(first, first past)``.
+SYNC_ROLLOUT_DEFAULT = ((0, 6, 0), (0, 7, 0))
 
 
 def choose_backend(view: PlanView) -> tuple[str, str]:
@@ -146,16 +149,18 @@ def emit_verl(view: PlanView) -> EmittedPlan:
         view.prompts, "prompts", "verl's mini-batches are whole prompts", refuse)
     note.append(f"ppo_mini_batch_size = train_batch_size / training.optimizer_steps: {steps} optimizer step(s) "
                 f"per RL step, as the plan trains (verl counts both in prompts and multiplies by rollout.n)")
-    _trainer(out, "actor_rollout_ref.actor", train, view.training["actor"], megatron,
-             view.context_parallel.get("actor"))
+    _trainer(out, "actor_rollout_ref.actor", train, view, megatron, view.context_parallel.get("actor"))
     s["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = train.micro_batch
     if ref is not None:
         if megatron:
             s["actor_rollout_ref.ref.megatron.tensor_model_parallel_size"] = ref.strategy.tp
             s["actor_rollout_ref.ref.megatron.pipeline_model_parallel_size"] = ref.strategy.pp
+            if "actor" in view.moe:   # the actor's expert layout: one Megatron-Core parallel state per worker
+                _expert_layout(s, "actor_rollout_ref.ref.megatron", ref.strategy.tp, ref.strategy.ep)
             # the reference's activations were priced with the trainer's default (it has no training options)
-            s["actor_rollout_ref.ref.megatron.sequence_parallel"] = bool(
-                resolved_training(DEFAULT_TRAINING, "verl", True, ref.strategy.tp, ref.strategy.ep).sequence_parallel)
+            s["actor_rollout_ref.ref.megatron.sequence_parallel"] = bool(resolved_training(
+                DEFAULT_TRAINING, view.priced_framework or "verl", True, ref.strategy.tp, ref.strategy.ep
+            ).sequence_parallel)
             _reference_context_parallel(s, view.context_parallel.get("actor"))
         s["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = ref.micro_batch
     if gen is not None:
@@ -169,7 +174,7 @@ def emit_verl(view: PlanView) -> EmittedPlan:
     if not megatron:
         _remove_padding(s, view, critic is not None)
     if critic is not None:
-        _trainer(out, "critic", critic, view.training["critic"], megatron, view.context_parallel.get("critic"))
+        _trainer(out, "critic", critic, view, megatron, view.context_parallel.get("critic"))
         s["critic.ppo_mini_batch_size"] = view.global_batch(view.prompts, "prompts",
                                                             "verl's mini-batches are whole prompts", refuse,
                                                             role="critic")
@@ -266,11 +271,15 @@ def _reference_policy(out: EmittedPlan, view: PlanView, megatron: bool) -> None:
                          "reference worker only under one of the two (need_reference_policy)")
 
 
-def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions, megatron: bool,
+def _trainer(out: EmittedPlan, prefix: str, task: Task, view: PlanView, megatron: bool,
              context_parallel: tuple[int, bool, int] | None = None) -> None:
-    """Parallelism, sharding, offload and recompute of one trained model; its context parallelism
-    (``(degree, dynamic, tokens per rank)``) on the Megatron backend, a refusal on FSDP."""
+    """Parallelism, sharding, offload and recompute of one trained model (``prefix``: the actor's or the critic's
+    section), with the trainer settings the plan was priced with (:attr:`PlanView.priced_framework`'s defaults
+    where the config leaves them unset); its context parallelism (``(degree, dynamic, tokens per rank)``) on the
+    Megatron backend, a refusal on FSDP."""
     s = out.settings
+    role = "actor" if prefix.startswith("actor") else "critic"
+    options = view.training[role]
     if context_parallel is not None:
         degree, dynamic, cap = context_parallel
         if megatron:
@@ -283,27 +292,36 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
                                 f"FSDP workers have Ulysses sequence parallelism, not Megatron context parallelism "
                                 f"(set policy.trainer_backend: megatron)")
     model_key = "actor_rollout_ref.model" if prefix.startswith("actor") else "critic.model"
-    role = "actor" if prefix.startswith("actor") else "critic"   # one neither backend runs: refused
+    # one neither backend runs: refused
     resolved_sharding(options.sharding, "verl", "auto", f"training.{role}.sharding")
     options = backend_sharding(options, not megatron)   # unset under auto: the layout the plan was priced with
     if megatron:
         s[f"{prefix}.megatron.tensor_model_parallel_size"] = task.strategy.tp
         s[f"{prefix}.megatron.pipeline_model_parallel_size"] = task.strategy.pp
-        if task.strategy.ep > 1:
-            s[f"{prefix}.megatron.expert_model_parallel_size"] = task.strategy.ep
+        if role in view.moe:
+            _expert_layout(s, f"{prefix}.megatron", task.strategy.tp, task.strategy.ep)
         s[f"{prefix}.megatron.use_distributed_optimizer"] = options.sharding != "none"
         s[f"{prefix}.megatron.param_offload"] = options.offload == "optimizer+params"
         s[f"{prefix}.megatron.optimizer_offload"] = options.offload != "none"
         # the layout the plan's memory was priced with (memory.resolved_training: verl's own unless set)
-        resolved = resolved_training(options, "verl", True, task.strategy.tp, task.strategy.ep)
+        resolved = resolved_training(options, view.priced_framework or "verl", True, task.strategy.tp,
+                                     task.strategy.ep)
         if (forced := forced_sequence_parallel(options, True, task.strategy.tp, task.strategy.ep,
                                                f"[training] sequence_parallel ({task.name})")) is not None:
             warnings.warn(forced, OverriddenSettingWarning, stacklevel=2)
         s[f"{prefix}.megatron.sequence_parallel"] = bool(resolved.sequence_parallel)
+        priced = view.priced_framework or "verl"
+        if (priced != "verl" and options.sequence_parallel is None and task.strategy.tp > 1
+                and not resolved.sequence_parallel):   # verl's own: on at tp above 1 (stages.trainer_defaults)
+            out.notes.append(f"{task.name} {prefix}.megatron.sequence_parallel=false: as priced ({priced}'s Megatron "
+                             f"default); verl's own default (true) would hold less activation memory than priced")
         if not resolved.fp32_grad_buffer:   # verl's get_model sets grad_reduce_in_fp32 True unless overridden
-            out.refusals.append(f"{task.name} fp32_grad_buffer false: verl's Megatron workers reduce gradients in "
-                                f"fp32 (verl/utils/megatron_utils.py get_model: grad_reduce_in_fp32 True), twice the "
-                                f"gradient bytes the plan priced; drop fp32_grad_buffer: false, or add "
+            given = options.fp32_grad_buffer is not None
+            source = "" if given else f" ({priced}'s Megatron default, as priced)"
+            out.refusals.append(f"{task.name} fp32_grad_buffer false{source}: verl's "
+                                f"Megatron workers reduce gradients in fp32 (verl/utils/megatron_utils.py get_model: "
+                                f"grad_reduce_in_fp32 True), twice the gradient bytes the plan priced; "
+                                f"{'drop fp32_grad_buffer: false, or ' if given else ''}add "
                                 f"+{prefix}.megatron.override_ddp_config.grad_reduce_in_fp32=False (verl v0.5.0 on)")
     else:
         fsdp = "actor_rollout_ref.actor.fsdp_config" if prefix.startswith("actor") else "critic.fsdp"
@@ -325,6 +343,18 @@ def _trainer(out: EmittedPlan, prefix: str, task: Task, options: TrainingOptions
         # PEFT adapters on every linear of the blocks (verl's ``all-linear``), as the plan's LoRA
         s[f"{model_key}.lora_rank"] = options.lora_rank
         s[f"{model_key}.target_modules"] = "all-linear"
+
+
+def _expert_layout(s: dict[str, Any], section: str, tp: int, ep: int) -> None:
+    """A MoE model's expert layout in a Megatron section (``actor_rollout_ref.actor.megatron``): the plan's
+    experts split over ``tp·ep`` GPUs (docs/placement-model.md, "Expert parallelism"), Megatron-Core's expert
+    parallelism ``ep`` with the expert tensor-parallel degree ``tp``. Both are written: verl's default
+    ``expert_tensor_parallel_size`` is ``null`` (Megatron-Core then takes ``tp``: ``megatron/core/
+    model_parallel_config.py`` ``__post_init__`` and ``parallel_state.initialize_model_parallel``, core_v0.13.0) at
+    v0.4.0-v0.5.0 and v0.6.1 on but ``1`` at v0.6.0 (``_generated_ppo_megatron_trainer.yaml``), which would hold
+    every expert whole on each GPU of a tensor-parallel group, ``tp`` times the expert bytes the plan priced."""
+    s[f"{section}.expert_model_parallel_size"] = ep
+    s[f"{section}.expert_tensor_parallel_size"] = tp
 
 
 def _remove_padding(s: dict[str, Any], view: PlanView, critic: bool) -> None:
@@ -389,7 +419,7 @@ def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, trai
     if gen.strategy.pp > 1:
         s["actor_rollout_ref.rollout.pipeline_model_parallel_size"] = gen.strategy.pp
     if gen.strategy.ep > 1:
-        s["actor_rollout_ref.rollout.expert_parallel_size"] = gen.strategy.ep
+        _rollout_experts(s, note, view, gen)
     s["actor_rollout_ref.rollout.max_num_seqs"] = gen.micro_batch
     s["actor_rollout_ref.rollout.gpu_memory_utilization"] = view.gpu_memory_utilization
     s["actor_rollout_ref.rollout.enforce_eager"] = view.enforce_eager   # as the plan's decode was priced
@@ -415,6 +445,38 @@ def _rollout(s: dict[str, Any], note: list[str], view: PlanView, gen: Task, trai
         note.append("separate_async: rollout on its own pool, num_warmup_batches batches ahead of the trainer")
 
 
+def _rollout_experts(s: dict[str, Any], note: list[str], view: PlanView, gen: Task) -> None:
+    """An expert-parallel rollout (``ep`` above 1): the plan's experts split over ``tp·ep`` GPUs of an engine
+    (docs/placement-model.md, "Expert parallelism"). A verl rollout replica is ``tensor_model_parallel_size ·
+    data_parallel_size · pipeline_model_parallel_size`` GPUs (``verl/workers/rollout/replica.py``, v0.6.0 to
+    v0.7.0) and its vLLM expert-parallel group spans the replica's DP and TP ranks
+    (``vllm_rollout/vllm_async_server.py``: ``enable_expert_parallel``, ``data_parallel_size``), which
+    ``workers/config/rollout.py`` asserts (``expert_parallel_size == tensor_model_parallel_size *
+    data_parallel_size``, v0.6.0 to v0.7.0): ``data_parallel_size = ep`` and ``expert_parallel_size = tp·ep``,
+    each of the plan's ``dp/ep`` expert groups one verl replica. Both keys come in v0.6.0 (a release before it
+    refuses them, :func:`~packplace.placement.emit.verl_releases.for_release`). At v0.6.0 and v0.6.1 the rollout's
+    default ``mode: sync`` builds an offline vLLM with tensor parallelism only (``vllm_rollout_spmd.py``: no
+    expert or data parallelism, every GPU of a TP group holding ``1/tp`` of every expert), so ``mode=async`` is
+    written there, with ``data.return_raw_chat=true`` (its agent loop reads the prompts' messages,
+    ``single_turn_agent_loop.py``, which ``rl_dataset.py`` returns only then); from v0.7.0 both are the
+    defaults."""
+    tp, ep = gen.strategy.tp, gen.strategy.ep
+    s["actor_rollout_ref.rollout.data_parallel_size"] = ep
+    s["actor_rollout_ref.rollout.expert_parallel_size"] = tp * ep
+    release = table_release(view.framework_version) if view.framework_version is not None else None
+    if release is not None and SYNC_ROLLOUT_DEFAULT[0] <= release < SYNC_ROLLOUT_DEFAULT[1]:
+        s["actor_rollout_ref.rollout.mode"] = "async"
+        # the agent loop reads each prompt's messages (single_turn_agent_loop.py: kwargs["raw_prompt"]), which the
+        # dataset returns only under return_raw_chat (rl_dataset.py), false by default at v0.6.x, true from v0.7.0
+        s["data.return_raw_chat"] = True
+        note.append(f"rollout.mode=async (with data.return_raw_chat=true, which its agent loop reads): verl "
+                    f"{view.framework_version}'s default sync rollout runs vLLM with tensor parallelism only; the "
+                    f"asynchronous server runs the plan's expert parallelism")
+    note.append(f"{gen.layout}: {gen.strategy.dp // ep} verl rollout replica(s) of {tp * ep} GPUs, "
+                f"data_parallel_size {ep} x tensor_model_parallel_size {tp}, the experts over the "
+                f"expert_parallel_size {tp * ep} GPUs of each")
+
+
 def _reward(s: dict[str, Any], view: PlanView, train: Task, megatron: bool) -> None:
     """The reward model's vLLM engine and its resource pool (none for a rule reward); before the engine (a
     release without ``reward.reward_model.rollout``, v0.7.0) its forward worker on the trainer's backend
@@ -430,6 +492,9 @@ def _reward(s: dict[str, Any], view: PlanView, train: Task, megatron: bool) -> N
     s["reward.reward_model.enable"] = True
     release = table_release(view.framework_version) if view.framework_version is not None else None
     if release_has(REWARD_ENGINE, release):
+        # the engine's name is required (``name: ???`` in the generated trainer configs, v0.7.0 to 0.9.1) and read
+        # by the reward loop (v0.7.0 experimental/reward_loop/reward_model.py, use_reward_loop true by default)
+        s["reward.reward_model.rollout.name"] = "vllm"
         s[REWARD_ENGINE] = reward.strategy.tp
     else:
         if available("reward.reward_model.micro_batch_size_per_gpu", release, megatron):
