@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from packplace.balance.schema import SampleKey
 from packplace.registry import available
+from packplace.result import INFEASIBLE, Proposal
 from packplace.run import Run, clock
 from packplace.solvers.balance._common import proof_level
 from packplace.solvers.balance.cpsat.model import TIGHT_FILL, _token_fill
@@ -52,6 +53,7 @@ class _Start:
 
 def _heuristic_start(
     run: Run, time_limit_s: float | None = None, fallback_deadline: float | None = None,
+    proofs: list[Proposal] | None = None,
 ) -> tuple[_Start | None, bool]:
     """The best feasible starting assignment: a registered heuristic's answer or the reference bins.
 
@@ -71,7 +73,9 @@ def _heuristic_start(
     (``packplace.run.clock()`` seconds), the last heuristic of the list (the cheapest construction) runs
     again until that deadline, and for at least :data:`LAST_RESORT_S`, so that a short limit on a busy
     machine still gives a start (the overrun stays inside the time-limit contract's 0.5 s of slack).
-    The heuristics run through :meth:`~packplace.run.Run.call` on ``run``'s instance.
+    The heuristics run through :meth:`~packplace.run.Run.call` on ``run``'s instance. A heuristic that
+    answers ``infeasible`` (a proof: counting or CP-SAT's feasibility model under the rank rules) ends the
+    list; its proposal is appended to ``proofs`` where given, and (None, False) returned.
     """
     instance = run.instance
     evaluator = run.evaluator
@@ -88,6 +92,10 @@ def _heuristic_start(
         if name not in names:
             continue
         proposal = run.call(name, time_limit_s=time_limit_s)
+        if proposal.solution is None and proposal.status == INFEASIBLE:
+            if proofs is not None:
+                proofs.append(proposal)
+            return None, False
         if proposal.solution is None:
             if proposal.hit_time_limit:
                 timed_out = True
