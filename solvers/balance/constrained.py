@@ -4,9 +4,10 @@
 sample may go to any rank and any bin). Units are groups (kept whole) or single samples.
 :func:`construct_proposal`: the feasibility-first construction of
 :mod:`packplace.balance.rank_rules`, cost first (LPT over units), then tokens first, then the exact
-packing of ``local_batch_size: "auto"``, then (n·D·m ≤ ``EXACT_MAX_BOOLEANS``) CP-SAT's feasibility
+packing of ``local_batch_size: "auto"``, then the counting proof (any size:
+:class:`~packplace.balance.rank_rules.CountProof`), then (n·D·m ≤ ``EXACT_MAX_BOOLEANS``) CP-SAT's feasibility
 model under every rule (one worker, deterministic limit, capped by the deadline), then the reference
-bins; otherwise ``infeasible`` when that model proved no packing exists, else ``unknown``.
+bins; otherwise ``infeasible`` when counting or that model proved no packing exists, else ``unknown``.
 :func:`improve` (``repair``'s local search): the heaviest rank gives a unit to, or swaps one with, one
 of the :data:`PARTNERS` lightest ranks when the transfer lowers the pair's maximum, the transfer nearest
 half the load gap first (:data:`ATTEMPTS` per partner), kept only if the rank counts stay within
@@ -31,6 +32,7 @@ from packplace.balance.rank_rules import (
     unit_layout,
     unit_sums,
     units_of,
+    unreachable_counts,
 )
 from packplace.balance.schema import BalanceInstance
 from packplace.result import FEASIBLE, INFEASIBLE, UNKNOWN, Proposal
@@ -65,7 +67,9 @@ def construct_indices(instance: BalanceInstance, deadline: float | None = None) 
     :data:`~packplace.balance.rank_rules.EXACT_MAX_BOOLEANS` — CP-SAT's feasibility model under every
     rule (:func:`~packplace.balance.rank_rules.exact_packing`; capped at ``deadline``, a
     ``packplace.run.clock()`` value; the constructions stop at it too). On a dead end the second item says
-    why: "proven" (CP-SAT proved that no packing keeps the rules), "construction_cut" (the deadline stopped
+    why: "counted" (:func:`~packplace.balance.rank_rules.unreachable_counts`: no set of whole units holds a
+    sample count the rules allow on a rank, at any size), "proven" (CP-SAT proved that no packing keeps the
+    rules), "construction_cut" (the deadline stopped
     a construction), "time_limit" (it stopped the feasibility model first) or ""."""
     stop = None if deadline is None else (lambda: passed(deadline))
     for by in ("cost", "tokens"):
@@ -78,6 +82,8 @@ def construct_indices(instance: BalanceInstance, deadline: float | None = None) 
         index = {key: i for i, key in enumerate(instance.keys)}
         return [[index[key] for key in b] for b in instance.auto_packing], "auto"
     n, bins_total = len(instance.samples), instance.data_parallel_size * instance.local_batch_size
+    if unreachable_counts(instance.packing_columns("tokens")) is not None:
+        return None, "counted"
     left = None if deadline is None else deadline - clock()
     if n * bins_total > EXACT_MAX_BOOLEANS:
         return None, ""
@@ -104,9 +110,12 @@ def construct_proposal(instance: BalanceInstance, solver: str, deadline: float |
 
 def _dead_end(instance: BalanceInstance, solver: str, why: str) -> Proposal:
     """The reference bins (``feasible``) after every construction dead-ended, else ``infeasible`` when
-    CP-SAT's feasibility model proved that no packing keeps the rules, else ``unknown``; ``hit_time_limit``
+    counting or CP-SAT's feasibility model proved that no packing keeps the rules (``info["proof"]``:
+    "counted" or "proven"), else ``unknown``; ``hit_time_limit``
     when the deadline stopped a construction or that model (``why`` "construction_cut", "time_limit")."""
-    proof = {"proven": "CP-SAT's feasibility model proved that no packing keeps them",
+    counted = unreachable_counts(instance.packing_columns("tokens")) if why == "counted" else None
+    proof = {"counted": f"proven by counting: {counted}",
+             "proven": "CP-SAT's feasibility model proved that no packing keeps them",
              "time_limit": "time limit reached before CP-SAT's feasibility model found a packing; a longer "
                            "limit may find one",
              "construction_cut": f"time limit reached during the construction over {len(instance.samples)} samples; "
@@ -116,7 +125,9 @@ def _dead_end(instance: BalanceInstance, solver: str, why: str) -> Proposal:
         return Proposal(instance.reference_bins, FEASIBLE, hit_time_limit=hit,
                         message=f"{solver}: the construction under the rank rules dead-ended ({proof}); "
                                 f"returning the reference")
-    return Proposal(None, INFEASIBLE if why == "proven" else UNKNOWN, hit_time_limit=hit, message=(
+    proven = why in ("counted", "proven")
+    return Proposal(None, INFEASIBLE if proven else UNKNOWN, hit_time_limit=hit,
+                    info={"proof": why} if proven else {}, message=(
         f"{solver}: no assignment found that keeps equal_count={instance.equal_count}, "
         f"max_samples_per_bin={instance.max_samples_per_bin} and {len(instance.groups)} groups ({proof})"
     ))

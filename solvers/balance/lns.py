@@ -46,7 +46,7 @@ from packplace.balance.evaluator import BalanceEvaluator, objective_value
 from packplace.balance.schema import BalanceInstance, SampleKey
 from packplace.errors import ConfigError
 from packplace.registry import register
-from packplace.result import FEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
+from packplace.result import FEASIBLE, INFEASIBLE, OPTIMAL, OPTIMALITY_RTOL, UNKNOWN, Proposal
 from packplace.run import Run, clock
 from packplace.solvers.balance._common import canonical, integer_makespan_bound, no_worse_than_held, proof_level
 from packplace.solvers.balance.cpsat import DEFAULT_MAX_BOOLEANS, READBACK_RESERVE_S, solve_from_start
@@ -216,9 +216,11 @@ class _Search:
 
 def _best_start(instance: BalanceInstance, run: Run, time_limit_s: float,
                 deadline: float, meets_bound: Callable[[float], bool] | None = None,
-                ) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str], bool]:
-    """(bins, source, objective, notes, cut) of the best feasible start; (None, "", inf, notes, cut) if
-    none; ``cut`` is True when a start backend that returned nothing was stopped by its time limit.
+                ) -> tuple[tuple[tuple[SampleKey, ...], ...] | None, str, float, list[str], bool, Proposal | None]:
+    """(bins, source, objective, notes, cut, proof) of the best feasible start; (None, "", inf, notes, cut,
+    proof) if none; ``cut`` is True when a start backend that returned nothing was stopped by its time limit;
+    ``proof`` the first start backend's answer with status ``infeasible`` (a proof that no assignment exists,
+    e.g. by counting or CP-SAT's feasibility model under the rank rules: no later backend runs), else None.
 
     A start whose objective ``meets_bound`` (proven optimal) ends the list. The start backends share
     ``time_limit_s`` seconds; once one has failed and none has found a start, the
@@ -250,6 +252,8 @@ def _best_start(instance: BalanceInstance, run: Run, time_limit_s: float,
             cut = cut or proposal.hit_time_limit
             said = proposal.message or proposal.status
             notes.append(said if said.startswith(f"{name}: ") else f"{name}: {said}")  # one prefix each
+            if proposal.status == INFEASIBLE:
+                return None, "", math.inf, notes, cut, proposal  # proven: no start exists for any backend
             continue
         bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
         score = evaluator.score(bins)
@@ -264,7 +268,7 @@ def _best_start(instance: BalanceInstance, run: Run, time_limit_s: float,
         value = evaluator.objective(instance.reference_bins)
         if value < best[2]:
             best = (tuple(tuple(b) for b in instance.reference_bins), "reference", value)
-    return best[0], best[1], best[2], notes, cut
+    return best[0], best[1], best[2], notes, cut, None
 
 
 def _resplit_start(instance: BalanceInstance, bins: tuple[tuple[SampleKey, ...], ...], target: float,
@@ -342,7 +346,8 @@ def solve(
 
     Returns:
         A :class:`~packplace.result.Proposal`: rank-major bins; status ``optimal`` when the answer meets
-        the analytic lower bound, else ``feasible``; ``unknown`` without a feasible start; ``bound`` the
+        the analytic lower bound, else ``feasible``; ``infeasible`` when a start backend proved that no
+        assignment exists (its proof, quoted); ``unknown`` without a feasible start; ``bound`` the
         analytic lower bound; ``iterations`` the neighbourhoods solved; ``info`` the start, its
         objective and the counts of neighbourhoods solved, accepted and proven optimal (and, where the
         every-partner re-split changed the start, its pair checks, splits and whether the time limit cut it).
@@ -416,10 +421,14 @@ class _Lns:
                                      f"{len(instance.samples)} samples; no start made"))
         # the budget ``repair`` alone would get (the read-back reserve is for the neighbourhoods, which run after it)
         start_share = max(0.01, START_SHARE * (deadline - run.now()))
-        start, source, start_objective, notes, start_cut = _best_start(
+        start, source, start_objective, notes, start_cut, proof = _best_start(
             instance, run, start_share, deadline, self.meets_integer_bound)
         self.start, self.source, self.start_objective = start, source, start_objective
         self.info = info = {"start": source or None, "start_objective": start_objective if start else None}
+        if proof is not None:  # the start backend's proof is the answer's: no assignment exists
+            info["proof"] = proof.info.get("proof", "start")
+            return Proposal(None, INFEASIBLE, bound=bound, iterations=0, message="infeasible, proven by the start: "
+                            + notes[-1], info=info)
         if start is None:
             return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=start_cut or run.now() > deadline,
                             message="no feasible start: " + "; ".join(notes), info=info)

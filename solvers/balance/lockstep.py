@@ -50,6 +50,12 @@ WINDOW_PASSES = 2
 #: percent).
 WINDOW_MIN_GAP = 1e-3
 WINDOW_MAX_SAMPLES = 2048
+#: With a start backend, the search runs only where its own lockstep plan leaves at least this many times the
+#: run's finishing cost (:attr:`~packplace.run.Run.finish_s`: one canonical order and JSON text of the samples,
+#: measured on the instance) of the limit: the floor ``lns`` and ``cpsat`` put under a start
+#: (:data:`~packplace.solvers.balance.cpsat.start.START_FINISHES`). Below it the start is the answer, no search
+#: runs past the limit to rebuild a start the plan already is.
+SEARCH_MIN_FINISHES = 2.0
 
 
 def lockstep_aware(solve: Solve | None = None, *, start: str | None = None) -> Any:
@@ -80,9 +86,12 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
     With ``start`` (the registry name of the backend ``solve`` starts from), that backend's own lockstep
     plan is computed first, on the whole run (the budget it would get alone; it mostly ends far
     sooner), and returned where the evaluator scores it lower than the search's: the answer is never
-    worse than its start's. That plan is also the search's own start (:func:`_start_for`: the search's
-    call of that backend returns it), so the start backend runs once and the search's share of the
-    limit goes to searching. The backend gets the time left less :data:`LEVELLING_RESERVE` of it; the
+    worse than its start's. Where that plan leaves less than :data:`SEARCH_MIN_FINISHES` times the run's
+    finishing cost of the limit, no search runs: the plan is the answer (``hit_time_limit``; ``unknown`` where
+    it found none), the message one line saying so (:func:`_start_only`). That plan is also the search's own
+    start (:func:`_start_for`: the search's call of that backend returns it, a plan or none), so the start
+    backend runs once and the search's share of the limit goes to searching. The backend gets the time left
+    less :data:`LEVELLING_RESERVE` of it; the
     levelling pass then runs on its answer (at most :data:`LEVELLING_MOVES_PER_BIN` moves per bin,
     the limit a ceiling), and on a plan still more than :data:`WINDOW_MIN_GAP` above the bound the
     layer windows of :func:`resolve_layer_windows`. That start is stated in ``info``
@@ -95,6 +104,8 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
     """
     deadline = run.deadline
     own_start = None if start is None else run.call(start)  # the start backend's own plan, on the whole run
+    if own_start is not None and deadline is not None and run.left() < SEARCH_MIN_FINISHES * run.finish_s:
+        return _start_only(run, start, own_start)
 
     def inner() -> float | None:
         return None if deadline is None else max(1e-3, (1 - LEVELLING_RESERVE) * run.left())
@@ -161,13 +172,30 @@ def solve_lockstep(solve: Solve, instance: BalanceInstance, run: Run, *, start: 
     return _no_worse_than_start(proposal, run, start, own_start)
 
 
+def _start_only(run: Run, start: str | None, own: Proposal) -> Proposal:
+    """The answer when the start backend's own lockstep plan left less than :data:`SEARCH_MIN_FINISHES` finishes
+    of the limit: that plan (or its ``unknown``), ``hit_time_limit``, and one line saying no search ran."""
+    proposal = dataclasses.replace(own, info=dict(own.info), log=list(own.log), hit_time_limit=True)
+    limit = "" if run.time_limit_s is None else f" (the backend's {run.time_limit_s:.3g} s)"
+    if own.solution is None:
+        proposal.message = (f"lockstep: {start}'s own lockstep plan (the start) found none within the time limit"
+                            f"{limit}; no search ran" + (f" ({own.message})" if own.message else ""))
+    else:
+        proposal.message = (f"lockstep: {start}'s own lockstep plan (the start) took the time limit{limit}; "
+                            "no search ran; the start returned")
+    proposal.info["lockstep_route"] = "the start only"
+    return _no_worse_than_start(proposal, run, start, own)
+
+
 def _start_for(inner: BalanceInstance, evaluator: BalanceEvaluator, start: str | None, own: Proposal | None
                ) -> dict[str, Proposal]:
     """``{start: own}`` restated for the instance the search runs on (``inner``: the ``rounds`` instance of
     :func:`~packplace.balance.lockstep.as_rounds_instance` or the ``makespan`` one of
     :func:`~packplace.balance.lockstep.without_lockstep`), so that the search's own start is this plan
     instead of a second run of the start backend (:meth:`~packplace.run.Run.know`); empty
-    without a start, or when the plan is missing or infeasible there.
+    without a start, or when the plan is infeasible there. A start without a plan carries over as it is (its
+    status, e.g. a proof of ``infeasible``, and message): the search's call of that backend returns none
+    instead of running it again (it had the whole run).
 
     The plan carries over unchanged: its D·m rank-major bins are D·m one-bin ranks of the ``rounds``
     instance, whose objective (Σ_j of the (j−1)·D+1-th costliest bin) is the plan's lockstep cost, since
@@ -176,8 +204,10 @@ def _start_for(inner: BalanceInstance, evaluator: BalanceEvaluator, start: str |
     ``rounds`` instance (the two optima are equal) and becomes ``feasible`` under ``makespan``, where the
     lockstep bound is no bound; its bound is dropped there for the same reason.
     """
-    if start is None or own is None or own.solution is None:
+    if start is None or own is None:
         return {}
+    if own.solution is None:
+        return {start: dataclasses.replace(own, info=dict(own.info), log=list(own.log))}
     bins = tuple(tuple(b) for b in (own.solution.bins if isinstance(own.solution, Assignment) else own.solution))
     if len(bins) != inner.num_bins or evaluator.flatten(bins) is None or evaluator.violations(bins):
         return {}

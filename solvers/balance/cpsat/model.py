@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from packplace.balance.rank_rules import unreachable_counts
 from packplace.balance.schema import BalanceInstance, SampleKey
 from packplace.lazy import lazy_module
 from packplace.run import OutOfTime, clock
@@ -303,7 +304,9 @@ def _infeasible_by_counting(instance: BalanceInstance) -> str | None:
     """A reason the instance has no feasible assignment, found by counting, or None.
 
     More samples using over half of a bin's capacity (tokens or any budget) than there are bins:
-    no two of them can share a bin.
+    no two of them can share a bin. Under rank rules, also
+    :func:`~packplace.balance.rank_rules.unreachable_counts`: no set of whole units (groups, single samples)
+    holds a sample count the rules allow on a rank.
     """
     bins = instance.num_bins
     seq_len = instance.constraints.seq_len
@@ -317,4 +320,6 @@ def _infeasible_by_counting(instance: BalanceInstance) -> str | None:
         if heavy > bins:
             return (f"{heavy} samples use more than half of budget {name!r} (limit {format_objective(limit)}), "
                     f"only {bins} bins")
+    if instance.has_rank_rules:
+        return unreachable_counts(instance.packing_columns("tokens"))
     return None

@@ -316,10 +316,16 @@ class _ExactSolve:
                      else min(0.5 * limit, START_SCORE_FINISH_SHARE * run.finish_s))
         start_limit = max(0.05, start_share * limit - run.elapsed() - READBACK_RESERVE_S * start_share - scoring_s)
         # the start is the answer of last resort: a construction cut by its share retries with all the time left
+        proofs: list[Proposal] = []
         self.start, self.start_timed_out = _heuristic_start(
-            run, time_limit_s=start_limit, fallback_deadline=run.deadline - READBACK_RESERVE_S - scoring_s)
+            run, time_limit_s=start_limit, fallback_deadline=run.deadline - READBACK_RESERVE_S - scoring_s,
+            proofs=proofs)
         start = self.start
         self.info = {"start": start.source if start else None, "start_objective": start.objective if start else None}
+        if proofs:  # a start heuristic proved that no assignment exists: its proof is the answer's
+            self.info["proof"] = proofs[0].info.get("proof", "start")
+            return Proposal(None, INFEASIBLE, bound=self.analytic, iterations=0, info=self.info,
+                            message=f"infeasible, proven by the start: {proofs[0].message or proofs[0].status}")
         if start is not None and start.objective <= proof_level(self.evaluator, self.analytic):
             self.info.update(scale=None, slack=0.0, optimality_tolerance=0.0, returned=start.source)
             return Proposal(self.in_key_order(start.bins), OPTIMAL, bound=self.analytic, iterations=0,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from packplace.balance.schema import SampleKey
 from packplace.registry import available
+from packplace.result import INFEASIBLE, Proposal
 from packplace.run import Run, clock
 from packplace.solvers.balance._common import proof_level
 from packplace.solvers.balance.cpsat.model import TIGHT_FILL, _token_fill
@@ -29,8 +30,11 @@ from packplace.solvers.balance.cpsat.model import TIGHT_FILL, _token_fill
 #: Heuristics tried, in order, for the starting solution (hint, domain bound and fallback).
 START_HEURISTICS = ("repair", "lpt")
 
-#: Seconds the last-resort construction may take past the start's deadline: a start is the answer of
-#: last resort, and ``lpt`` is one sort and one pass, far inside the contract's 0.5 s of slack.
+#: Seconds the last-resort construction may take past the start's deadline, only where nothing else would be
+#: the answer (no reference bins, no answer the front end holds: below the quick packing's size), so that a short
+#: limit on a busy machine still gives a start; ``lpt`` is one sort and one pass. Where an answer is held, the
+#: construction gets only the time left before the deadline. An overrun the time limit does not cut, stated in
+#: docs/solvers.md ("What a time limit does not cut").
 LAST_RESORT_S = 0.25
 #: A start heuristic (``repair``, ``lpt``) sorts the samples and makes at least one Python pass over them,
 #: which costs at least this many times the finish of an answer (:attr:`~packplace.run.Run.finish_s`:
@@ -52,6 +56,7 @@ class _Start:
 
 def _heuristic_start(
     run: Run, time_limit_s: float | None = None, fallback_deadline: float | None = None,
+    proofs: list[Proposal] | None = None,
 ) -> tuple[_Start | None, bool]:
     """The best feasible starting assignment: a registered heuristic's answer or the reference bins.
 
@@ -69,9 +74,11 @@ def _heuristic_start(
     stands, and no sort the limit cannot cut runs past it. When a heuristic stopped at
     ``time_limit_s`` without an answer, whatever is left before ``fallback_deadline``
     (``packplace.run.clock()`` seconds), the last heuristic of the list (the cheapest construction) runs
-    again until that deadline, and for at least :data:`LAST_RESORT_S`, so that a short limit on a busy
-    machine still gives a start (the overrun stays inside the time-limit contract's 0.5 s of slack).
-    The heuristics run through :meth:`~packplace.run.Run.call` on ``run``'s instance.
+    again until that deadline, and for at least :data:`LAST_RESORT_S` where no answer of last resort is held
+    (no reference bins, no front-end answer), so that a short limit on a busy machine still gives a start.
+    The heuristics run through :meth:`~packplace.run.Run.call` on ``run``'s instance. A heuristic that
+    answers ``infeasible`` (a proof: counting or CP-SAT's feasibility model under the rank rules) ends the
+    list; its proposal is appended to ``proofs`` where given, and (None, False) returned.
     """
     instance = run.instance
     evaluator = run.evaluator
@@ -88,6 +95,10 @@ def _heuristic_start(
         if name not in names:
             continue
         proposal = run.call(name, time_limit_s=time_limit_s)
+        if proposal.solution is None and proposal.status == INFEASIBLE:
+            if proofs is not None:
+                proofs.append(proposal)
+            return None, False
         if proposal.solution is None:
             if proposal.hit_time_limit:
                 timed_out = True
@@ -101,9 +112,10 @@ def _heuristic_start(
             candidates.append(_Start(bins, name, score.objective))
             break
     left = None if fallback_deadline is None else fallback_deadline - clock()
-    if timed_out and not candidates and left is not None:
+    held = instance.reference_bins is not None or run.best is not None  # an answer of last resort exists
+    if timed_out and not candidates and left is not None and (left > 0 or not held):
         name = START_HEURISTICS[-1]
-        proposal = run.call(name, time_limit_s=max(left, LAST_RESORT_S))
+        proposal = run.call(name, time_limit_s=left if held else max(left, LAST_RESORT_S))
         if proposal.solution is not None:
             bins = tuple(tuple(b) for b in getattr(proposal.solution, "bins", proposal.solution))
             score = evaluator.score(bins)

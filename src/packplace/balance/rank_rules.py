@@ -19,8 +19,10 @@ levels, both deterministic:
    over the m bins per sample.
 
 A construction that dead-ends returns ``None``: the caller reports it (a solver status ``unknown``
-with the reason, or a :class:`~packplace.errors.ConfigError` for ``local_batch_size: auto``); no
-construction ever returns an assignment that breaks a rule.
+with the reason, or for ``local_batch_size: auto`` an :class:`~packplace.errors.InfeasibleError` where every
+count is proven impossible, else its :class:`~packplace.errors.TimeLimitError` naming the counts not decided);
+no construction ever returns an assignment that breaks a rule. :class:`CountProof` proves some instances
+infeasible by counting alone (a rank's sample count must be a sum of whole units' sizes).
 """
 
 from __future__ import annotations
@@ -589,6 +591,107 @@ def bin_packing_lower_bound(tokens: np.ndarray, seq_len: int) -> int:
     return int((count_j1 + count_j2 + extra).max())
 
 
+#: :class:`CountProof` finds the exact subset sums of the unit sizes (a bitset) for up to this many samples;
+#: above it only the divisibility by the sizes' greatest common divisor.
+SUBSET_SUM_MAX_COUNT = 1 << 22
+
+
+@dataclass(frozen=True)
+class CountProof:
+    """A counting proof that no assignment keeps the rank rules, for any bins per rank m.
+
+    Every rank holds whole units (a group, or a sample outside every group), so its sample count is a
+    subset sum of the unit sizes, and :class:`RankRules` bounds it: in [lo, hi], and with ``equal_count``
+    exactly D − spare ranks hold lo and spare ranks hold lo + 1 (the total n fixes it). The proof at m
+    (:meth:`reason`): lo > hi, or (``equal_count``) a count some rank must hold is no subset sum of the unit
+    sizes, or (otherwise) no count in [lo, hi] is. Necessary conditions only: no reason does not mean a
+    packing exists. Built once per instance in O(n + distinct sizes · log(units) · n / 64) (a bitset of the
+    subset sums in [0, n], bounded knapsack by binary splitting of each size's multiplicity; above
+    :data:`SUBSET_SUM_MAX_COUNT` samples, the multiples of the sizes' greatest common divisor, a superset);
+    each :meth:`reason` is O(1).
+
+    Attributes:
+        n: Samples; ``ranks`` D; ``equal_count``, ``max_samples_per_bin`` as in :class:`PackingColumns`.
+        sizes: The distinct unit sizes, ascending (int64 array).
+        next_sum: ``next_sum[c]``: the least subset sum ≥ c, n + 1 where none (int64 array (n + 2,)); None
+            without groups (every count is a sum of single samples).
+    """
+
+    n: int
+    ranks: int
+    equal_count: bool
+    max_samples_per_bin: int | None
+    sizes: np.ndarray
+    next_sum: np.ndarray | None
+
+    @classmethod
+    def of(cls, columns: PackingColumns) -> CountProof:
+        """The proof's tables for ``columns`` (its ``per_rank`` is not used)."""
+        n, group_of = len(columns.tokens), columns.group_of
+        grouped = group_of[group_of >= 0]
+        counts = np.bincount(grouped) if grouped.size else np.zeros(0, dtype=np.int64)
+        sizes = np.concatenate((counts[counts > 0], np.ones(n - grouped.size, dtype=np.int64)))
+        next_sum = None
+        if grouped.size:
+            reach = _subset_sums(sizes, n)
+            marks = np.where(np.append(reach, True), np.arange(n + 2), n + 1)
+            next_sum = np.minimum.accumulate(marks[::-1])[::-1]
+        return cls(n, columns.ranks, columns.equal_count, columns.max_samples_per_bin, np.unique(sizes), next_sum)
+
+    def reason(self, per_rank: int) -> str | None:
+        """A one-line reason that no assignment keeps the rules at ``per_rank`` bins per rank, else None."""
+        n, ranks = self.n, self.ranks
+        rules = RankRules.of(n, ranks, per_rank, self.equal_count, self.max_samples_per_bin)
+        if ranks * per_rank > n:
+            return f"{ranks} ranks x {per_rank} non-empty bins need at least {ranks * per_rank} samples, got {n}"
+        if rules.lo > rules.hi:
+            return (f"each of {ranks} ranks must hold at least {rules.lo} samples and at most {rules.hi} "
+                    f"({n} samples, {per_rank} non-empty bins per rank)")
+        if self.next_sum is None:
+            return None
+        next_sum = self.next_sum
+        if self.equal_count:
+            needed = ([rules.lo] if ranks > rules.spare else []) + ([rules.lo + 1] if rules.spare else [])
+            missing = [c for c in needed if c > n or next_sum[c] != c]
+            if not missing:
+                return None
+            what, rule, none = " or ".join(map(str, needed)), "equal_count", " or ".join(map(str, missing))
+        else:
+            if next_sum[min(rules.lo, n + 1)] <= rules.hi:
+                return None
+            what = str(rules.lo) if rules.lo == rules.hi else f"{rules.lo} to {rules.hi}"
+            rule, none = f"{per_rank} non-empty bins per rank", what
+        shown = ", ".join(map(str, self.sizes[:6].tolist())) + (", ..." if self.sizes.size > 6 else "")
+        return (f"each of {ranks} ranks must hold {what} samples ({n} samples, {rule}), but no set of whole "
+                f"units (groups and single samples, sizes {shown}) holds {none}")
+
+
+def unreachable_counts(columns: PackingColumns) -> str | None:
+    """:class:`CountProof`'s reason at ``columns.per_rank``: a counting proof that no assignment keeps the
+    rank rules, else None. O(n) plus the subset-sum bitset."""
+    return CountProof.of(columns).reason(columns.per_rank)
+
+
+def _subset_sums(sizes: np.ndarray, top: int) -> np.ndarray:
+    """Which counts in [0, ``top``] are sums of some of ``sizes`` (int array, each ≥ 1), bool array (top + 1,):
+    exact (a bitset, bounded knapsack by binary splitting of each size's multiplicity) while ``top`` ≤
+    :data:`SUBSET_SUM_MAX_COUNT`, else the multiples of their greatest common divisor (a superset)."""
+    if top > SUBSET_SUM_MAX_COUNT:
+        return np.arange(top + 1) % int(np.gcd.reduce(sizes)) == 0
+    mask = (1 << (top + 1)) - 1
+    bits = 1
+    distinct, multiplicity = np.unique(sizes, return_counts=True)
+    for size, left in zip(distinct.tolist(), multiplicity.tolist()):
+        chunk = 1
+        while left > 0:
+            take = min(chunk, left)
+            bits |= (bits << (size * take)) & mask
+            left -= take
+            chunk *= 2
+    raw = np.frombuffer(bits.to_bytes((top + 8) // 8, "little"), dtype=np.uint8)
+    return np.unpackbits(raw, bitorder="little")[:top + 1].astype(bool)
+
+
 #: Largest exact feasibility model :func:`exact_packing` builds (Booleans n·D·m).
 EXACT_MAX_BOOLEANS = 20_000
 #: CP-SAT deterministic time (about seconds on one core) per exact feasibility check.
@@ -612,14 +715,17 @@ def exact_packing(columns: PackingColumns, deterministic_time: float = EXACT_DET
 
     Returns:
         ``(bins, proven)``: rank-major bins of sample indices and True when a packing exists; ``(None,
-        True)`` when CP-SAT proved that none exists; ``(None, False)`` when it could not tell within the
+        True)`` when CP-SAT or counting (fewer samples than bins, :func:`unreachable_counts`, checked first at
+        any size) proved that none exists; ``(None, False)`` when it could not tell within the
         limit, the model would exceed ``max_booleans``, or a budget has non-integral usages.
     """
     tokens = columns.tokens
     n, ranks, m, seq_len = len(tokens), columns.ranks, columns.per_rank, columns.seq_len
     bins = ranks * m
-    if n * bins > max_booleans or n < bins:
-        return None, n < bins
+    if n < bins or unreachable_counts(columns) is not None:
+        return None, True
+    if n * bins > max_booleans:
+        return None, False
     # local, and after the size test: only a model small enough to build needs it (a large "auto" instance
     # does not pay for the import)
     from ortools.sat.python import cp_model

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from packplace.balance.rank_rules import (
+    EXACT_MAX_BOOLEANS,
+    CountProof,
     FreeRanks,
     PackingColumns,
     bin_packing_lower_bound,
@@ -37,7 +39,7 @@ from packplace.balance.samples import (
     SampleKey,
     SampleTable,
 )
-from packplace.errors import ConfigError, InfeasibleError
+from packplace.errors import InfeasibleError, TimeLimitError
 
 
 def worst_fit_bins(sizes: np.ndarray, num_bins: int, seq_len: int, single: bool) -> np.ndarray | None:
@@ -308,7 +310,8 @@ def smallest_local_batch_size(columns_at: Callable[[int], PackingColumns], lower
     Raises:
         InfeasibleError: no m in [1, upper] that ``rule`` allows can hold the samples (proven), among
             them no allowed m at all (``at_least`` above ``upper``, no multiple in range).
-        ConfigError: no m was found and none was proven impossible beyond ``lower``.
+        TimeLimitError: (an :class:`InfeasibleError`, exit 1, "not proven") no m was found and the exact check
+            could not decide some counts (named: its model too large, or its deterministic limit reached).
     """
     rule = LocalBatchSizeRule() if rule is None else rule
     step_of = rule.multiple_of
@@ -339,24 +342,52 @@ def smallest_local_batch_size(columns_at: Callable[[int], PackingColumns], lower
     found = first_passing(first, last, packs)
     proven = first
     packing = None
+    undecided: list[int] = []
+    counting = CountProof.of(columns)
     for k in range(first, last + 1 if found is None else found):
-        bins, decided = exact_packing(columns_at(k * step_of))
+        if counting.reason(k * step_of) is not None or n < ranks * k * step_of:
+            bins, decided = None, True  # proven by counting: no model
+        elif n * ranks * k * step_of > EXACT_MAX_BOOLEANS:
+            bins, decided = None, False  # too large a model (and larger at every later count): no columns built
+        else:
+            bins, decided = exact_packing(columns_at(k * step_of))
         if bins is not None:
             packing = bins
             found = k
             break
         if not decided:
-            break
-        proven = k + 1
+            if found is not None:
+                break  # the answer stands; the lower bound stops at the first count not decided
+            undecided.append(k * step_of)  # no answer: every count is decided or named
+        elif not undecided:
+            proven = k + 1
     if found is not None:
         return AutoLocalBatchSize(found * step_of, min(proven, found) * step_of, packing)
     what = "'auto'" if rule.is_default else f"'auto' with {rule.describe()}"
-    if proven > last:
+    if not undecided:
+        # the counting reason where it proves every count (with equal_count one reason covers them all)
+        why = counting.reason(first * step_of)
+        if any(counting.reason(k * step_of) is None for k in range(first, last + 1)):
+            why = None
         raise InfeasibleError(
             f"local_batch_size: {what}: no bins per rank in [1, {upper}] can hold all {n} samples on {ranks} "
-            f"ranks under the rules ({rules}; proven)"
+            f"ranks under the rules ({rules}; proven" + (f": {why})" if why else ")")
         )
-    raise ConfigError(
+    raise TimeLimitError(
         f"local_batch_size: {what} found no bins per rank in [{first * step_of}, {upper}] that pack all {n} "
-        f"samples on {ranks} ranks under the rules ({rules})"
+        f"samples on {ranks} ranks under the rules ({rules}); not proven: the exact check could not decide "
+        f"{_count_ranges(undecided)} (model over {EXACT_MAX_BOOLEANS:,} Booleans or its work limit reached); "
+        f"give local_batch_size a larger count, or try cpsat at one of these counts"
     )
+
+
+def _count_ranges(counts: list[int]) -> str:
+    """Ascending counts as ``m = 3, 5-9`` (runs of consecutive counts joined; at most 6 runs shown)."""
+    runs: list[list[int]] = []
+    for count in counts:
+        if runs and count == runs[-1][1] + 1:
+            runs[-1][1] = count
+        else:
+            runs.append([count, count])
+    shown = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:6]]
+    return "m = " + ", ".join(shown) + (", ..." if len(runs) > 6 else "")

@@ -175,7 +175,9 @@ class BalanceInstance:
             fewer samples than D·m, total tokens above what the bins hold, more oversized samples than
             bins, more samples than D·m·``max_samples_per_bin``, a group that needs more bins than m
             (or, under ``equal_count``, more samples than one rank holds), and no count of bins per
-            rank that packs under ``local_batch_size="auto"`` or a rule (proven).
+            rank that packs under ``local_batch_size="auto"`` or a rule (proven; its
+            :class:`~packplace.errors.TimeLimitError`, "not proven", naming the counts the exact check could
+            not decide where no count packs and not every count is proven).
     """
 
     samples: SampleTable | Sequence[Sample]

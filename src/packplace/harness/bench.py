@@ -34,7 +34,7 @@ import numpy as np
 from packplace.errors import ConfigError
 from packplace.harness.comparison import SKIPPED, CompareReport, compare
 from packplace.harness.report import fmt_number, fmt_time, table_lines
-from packplace.harness.suites import load_suite, shipped_path
+from packplace.harness.suites import find_suite, load_suite, shipped_path
 from packplace.jsontext import json_ready, json_text
 from packplace.outputs import write_atomic
 from packplace.progress import emit
@@ -509,31 +509,52 @@ def _same_file(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
+def _default_baseline_for(suite_path: Path) -> Path | None:
+    """The baseline a default suite pairs with, or None for another suite; compared as resolved paths, so the
+    current directory and the spelling (relative, absolute, through a link) do not matter.
+
+    A suite whose resolved path ends with a default suite's relative path (``benchmarks/suites/regression.yaml``)
+    lies in a checkout (or the installed data) ROOT: its baseline is ROOT's own (``ROOT/benchmarks/baseline.json``)
+    where that exists, else the default baseline (:func:`default_path`) when the suite is the default suite
+    itself. A default given as an absolute path matches that file only."""
+    resolved = suite_path.resolve()
+    for default_suite, default_baseline in DEFAULT_PAIRS:
+        if not default_suite.is_absolute() and resolved.parts[-len(default_suite.parts):] == default_suite.parts:
+            own = Path(*resolved.parts[:-len(default_suite.parts)]) / default_baseline
+            if own.is_file():
+                return own
+        shipped = default_path(default_suite)
+        if shipped.exists() and _same_file(resolved, shipped):
+            return default_path(default_baseline)
+    return None
+
+
 def bench_pairs(suite: str | Path | None = None, baseline: str | Path | None = None) -> list[tuple[Path, Path]]:
     """The (suite, baseline) pairs a bench run covers.
 
     * neither given: every pair of :data:`DEFAULT_PAIRS` (balance, then placement);
-    * only ``suite``: its default baseline if it is a default suite;
+    * only ``suite`` (a path, or a shipped suite's name as ``compare --suite`` takes it,
+      :func:`~packplace.harness.suites.find_suite`): its default baseline if it is a default suite, from any
+      current directory and however the path is spelled (:func:`_default_baseline_for`);
     * only ``baseline``: its default suite if it is a default baseline, else the suite named by the
       baseline file's ``suite_path`` (relative to the baseline's directory);
     * both: that pair.
 
     Raises:
-        ConfigError: a suite other than the defaults without a baseline, or a baseline with no suite
+        ConfigError: no such suite file or shipped suite; a suite other than the defaults without a baseline,
+            or a baseline with no suite
             to pair with (not a default one, and unreadable or without a usable ``suite_path``).
     """
     defaults = [(default_path(s), default_path(b)) for s, b in DEFAULT_PAIRS]
     if suite is None and baseline is None:
         return defaults
     if suite is not None and baseline is not None:
-        return [(Path(suite), Path(baseline))]
+        return [(find_suite(suite), Path(baseline))]
     if suite is not None:
-        suite_path = Path(suite)
-        if not suite_path.is_file():
-            raise ConfigError(f"suite: file not found: {str(suite_path)!r}")
-        for default_suite, default_baseline in defaults:
-            if default_suite.exists() and _same_file(suite_path, default_suite):
-                return [(suite_path, default_baseline)]
+        suite_path = find_suite(suite)  # a path, or a shipped suite by name (as ``compare --suite``)
+        paired = _default_baseline_for(suite_path)
+        if paired is not None:
+            return [(suite_path, paired)]
         raise ConfigError(f"baseline: required for suite {str(suite_path)!r} (only the default suites "
                           f"{', '.join(str(s) for s, _ in DEFAULT_PAIRS)} have a default baseline)")
     baseline_path = Path(baseline)
