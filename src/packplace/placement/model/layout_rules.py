@@ -1185,12 +1185,50 @@ def conform(instance, table, plan: Plan) -> Plan:
     if TRAIN not in vertices:
         return plan
     if not refusals(ctx, placed_of(instance, plan), dict(plan.staleness)):
-        return plan
+        return one_rollout_batch(instance, table, plan)
     most = openrlhf_most_stale(ctx.release) if ctx.framework == "openrlhf" else verl_most_stale(ctx)
     staleness = {m: t if most is None else min(t, most) for m, t in plan.staleness}
     fix = _Fixer(instance, table, vertices, staleness)
     fix.run(ctx)
-    return Plan.build(fix.vertices, staleness)
+    return one_rollout_batch(instance, table, Plan.build(fix.vertices, staleness))
+
+
+def one_rollout_batch(instance, table, plan: Plan) -> Plan:
+    """``plan`` with every OpenRLHF forward vertex at the one micro-rollout batch OpenRLHF runs them at.
+
+    OpenRLHF has one ``--micro_rollout_batch_size`` for every remote forward: from v0.5.0
+    ``RemoteExperienceMaker.make_experience`` calls the reference, reward and critic models once per
+    ``micro_rollout_batch_size`` Samples (``experience_maker.py``), from v0.8.0 ``async_run_method_batch("forward")``
+    per chunk (v0.11.0 ``split_rollout_samples`` by ``rollout.micro_batch_size``); before v0.5.0 the loop over
+    micro-rollout batches does the same. That batch is
+    :func:`~packplace.placement.model.framework.micro_rollout_batch_size` of the plan (the smallest forward
+    micro-batch, at most the sequences an actor rank holds), the value the emitter writes and the evaluator prices
+    a larger forward's time at (:meth:`~packplace.placement.evaluator.PlacementEvaluator.chunk_forward`). Each
+    forward planned at another micro-batch moves to its candidate at that batch (same strategy and block: the
+    same time as priced, its memory at the batch it runs); one the table has no candidate for stays (its memory,
+    charged at its planned micro-batch, covers the batch). ``plan`` itself for other frameworks, and where no
+    forward vertex sets the batch."""
+    from packplace.placement.evaluator import rollout_chunk_vertices  # the evaluator imports this module
+    from packplace.placement.model.framework import micro_rollout_batch_size
+
+    chunks = rollout_chunk_vertices(instance)
+    if chunks is None:
+        return plan
+    names = [v.name for v in instance.graph.vertices]
+    vertices = plan.by_vertex()
+    _, train, forwards = chunks
+    forward_names = [names[j] for j in forwards if names[j] in vertices]
+    if names[train] not in vertices or not forward_names:
+        return plan
+    batch = micro_rollout_batch_size(instance.workload.sequences, vertices[names[train]].strategy.dp,
+                                     (vertices[name].micro_batch for name in forward_names))
+    moved = False
+    for name in forward_names:
+        vp = vertices[name]
+        cand = None if vp.micro_batch == batch else table.lookup(name, vp.strategy, batch, vp.allocation.extent)
+        if cand is not None:
+            vertices[name], moved = cand.at(vp.allocation), True
+    return Plan.build(vertices, dict(plan.staleness)) if moved else plan
 
 
 class _Fixer:
