@@ -1185,16 +1185,19 @@ def conform(instance, table, plan: Plan) -> Plan:
     if TRAIN not in vertices:
         return plan
     if not refusals(ctx, placed_of(instance, plan), dict(plan.staleness)):
-        return one_rollout_batch(instance, table, plan)
+        return plan
     most = openrlhf_most_stale(ctx.release) if ctx.framework == "openrlhf" else verl_most_stale(ctx)
     staleness = {m: t if most is None else min(t, most) for m, t in plan.staleness}
     fix = _Fixer(instance, table, vertices, staleness)
     fix.run(ctx)
-    return one_rollout_batch(instance, table, Plan.build(fix.vertices, staleness))
+    return Plan.build(fix.vertices, staleness)
 
 
 def one_rollout_batch(instance, table, plan: Plan) -> Plan:
-    """``plan`` with every OpenRLHF forward vertex at the one micro-rollout batch OpenRLHF runs them at.
+    """``plan`` with every OpenRLHF forward vertex at the one micro-rollout batch OpenRLHF runs them at: the
+    searches' answer as :func:`~packplace.placement.api.solve_placement` returns it (not a move inside a search:
+    there it would pin every forward to the smallest, and a climb raising one forward's micro-batch, which raises the
+    batch where the others are larger, could never be taken).
 
     OpenRLHF has one ``--micro_rollout_batch_size`` for every remote forward: from v0.5.0
     ``RemoteExperienceMaker.make_experience`` calls the reference, reward and critic models once per
