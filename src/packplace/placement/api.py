@@ -26,7 +26,7 @@ from typing import Any
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.batch_limits import batch_note
 from packplace.placement.candidates import CandidateTable, Shortfall, TableBuildTimeout
-from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
 from packplace.placement.fit_hints import hinting, with_hints
 from packplace.placement.model.layout_rules import one_rollout_batch
 from packplace.placement.problem.config import PlacementInstance
@@ -152,7 +152,7 @@ def solve_placement(
     return result
 
 
-def _one_rollout_batch(evaluator, plan: Plan) -> Plan:
+def _one_rollout_batch(evaluator: PlacementEvaluator, plan: Plan) -> Plan:
     """The answer with every OpenRLHF forward at the one micro-rollout batch it runs at
     (:func:`~packplace.placement.model.layout_rules.one_rollout_batch`: each forward's candidate at that batch, the
     time the evaluator priced, the memory of the batch it runs), where that plan scores feasible and no slower
