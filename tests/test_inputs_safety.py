@@ -107,3 +107,17 @@ def test_a_regular_copy_still_loads(tmp_path):
     config = tmp_path / "c.yaml"
     shutil.copy(BALANCE, config)
     assert yamlio.load_yaml(config)["seq_len"] == 100
+
+
+def test_a_yaml_syntax_error_names_its_line_and_column():
+    # line 4 " d: 3" is indented one space, under the block mapping that starts at line 1, column 1: PyYAML's
+    # marks are 0-based (line 3, column 1 for the "d"), printed 1-based
+    text = "a: 1\nb:\n  c: 2\n d: 3\n"
+    with pytest.raises(ConfigError) as err:
+        yamlio.loads_yaml(text, "c.yaml")
+    assert str(err.value) == ("c.yaml: invalid YAML: while parsing a block mapping (line 1, column 1): "
+                              "did not find expected key (line 4, column 2)")
+    # an unclosed flow sequence: opened at line 1, column 11 ("[" after "hardware: "), the end found at line 2
+    with pytest.raises(ConfigError, match=r"while parsing a flow sequence \(line 1, column 11\): did not find "
+                                          r"expected ',' or '\]' \(line 2, column 1\)"):
+        yamlio.loads_yaml("hardware: [1, 2\n")

@@ -33,6 +33,7 @@ from packplace.result import FEASIBLE, Proposal
 from packplace.run import Run
 from packplace.solvers.placement._common import repair_memory, synchronous_only
 from packplace.solvers.placement._tilings import partitions
+from packplace.solvers.placement.greedy import layout_name
 from packplace.solvers.placement.greedy import search as greedy_search
 
 #: Best partitions per phase kept for assembling and stepping down.
@@ -157,6 +158,21 @@ def partition_search(instance, run: Run) -> tuple[Plan | None, float, int, list[
     return best_plan, best_time, evaluations, log, cut
 
 
+#: Most significant digits :func:`distinct_seconds` prints a step time with.
+SECONDS_DIGITS = 12
+
+
+def distinct_seconds(a: float, b: float) -> tuple[str, str]:
+    """Two step times (seconds) for a message, at the fewest significant digits from 4 up to
+    :data:`SECONDS_DIGITS` at which they print differently (``72.0594`` and ``72.0606`` print ``72.06`` at 4,
+    ``72.059`` and ``72.061`` at 5); equal strings where they agree to that many digits."""
+    for digits in range(4, SECONDS_DIGITS + 1):
+        x, y = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if x != y:
+            break
+    return x, y
+
+
 def _solve(instance, run: Run) -> Proposal:
     """:func:`solve`'s search."""
     ev = run.evaluator
@@ -174,7 +190,8 @@ def _solve(instance, run: Run) -> Proposal:
     if best_plan is None:
         if base.solution is None:
             return base
-        what = {"colocated": "fell back to colocation", "split": "fell back to greedy's split layout",
+        what = {"colocated": "fell back to colocation",
+                "split": f"fell back to greedy's {layout_name(base.solution, c)} layout",
                 "climbed colocated": "fell back to colocation, climbed back to faster candidates",
                 "disjoint": "fell back to one block per model, disjoint"}[base.info["layout"]]
         message = (f"no phase partition of the {c.num_gpus} GPUs gave a plan (none fits in memory, none has a "
@@ -183,8 +200,11 @@ def _solve(instance, run: Run) -> Proposal:
         return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
                         hit_time_limit=cut, info={"fallback": base.info["layout"]})
     if base_time < best_time:
-        message = (f"greedy's {base.info['layout']} plan is faster ({base_time:.4g} s vs {best_time:.4g} s for the "
-                   f"best partition); returned it ({base.message}){own_cut}")
+        kind = layout_name(base.solution, c) if base.info["layout"] == "split" else base.info["layout"]
+        ours, theirs = distinct_seconds(base_time, best_time)
+        faster = (f"is faster ({ours} s vs {theirs} s for the best partition)" if ours != theirs else
+                  f"is as fast as the best partition ({ours} s, equal to {SECONDS_DIGITS} significant digits)")
+        message = f"greedy's {kind} plan {faster}; returned it ({base.message}){own_cut}"
         return Proposal(base.solution, FEASIBLE, message=message, log=log, iterations=evaluations,
                         hit_time_limit=cut, info={"fallback": "greedy-faster", "partition_s": best_time})
     whole_gpus = whole.num_gpus

@@ -756,7 +756,35 @@ def _split_winner(plan: Plan, cluster, colocated_fits: bool) -> str:
         than = "beats the first colocated plan" if colocated_fits else "fits where the first colocated plan did not"
         return f"colocated plan with other per-vertex settings (every vertex on {gpus}, from the split-layout " \
                f"search) {than}"
-    return f"split layout ({_describe(plan, cluster)}) {'beats the colocated plan' if colocated_fits else 'fits'}"
+    kind = layout_name(plan, cluster)
+    blocks = _describe(plan, cluster) if kind == "split" else _describe_grouped(plan, cluster)
+    return f"{kind} layout ({blocks}) {'beats the colocated plan' if colocated_fits else 'fits'}"
+
+
+def layout_name(plan: Plan, cluster) -> str:
+    """What ``plan``'s blocks make it, for the messages: ``colocated`` (every vertex on the same GPUs), ``split``
+    (no GPU holds both a generation and a training vertex: the generation | training split the family is named
+    after), else ``partly colocated`` (generation and training share GPUs, some other vertex sits elsewhere). A
+    vertex's kind is its name's suffix (``name = f"{model}.{kind}"``,
+    :class:`~packplace.placement.problem.graph.Vertex`)."""
+    gpus: dict[str, set[int]] = {"generate": set(), "train": set()}
+    ranges = set()
+    for name, vp in plan.vertices:
+        lo, hi = vp.allocation.gpu_range(cluster)
+        ranges.add((lo, hi))
+        gpus.get(name.rsplit(".", 1)[-1], set()).update(range(lo, hi))
+    if len(ranges) == 1:
+        return "colocated"
+    return "partly colocated" if gpus["generate"] & gpus["train"] else "split"
+
+
+def _describe_grouped(plan: Plan, cluster) -> str:
+    """The vertices grouped by block, in order of first appearance: ``a, b on GPUs 0-7; c on GPUs 0-3``."""
+    groups: dict[tuple[int, int], list[str]] = {}
+    for name, vp in plan.vertices:
+        groups.setdefault(vp.allocation.gpu_range(cluster), []).append(name)
+    return "; ".join(f"{', '.join(names)} on " + (f"GPU {lo}" if hi - lo == 1 else f"GPUs {lo}-{hi - 1}")
+                     for (lo, hi), names in groups.items())
 
 
 @register("placement", "greedy")

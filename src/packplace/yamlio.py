@@ -279,12 +279,30 @@ def _parse(text: str, source: str) -> Any:
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 1})" if mark is not None else ""
             raise ConfigError(f"{source}: invalid YAML: nested more than {MAX_DEPTH} levels deep{where}") from None
-        lines = [line for line in str(exc).splitlines() if line.strip()]
-        detail = next((line for line in lines if "duplicate key" in line), lines[0] if lines else "")
-        detail = detail.strip()
-        if len(detail) > 200:
-            detail = detail[:200] + "..."
-        raise ConfigError(f"{source}: invalid YAML: {detail}") from None
+        raise ConfigError(f"{source}: invalid YAML: {_yaml_error_detail(exc)}") from None
+
+
+def _yaml_error_detail(exc: yaml.YAMLError) -> str:
+    """One line for a PyYAML error, with where it is: what the parser was inside and where that began, then the
+    problem at its line and column (a :class:`yaml.MarkedYAMLError`'s ``context``/``context_mark`` and
+    ``problem``/``problem_mark``, 0-based marks printed 1-based, as PyYAML's own text prints them), e.g.
+    ``while parsing a block mapping (line 1, column 1): did not find expected key (line 4, column 2)``. A
+    duplicate key (this module's constructor) names its own line. Other errors: their first non-empty line.
+    At most 200 characters (then ``...``)."""
+    def at(text: str | None, mark) -> str:
+        return f"{text} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else str(text)
+
+    problem, context = getattr(exc, "problem", None), getattr(exc, "context", None)
+    if problem and "duplicate key" in problem:
+        detail = problem
+    elif problem:
+        detail = at(problem, getattr(exc, "problem_mark", None))
+        if context:
+            detail = at(context, getattr(exc, "context_mark", None)) + ": " + detail
+    else:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        detail = lines[0] if lines else type(exc).__name__
+    return detail[:200] + "..." if len(detail) > 200 else detail
 
 
 def read_regular_text(path: str | Path, what: str = "config", limit: int | None = None) -> str:

@@ -346,11 +346,14 @@ def test_an_openrlhf_search_keeps_to_layouts_openrlhf_runs():
     table = get_table(instance)
     for name, cands in table.all.items():
         assert cands and all(c.strategy.pp == 1 for c in cands), name   # DeepSpeed and vLLM: no pipeline
-        if name in ("reference.infer", "reward.infer"):   # reference / reward forwards: data-parallel only
-            assert all(c.strategy.tp == 1 for c in cands), name
-    assert any(c.strategy.tp > 1 for c in table.all["actor.train"])   # DeepSpeed AutoTP stays
+    # DeepSpeed AutoTP for the trained models, and the reference and reward forwards at their degree
+    # (_ds_init_eval_model: tp_model_init at --ds.tensor_parallel_size)
+    for name in ("actor.train", "reference.infer", "reward.infer"):
+        assert any(c.strategy.tp > 1 for c in table.all[name]), name
     plan = api.solve_placement(instance, "concurrent", seed=0).solution
-    assert not [r for r in emit(instance, plan, "openrlhf").refusals if "pipeline" in r or "data-parallel" in r]
+    tps = {name: vp.strategy.tp for name, vp in plan.vertices}
+    assert tps["reference.infer"] == tps["reward.infer"] == tps["critic.train"] == tps["actor.train"]
+    assert not [r for r in emit(instance, plan, "openrlhf").refusals if "pipeline" in r or "tensor-parallel" in r]
 
 
 def test_optimizer_steps_split_the_step_into_global_batches_in_every_framework():

@@ -34,7 +34,12 @@ def test_a_trainer_priced_as_place_defaults_to_its_own_sharding(kwargs, default)
         assert e.memory["optimizer"] == pytest.approx(adam * P_1_5B / 4, rel=1e-9)
         if default == "zero3":   # the quarter of the fp32 weights and the gathered bf16 units: below a replica's
             assert 4.0 * P_1_5B / 4 < e.memory["weights"] < 2.0 * P_1_5B
-    assert e.memory == estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, sharding=default, **kwargs).memory
+    # the same layout given: the same memory (at the same recompute: verl's zero3 given under auto is its FSDP
+    # workers, whose unset recompute is full, framework.trainer_recompute; unset, the plan's backend: selective)
+    given = estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, sharding=default, **kwargs)
+    assert given.inputs["recompute"] == ("full" if kwargs == {"framework": "verl"} else e.inputs["recompute"])
+    assert e.memory == estimate("qwen2.5-1.5b", "h100-sxm", "train", dp=4, sharding=default,
+                                recompute=e.inputs["recompute"], **kwargs).memory
 
 
 @pytest.mark.parametrize("framework", ["nemo-rl", "verl"])

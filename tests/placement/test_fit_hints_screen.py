@@ -63,11 +63,13 @@ def test_the_screen_skips_only_settings_whose_table_has_a_task_without_a_fit(unh
     hints, _, _ = _report(inst, 10)
     assert hints   # the settings that fit: LoRA among them (one_node_70b above: the same hints without the screen)
     # only the four settings that plan are priced (and the config's own table, for the hints' cost figures); the
-    # other four, screened out, would have priced a table in which some task has no feasible candidate
+    # other five (full recompute among them), screened out, would have priced a table in which some task has no
+    # feasible candidate
     assert len([v for v in priced if v is not inst]) == 4
     screened = [label for label, training, policy in SETTINGS
                 if (v := _variant(inst, training, policy)) is not None and not may_fit(v)]
-    assert len(screened) == 4 and not any(label in line for label in screened for line in hints)
+    assert len(screened) == 5 and not any(label in line for label in screened for line in hints)
+    assert "training: {recompute: full}" in screened
     for label, training, policy in SETTINGS:
         variant = _variant(inst, training, policy)
         if label in screened:

@@ -97,13 +97,24 @@ def test_a_plan_searched_for_a_framework_emits_no_refusal_and_only_known_keys(co
         assert emitted.config == backend
 
 
-def test_the_70b_ppo_that_does_not_fit_for_openrlhf_names_zero3_and_fits_with_it():
+def test_the_70b_ppo_that_does_not_fit_for_openrlhf_0_7_3_names_zero3_and_fits_with_it():
+    # OpenRLHF 0.7.3 runs every DeepSpeed model at tp 1 (no --ds_tensor_parallel_size): the 70B trainer under ZeRO-2
+    # does not fit on 141 GB H200s, ZeRO-3 does. The current release shards the trainers and, with them, the
+    # reference and reward models (_ds_init_eval_model at --ds.tensor_parallel_size): it fits as configured.
     config = ROOT / "configs" / "placement" / "ppo_llama3.1-70b_2x4x8xh200.yaml"
-    with pytest.raises(InfeasibleError, match=r"reference\.infer needs .*fits with training: \{sharding: zero3\}"):
-        api.solve_placement(planned_for(config, "openrlhf"), "greedy", time_limit_s=20, seed=0)
-    instance = planned_for(config, "openrlhf", sharding="zero3")
-    result = api.solve_placement(instance, "greedy", time_limit_s=20, seed=0)
-    assert emit(instance, result.solution, "openrlhf").refusals == []
+
+    def at_0_7_3(**training):
+        raw = load_yaml(config)
+        raw["policy"] = dict(_policy(raw, "openrlhf"), trainer_backend="auto", framework_version="0.7.3")
+        if training:
+            raw["training"] = training
+        return build_instance(raw, source=str(config))
+
+    with pytest.raises(InfeasibleError, match=r"actor\.train needs .*fits with training: \{sharding: zero3\}"):
+        api.solve_placement(at_0_7_3(), "greedy", time_limit_s=20, seed=0)
+    for instance in (at_0_7_3(sharding="zero3"), planned_for(config, "openrlhf")):
+        result = api.solve_placement(instance, "greedy", time_limit_s=20, seed=0)
+        assert emit(instance, result.solution, "openrlhf").refusals == []
 
 
 def test_verl_picks_fsdp_for_a_plan_without_model_parallelism_and_megatron_otherwise():

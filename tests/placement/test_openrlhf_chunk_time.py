@@ -144,3 +144,49 @@ def test_a_forward_planned_above_the_chunk_runs_at_it(version):
             own = vertex_parts(instance, ev.cost, "reference.infer", vp.strategy, batch, vp.allocation.extent)
             assert sum(own.values()) != pytest.approx(sum(at.values()))    # the planned batch would differ
         assert 0.0 <= ev.lower_bound() <= score.step_time
+
+
+@pytest.mark.parametrize("version", ["0.5.0", "0.11.0"])
+def test_the_answer_plans_every_forward_at_the_one_micro_rollout_batch(version):
+    """OpenRLHF runs every forward at one --micro_rollout_batch_size: a plan with the reference and reward at 64 and
+    the critic's forward at 16 conforms to all three at 16 (min(64, 64, 16, 1,024 // 4 = 256 a rank holds)), each
+    on its candidate there (same strategy and block): the same step time as priced, and each moved forward's memory
+    at the batch it runs (below the 64 it was charged at)."""
+    from packplace.placement.evaluator import get_evaluator
+    from packplace.placement.model.layout_rules import conform, one_rollout_batch
+
+    instance, plan = _setup(version, forward_batch=64)
+    ev = get_evaluator(instance)   # the search's whole table, not the file's plan alone
+    table = ev.table
+    before = ev.score(plan)
+    fixed = one_rollout_batch(instance, table, plan)
+    assert {name: fixed.by_vertex()[name].micro_batch for name in FORWARDS} == dict.fromkeys(FORWARDS, 16)
+    assert conform(instance, table, plan) is plan   # not a move inside the searches: their answer's finish
+    after = ev.score(fixed)
+    assert after.feasible and after.step_time == pytest.approx(before.step_time, rel=1e-12)
+    for name in ("reference.infer", "reward.infer"):
+        vp, was = fixed.by_vertex()[name], plan.by_vertex()[name]
+        at16 = table.lookup(name, vp.strategy, 16, vp.allocation.extent)
+        at64 = table.lookup(name, was.strategy, 64, was.allocation.extent)
+        assert vp.allocation == was.allocation and vp.strategy == was.strategy
+        assert at16.memory_bytes < at64.memory_bytes
+    assert one_rollout_batch(instance, table, fixed) is fixed   # already one batch: unchanged
+
+
+def test_a_searched_openrlhf_plan_has_one_forward_micro_batch():
+    """The shipped GRPO config (Qwen2.5-7B, Qwen2.5-1.5B reward model, 2 x 8 H100) planned for OpenRLHF 0.11.0: the
+    search's plan had the reference at micro-batch 2 and the reward model at 8, both priced at 2; the answer has
+    both at 2 = min(2, 8, 1,024 sequences // 8 actor ranks), the emitted --rollout.micro_batch_size, with no note."""
+    from packplace.placement import api
+    from packplace.placement.problem.config import build_instance, load_yaml
+
+    raw = load_yaml("configs/placement/grpo_qwen2.5-7b_2x8xh100.yaml")
+    raw["policy"] = {**raw["policy"], "framework": "openrlhf", "framework_version": "0.11.0"}
+    instance = build_instance(raw)
+    result = api.solve_placement(instance, "concurrent", seed=0)
+    plan = result.solution.by_vertex()
+    emitted = emit(instance, result.solution, "openrlhf")
+    batch = emitted.settings["--rollout.micro_batch_size"]
+    assert {plan[name].micro_batch for name in ("reference.infer", "reward.infer")} == {batch}
+    assert batch == min(batch, instance.workload.sequences // plan["actor.train"].strategy.dp)
+    assert not any("rollout.micro_batch_size" in line for line in emitted.notes)

@@ -29,10 +29,12 @@ from packplace.placement.model.layout_rules import (
     OPENRLHF_ASYNC_QUEUE,
     OPENRLHF_DS_TENSOR_PARALLEL,
     REFERENCE,
+    REWARD,
     TRAIN,
     Context,
     Placed,
     conform,
+    forward_tp_refusals,
     openrlhf_most_stale,
     placed_of,
     plan_refusals,
@@ -72,7 +74,8 @@ def test_the_emitter_and_the_rules_share_the_release_numbers():
     assert FLAT_SINCE["--async_queue_size"] is OPENRLHF_ASYNC_QUEUE == (0, 9, 1)
 
 
-@pytest.mark.parametrize("name, kind", [(TRAIN, "train"), (CRITIC_TRAIN, "train"), (CRITIC_INFER, "infer")])
+@pytest.mark.parametrize("name, kind", [(TRAIN, "train"), (CRITIC_TRAIN, "train"), (CRITIC_INFER, "infer"),
+                                        (REFERENCE, "infer"), (REWARD, "infer")])
 def test_deepspeed_tensor_parallelism_from_0_7_4(name, kind):
     tp8 = Strategy(4, 1, 8, 1)
     for version in ("0.2.7", "0.6.0", "0.7.3"):
@@ -85,7 +88,8 @@ def test_deepspeed_tensor_parallelism_from_0_7_4(name, kind):
     assert strategy_refusal(ctx("0.2.7"), GENERATE, "generate", tp8) is None
 
 
-@pytest.mark.parametrize("name, kind", [(TRAIN, "train"), (CRITIC_TRAIN, "train"), (CRITIC_INFER, "infer")])
+@pytest.mark.parametrize("name, kind", [(TRAIN, "train"), (CRITIC_TRAIN, "train"), (CRITIC_INFER, "infer"),
+                                        (REFERENCE, "infer"), (REWARD, "infer")])
 def test_deepspeed_tensor_parallelism_runs_with_zero_stage_2_at_most(name, kind):
     # DeepSpeed's AutoTP asserts zero_optimization_stage() <= 2 (runtime/engine.py, v0.16.7): a trained model's
     # tensor parallelism is refused under zero3 at every release that has it, allowed under zero2
@@ -203,3 +207,67 @@ def test_asynchronous_with_every_deepspeed_model_on_the_same_gpus_emits_colocate
     assert "--vllm_enable_sleep" not in emitted.settings
     # synchronous, the same DeepSpeed sharing without the engines is no OpenRLHF layout
     assert any("OpenRLHF colocates only" in line for line in plan_refusals(newer, Plan.build(together)))
+
+
+BAD1 = """
+hardware: {preset: h100-sxm, nodes_per_rack: 1}
+models:
+  actor: {num_hidden_layers: 28, hidden_size: 3584, intermediate_size: 18944, vocab_size: 152064,
+          num_key_value_heads: 4}
+  reward: rule
+workload: {batch_size: 100, samples_per_prompt: 7, context_length: 512, generation_length: 1024}
+policy: {algorithm: grpo, framework: openrlhf, framework_version: "0.8.0"}
+"""
+
+
+def test_the_reference_and_reward_forwards_run_at_the_trainers_ds_tensor_parallel_size():
+    """OpenRLHF builds the reference and reward models with the trainer's DeepspeedStrategy (_ds_init_eval_model:
+    tp_model_init(tp_size=ds_tensor_parallel_size)), their groups duplicate_actors=ds_tensor_parallel_size: a
+    reference at tp 1 beside an actor trained at tp 4 is refused, at tp 4 it is kept; the reward model likewise
+    where the step has one (a rule reward has no group), and pipeline parallelism stays refused."""
+    tasks = {TRAIN: Placed(TRAIN, Strategy(1, 1, 4, 1), 0, 4, 8),
+             REFERENCE: Placed(REFERENCE, Strategy(4, 1, 1, 1), 0, 4, 8),
+             REWARD: Placed(REWARD, Strategy(2, 1, 2, 1), 4, 8, 8)}
+    out = forward_tp_refusals(ctx("0.8.0"), tasks)
+    assert [line.split(":")[0] for line in out] == [
+        "reference.infer (dp=4, pp=1, tp=1) and actor.train (dp=1, pp=1, tp=4)",
+        "reward.infer (dp=2, pp=1, tp=2) and actor.train (dp=1, pp=1, tp=4)"]
+    assert all(line in refusals(ctx("0.8.0"), tasks, {}) for line in out)
+    rule_reward = Context("openrlhf", "grpo", {"actor": TrainingOptions()}, False, release=table_release("0.8.0"))
+    assert len(forward_tp_refusals(rule_reward, tasks)) == 1    # the reference alone
+    kept = {**tasks, REFERENCE: Placed(REFERENCE, Strategy(1, 1, 4, 1), 0, 4, 8),
+            REWARD: Placed(REWARD, Strategy(1, 1, 4, 1), 4, 8, 8)}
+    assert forward_tp_refusals(ctx("0.8.0"), kept) == []
+    assert strategy_refusal(ctx("0.8.0"), REFERENCE, "infer", Strategy(1, 2, 2, 1)) is not None   # no pipeline
+
+
+def test_a_reference_off_the_trainers_degree_is_conformed_and_priced_at_it():
+    """The reviewer's plan on Qwen2.5-7B (7,615,487,488 parameters: 2 x 152,064 x 3,584 embeddings and head, 28
+    layers of 2 x 3,584^2 + 2 x 3,584 x 512 attention, 3 x 3,584 x 18,944 MLP and 2 x 3,584 norms, plus the final
+    norm) on one H100 node: actor.train at (1,1,4) on GPUs 0-3 with the reference at (4,1,1) there is refused;
+    conform moves the reference to tp 4 on the same GPUs, where its resident weights are a quarter of the bf16
+    model (7,615,487,488 x 2 B / 4 = 3,807,743,744 B, against 15,230,974,976 B at tp 1), and the plan fits."""
+    from packplace.placement.evaluator import get_evaluator
+    from packplace.placement.problem.plan import Allocation, Plan
+    from packplace.yamlio import loads_yaml
+
+    inst = build_instance(loads_yaml(BAD1))
+    ev = get_evaluator(inst)
+    t = ev.table
+    low, high = Allocation((0, 0, 0), (1, 1, 4)), Allocation((0, 0, 4), (1, 1, 4))
+    ref = t.lookup(REFERENCE, Strategy(4, 1, 1, 1), 7, (1, 1, 4))
+    plan = Plan.build({GENERATE: t.lookup(GENERATE, Strategy(4, 1, 1, 1), 175, (1, 1, 4)).at(high),
+                       TRAIN: t.lookup(TRAIN, Strategy(1, 1, 4, 1), 7, (1, 1, 4)).at(low), REFERENCE: ref.at(low)})
+    assert ref.resident_bytes == 15_230_974_976
+    assert any("--ds.tensor_parallel_size 4" in line for line in plan_refusals(inst, plan))
+    assert not ev.score(plan).feasible
+    fixed = conform(inst, t, plan).by_vertex()
+    assert fixed[REFERENCE].strategy == Strategy(1, 1, 4, 1) and fixed[REFERENCE].allocation == low
+    moved = t.lookup(REFERENCE, fixed[REFERENCE].strategy, fixed[REFERENCE].micro_batch, (1, 1, 4))
+    assert moved.resident_bytes == 7_615_487_488 * 2 // 4 == 3_807_743_744
+    assert ev.score(Plan.build(fixed)).feasible
+    # every search keeps the rule: the reference at the trainer's degree, the emitted command without a refusal
+    for solver in ("greedy", "concurrent"):
+        found = api.solve_placement(inst, solver, seed=0).solution.by_vertex()
+        assert found[REFERENCE].strategy.tp == found[TRAIN].strategy.tp, solver
+        assert emit(inst, Plan.build(found), "openrlhf").refusals == [], solver

@@ -23,7 +23,7 @@ from packplace.placement.problem.config import build_instance, load_config
 from packplace.placement.problem.hardware import Cluster
 from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexPlan
 from packplace.run import Run
-from packplace.solvers.placement import greedy
+from packplace.solvers.placement import concurrent, greedy
 from packplace.solvers.placement._common import assemble_for, colocated_plan, disjoint_plan, repair_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -378,3 +378,39 @@ def test_greedy_names_trades_as_trades():
     assert greedy._improved(before, before, {"climbs": 1, "trades": 2}) == (
         "0 vertices changed candidates (2 trades: a vertex on a faster candidate, others stepped down in memory "
         "to make room; 1 single climb back to faster candidates)")
+
+
+def test_a_split_search_winner_sharing_gpus_between_generation_and_training_is_partly_colocated():
+    """Generation and training on GPUs 0-7 with the reward on 0-3 and the critic's values on 4-7 is no
+    generation | training split: the message calls it partly colocated and groups the vertices by block."""
+    cluster = Cluster(1, 1, 8)
+
+    def vertex(first, gpus):
+        return VertexPlan(Strategy(gpus, 1, 1, 1), 1, Allocation((0, 0, first), (1, 1, gpus)))
+
+    plan = Plan.build({"actor.generate": vertex(0, 8), "actor.train": vertex(0, 8), "reward.infer": vertex(0, 4),
+                       "critic.infer": vertex(4, 4)})
+    assert greedy.layout_name(plan, cluster) == "partly colocated"
+    assert greedy._split_winner(plan, cluster, True) == (
+        "partly colocated layout (actor.generate, actor.train on GPUs 0-7; critic.infer on GPUs 4-7; reward.infer on "
+        "GPUs 0-3) beats the colocated plan")
+    # generation on 0-3 beside training on 0-7 shares GPUs 0-3: partly colocated too; apart, a split
+    overlap = Plan.build({"actor.generate": vertex(0, 4), "actor.train": vertex(0, 8)})
+    assert greedy.layout_name(overlap, cluster) == "partly colocated"
+    apart = Plan.build({"actor.generate": vertex(0, 4), "actor.train": vertex(4, 4), "reward.infer": vertex(0, 8)})
+    assert greedy.layout_name(apart, cluster) == "split"
+    same = Plan.build({"actor.generate": vertex(0, 8), "actor.train": vertex(0, 8)})
+    assert greedy.layout_name(same, cluster) == "colocated"
+
+
+def test_concurrent_prints_step_times_to_the_digits_that_tell_them_apart():
+    assert concurrent.distinct_seconds(72.0593678, 72.0605685) == ("72.059", "72.061")   # 72.06 both at 4 digits
+    assert concurrent.distinct_seconds(71.2832, 111.7) == ("71.28", "111.7")
+    assert concurrent.distinct_seconds(1.0, 1.0 + 1e-14) == ("1", "1")   # equal to 12 significant digits
+    # the published DeepSpeed-Chat OPT-13B config: greedy's plan (72.0594 s) against the best partition (72.0606 s)
+    inst = load_config(os.path.join(ROOT, "configs", "placement", "published",
+                                    "ppo_deepspeed-chat_opt13b_1x8xa100.yaml"))
+    result = packplace.place(inst, "concurrent")
+    assert result.message.startswith("greedy's partly colocated plan is faster (72.059 s vs 72.061 s for the best "
+                                     "partition); returned it (partly colocated layout (actor.generate, actor.train, "
+                                     "critic.train, reference.infer on GPUs 0-7; ")

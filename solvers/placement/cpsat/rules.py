@@ -8,7 +8,9 @@ For an OpenRLHF PPO/GRPO step the models encode the rules of ``_openrlhf`` in
 is stale (the periodic model's staleness Booleans; the synchronous model's step is not):
 
 * the critic's value forward runs on the critic trainer's block with its strategy (one critic actor group);
-* the critic trains at the actor trainer's tensor-parallel degree (one ``--ds.tensor_parallel_size``);
+* the critic trains, and the reference and reward model run their forwards, at the actor trainer's tensor-parallel
+  degree (one ``--ds.tensor_parallel_size`` for every DeepSpeed model:
+  :func:`~packplace.placement.model.layout_rules.forward_tp_refusals`; DPO's reference too);
 * two OpenRLHF groups (actor, vLLM, reference, reward model, critic: :data:`OPENRLHF_GROUPS`) share no GPU unless
   they are an allowed pair (:data:`OPENRLHF_SHARED`) on the same block, or every group runs on the same block
   where the release colocates everything (:data:`OPENRLHF_COLOCATE_ALL`, or no release named);
@@ -67,6 +69,7 @@ from packplace.placement.model.layout_rules import (
     Placed,
     megatron_pool_followers,
     openrlhf_sizes,
+    openrlhf_tp_forwards,
     reward_forward_worker,
     trainer_backend,
 )
@@ -102,6 +105,8 @@ def rule_key(ctx: Context | None, name: str, cand) -> Any:
         return cand.strategy.tp
     if _sized(ctx) and name in (GENERATE, REFERENCE, REWARD):   # the engines' count, the groups' world sizes
         return cand.strategy
+    if name in openrlhf_tp_forwards(ctx):   # at the trainer's --ds.tensor_parallel_size
+        return cand.strategy.tp
     return None
 
 
@@ -127,6 +132,13 @@ def add_layout_rules(m: Any, ctx: Context | None, tables, loc, stale: dict[str, 
         (_add_verl_rules if ctx.framework == "verl" else _add_nemo_rl_rules)(m, ctx, index, loc, actor)
         return
     train = index[TRAIN]
+
+    def tp(o) -> int:
+        return int(o.cand.strategy.tp)
+
+    for name in openrlhf_tp_forwards(ctx):
+        if name in index:
+            _same_key(m, loc.where(index[name], tp), loc.where(train, tp))
     if ctx.algorithm == "dpo":
         if REFERENCE in index:
             _same_key(m, loc.block_of[index[REFERENCE]], loc.block_of[train])
@@ -137,9 +149,6 @@ def add_layout_rules(m: Any, ctx: Context | None, tables, loc, stale: dict[str, 
 
         _same_key(m, loc.where(index[CRITIC_INFER], placed), loc.where(index[CRITIC_TRAIN], placed))
     if CRITIC_TRAIN in index:
-        def tp(o) -> int:
-            return int(o.cand.strategy.tp)
-
         _same_key(m, loc.where(index[CRITIC_TRAIN], tp), loc.where(train, tp))
     _add_size_rules(m, ctx, index, loc)
     _add_sharing_rules(m, ctx, index, loc, None if stale is None else stale_literal(m, stale))

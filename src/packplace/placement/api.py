@@ -26,10 +26,12 @@ from typing import Any
 from packplace.errors import ConfigError, InfeasibleError
 from packplace.placement.batch_limits import batch_note
 from packplace.placement.candidates import CandidateTable, Shortfall, TableBuildTimeout
-from packplace.placement.evaluator import get_evaluator, get_table
+from packplace.placement.evaluator import PlacementEvaluator, get_evaluator, get_table
 from packplace.placement.fit_hints import hinting, padding_hint, with_hints
+from packplace.placement.model.layout_rules import one_rollout_batch
 from packplace.placement.problem.config import PlacementInstance
 from packplace.placement.problem.hardware import Cluster
+from packplace.placement.problem.plan import Plan
 from packplace.placement.whole_plan import PlacementCheck, colocation_shortfall, shared_gpu_shortfall
 from packplace.registry import get
 from packplace.result import UNKNOWN, SolveResult
@@ -123,6 +125,7 @@ def solve_placement(
     result = solve_with(
         problem="placement", instance=instance, solver=solver, evaluator=evaluator,
         time_limit_s=time_limit_s, seed=seed, params=params, analytic_bound=bound, run=run,
+        normalize=lambda plan: _one_rollout_batch(evaluator, plan),
     )
     result.params["time_limit_s"] = time_limit_s
     result.info["table_build_s"] = build_s
@@ -147,6 +150,18 @@ def solve_placement(
         result.hit_time_limit = result.hit_time_limit or passed(deadline)  # the hints used up the limit
     result.wall_s = clock() - started
     return result
+
+
+def _one_rollout_batch(evaluator: PlacementEvaluator, plan: Plan) -> Plan:
+    """The answer with every OpenRLHF forward at the one micro-rollout batch it runs at
+    (:func:`~packplace.placement.model.layout_rules.one_rollout_batch`: each forward's candidate at that batch, the
+    time the evaluator priced, the memory of the batch it runs), where that plan scores feasible and no slower
+    (it always should: the same times, no more memory); ``plan`` itself otherwise and for other frameworks."""
+    out = one_rollout_batch(evaluator.instance, evaluator.table, plan)
+    if out is plan:
+        return plan
+    before, after = evaluator.score(plan), evaluator.score(out)
+    return out if after.feasible and (not before.feasible or after.step_time <= before.step_time) else plan
 
 
 #: What a placement backend does even with no time left, past the deadline if need be (docs/solvers.md):

@@ -2,7 +2,8 @@
 
 When no plan fits (a task fits on no block of the cluster, or no solver finds a plan), :func:`fit_hints`
 re-evaluates the instance (within :data:`HINTS_BUDGET_S` seconds in all) with each memory-saving setting of
-:data:`SETTINGS` applied to every trained model: ZeRO-3 sharding (``training: {sharding: zero3}``), host
+:data:`SETTINGS` applied to every trained model: full activation recomputation (``training: {recompute: full}``:
+every layer's input kept, the layer recomputed in the backward), ZeRO-3 sharding (``training: {sharding: zero3}``), host
 offload of the optimizer state or of the parameters too, the inference-only models' weights in host memory
 (``policy.inference_offload``), verl's / NeMo RL's Megatron trainer backend (more tensor and pipeline
 parallelism than FSDP allows there), or LoRA adapters. Each setting that fits is planned with the
@@ -49,6 +50,7 @@ from packplace.run import clock
 
 #: Settings tried, in order: ``(label, training overrides for every trained model, policy overrides)``.
 SETTINGS: tuple[tuple[str, dict[str, Any], dict[str, Any]], ...] = (
+    ("training: {recompute: full}", {"recompute": "full"}, {}),
     ("training: {sharding: zero3}", {"sharding": "zero3"}, {}),
     ("training: {offload: optimizer}", {"offload": "optimizer"}, {}),
     ("training: {sharding: zero3, offload: optimizer}", {"sharding": "zero3", "offload": "optimizer"}, {}),
@@ -238,8 +240,8 @@ def with_hints(message: str, instance, *, deadline: float | None = None) -> str:
         return f"{message}; {not_all}"
     packed = getattr(instance, "sequence_packing", None) is not None
     total = len(SETTINGS) + packed
-    tried = (f"no memory-saving setting tried ({total}: zero3, offload, host-held inference weights, the Megatron "
-             f"trainer backend, LoRA{', smaller sequence packs' if packed else ''}) fits")
+    tried = (f"no memory-saving setting tried ({total}: full recompute, zero3, offload, host-held inference weights, "
+             f"the Megatron trainer backend, LoRA{', smaller sequence packs' if packed else ''}) fits")
     if not refused:
         return f"{message}; {tried} either"
     rules: dict[str, list[str]] = {}

@@ -97,6 +97,7 @@ from packplace.placement.model.framework import (
     release_profile,
     table_release,
     trainer_logit_bytes,
+    trainer_recompute,
     version_defaults,
 )
 from packplace.placement.model.layout_rules import (
@@ -616,7 +617,8 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
     Returns :class:`Estimate` (seconds and bytes per GPU); sequences past the model's position limit warn
     (:func:`_warn_past_position_limit`). Raises ConfigError: an invalid argument, naming it and its value."""
     shape = resolve_model(model)
-    recompute = _check_settings(task, recompute, optimizer, framework, enforce_eager, sharding)
+    recompute = _check_settings(task, recompute, optimizer, framework, enforce_eager, sharding,
+                                (trainer_backend, framework_version))
     megatron, megatron_inputs = _megatron(task, bias_activation_fusion, moe_router_dtype, framework,
                                           trainer_backend, shape, (fp32_grad_buffer, sequence_parallel, fp32_params))
     engine_generation, version_eager = _engine(framework, framework_version)
@@ -1064,17 +1066,18 @@ def _megatron(task: str, bias_activation_fusion: Any, moe_router_dtype: Any, fra
 
 
 def _check_settings(task: str, recompute: str | None, optimizer: str, framework: str, enforce_eager: Any,
-                    sharding: Any = None) -> str:
+                    sharding: Any = None, trainer: tuple[str, str | None] = ("auto", None)) -> str:
     """The task's settings of :func:`estimate`: the enumerations, where vLLM's ``enforce_eager`` applies, and
     ``sharding`` (:func:`_check_sharding`); returns the recompute priced: ``recompute``, or unset
-    :func:`default_recompute`.
+    :func:`default_recompute` of ``framework`` with ``trainer`` (``(trainer_backend, framework_version)``).
 
     Raises:
         ConfigError: naming the field and the value.
     """
     if task not in TASKS:
         raise ConfigError(f"task: must be one of {', '.join(TASKS)}, got {show(task)}")
-    recompute = default_recompute(task) if recompute is None else recompute
+    if recompute is None:
+        recompute = default_recompute(task, framework, trainer[0], trainer[1], sharding)
     if recompute not in RECOMPUTE:
         raise ConfigError(f"recompute: must be one of {', '.join(RECOMPUTE)}, got {show(recompute)}")
     if optimizer not in OPTIMIZERS:
@@ -1101,14 +1104,26 @@ def _check_settings(task: str, recompute: str | None, optimizer: str, framework:
     return recompute
 
 
-def default_recompute(task: str) -> str:
+def default_recompute(task: str, framework: str = "none", trainer_backend: str = "auto",
+                      framework_version: str | None = None, sharding: str | None = None) -> str:
     """The recompute :func:`estimate` prices when none is given: for a ``train`` pass ``place``'s default
     ``training.<role>.recompute``, read from the one place that sets it
-    (:data:`~packplace.placement.model.memory.DEFAULT_TRAINING`: ``selective``), so an unset ``--recompute`` prices
+    (:func:`~packplace.placement.model.framework.trainer_recompute` of ``framework`` on ``trainer_backend`` at
+    ``framework_version``, a ``zero3`` ``sharding`` under verl's or NeMo RL's ``auto`` read as ``fsdp`` as the
+    config loader reads it: ``full`` on verl's FSDP workers from v0.2, ``selective`` =
+    :data:`~packplace.placement.model.memory.DEFAULT_TRAINING`'s elsewhere), so an unset ``--recompute`` prices
     the vertex an unset ``training.<role>.recompute`` does, as :func:`default_sharding` does for the sharding
     (it had been ``none``: Llama-3.1-8B at ``--tp 8``, 32,768 tokens, verl on H100, 0.877 s against the vertex's
-    0.942 s); ``none`` for the other tasks, which recompute nothing."""
-    return DEFAULT_TRAINING.recompute if task == "train" else "none"
+    0.942 s); ``none`` for the other tasks, which recompute nothing.
+
+    Raises:
+        ConfigError: a malformed ``framework_version``.
+    """
+    if task != "train":
+        return "none"
+    if trainer_backend == "auto" and sharding == "zero3" and framework in ("verl", "nemo-rl"):
+        trainer_backend = "fsdp"
+    return trainer_recompute(framework, trainer_backend, framework_version)
 
 
 def kv(shape: ModelSpec) -> int:
@@ -1907,7 +1922,8 @@ def register_estimate(subparsers) -> None:
                    help="cached tokens per sequence (decode; default 2048); final tokens per sequence (generate; "
                         "default the prompt's --seq-len + 2048)")
     p.add_argument("--recompute", default=None, choices=RECOMPUTE,
-                   help="train only; default selective, place's training.<role>.recompute default")
+                   help="train only; default place's unset training.<role>.recompute: full on verl's FSDP workers "
+                        "(--trainer-backend fsdp, or --sharding zero3) from 0.2, selective elsewhere")
     p.add_argument("--sharding", default=None, metavar="{" + ",".join(SHARDINGS) + "}",
                    help="train (and infer: zero3): none: every data-parallel rank holds all of the training state, "
                         "fp32 master weights under bf16 autocast (with --framework none, a bare PyTorch loop); zero1: "

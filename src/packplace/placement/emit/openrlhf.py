@@ -191,7 +191,8 @@ def emit_openrlhf(view: PlanView) -> EmittedPlan:
         note.append(f"rollout.micro_batch_size {micro} is the smallest of the planned inference micro-batches ("
                     + ", ".join(f"{t.name} {t.micro_batch}" for t in forwards)
                     + f"), at most the {view.sequences // train.strategy.dp} sequences an actor rank holds: "
-                      f"OpenRLHF uses one for every forward (a plan searched for OpenRLHF is priced so)")
+                      f"OpenRLHF uses one for every forward (a plan searched for OpenRLHF plans each forward at "
+                      f"it where the table has that candidate, and prices a larger one's time at it)")
     why = micro_rollout_refusal("openrlhf", view.framework_version, view.sequences, train.strategy.dp, micro)
     if why is not None:
         refuse.append(why)

@@ -1428,6 +1428,41 @@ VERL_REWARD_ENGINE_SINCE = (0, 7)
 VERL_ENGINE_AWAKE_SINCE = (0, 5)
 
 
+#: The first verl release whose FSDP workers checkpoint every decoder layer unless the config says otherwise:
+#: ``actor_rollout_ref.model.enable_gradient_checkpointing: True`` and ``critic.model.enable_gradient_checkpointing:
+#: True`` in ``verl/trainer/config/ppo_trainer.yaml`` at v0.2 to v0.5.0 (``False`` at v0.1), ``true`` in the generated
+#: ``_generated_ppo_trainer.yaml`` at v0.6.0 and v0.7.0. ``verl/workers/fsdp_workers.py`` then calls
+#: ``gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})`` on the Hugging Face
+#: model (actor and critic, v0.2 to v0.7.0), which runs each decoder layer under ``torch.utils.checkpoint``: the
+#: layer's input kept, the whole layer recomputed in the backward, the project's ``recompute: full``. Its Megatron
+#: workers do not read the key: they recompute per ``megatron.override_transformer_config.recompute_granularity``,
+#: ``null`` by default (``_generated_ppo_megatron_trainer.yaml`` v0.5.0 to v0.7.0; no recompute setting before),
+#: with flash attention the project's ``selective``.
+VERL_GRADIENT_CHECKPOINTING_SINCE = (0, 2)
+
+
+def trainer_recompute(framework: str, backend: str, version: str | None) -> str:
+    """The ``training.<role>.recompute`` a trainer of ``framework`` on ``backend`` (``policy.trainer_backend``:
+    ``fsdp``, ``megatron`` or ``auto``, a ``zero3`` sharding already read as ``fsdp``) at ``framework_version``
+    ``version`` runs where the config leaves it unset: ``full`` for verl's FSDP workers from
+    :data:`VERL_GRADIENT_CHECKPOINTING_SINCE` (no ``version``: the current code, which checkpoints);
+    ``selective`` everywhere else: verl's Megatron workers and v0.1's FSDP ones, OpenRLHF and DeepSpeed-Chat
+    (``--gradient_checkpointing``, ``store_true``: off unless given), NeMo RL (``activation_checkpointing: false``
+    in ``examples/configs/grpo_math_1B.yaml``, DTensor and Megatron) and a bare trainer, each with flash attention's
+    own recompute of the attention core. Under verl's ``auto`` the backend is the plan's, not known here:
+    ``selective``, the larger activation charge of the two (memory is never under-predicted; an FSDP plan's step
+    then lacks the checkpointed layers' second forward).
+
+    Raises:
+        ConfigError: a malformed ``version`` (:func:`parse_version`).
+    """
+    if framework != "verl" or backend != "fsdp":
+        return "selective"
+    if version is not None and table_release(version) < VERL_GRADIENT_CHECKPOINTING_SINCE:
+        return "selective"
+    return "full"
+
+
 def verl_padded_roles(framework: str, version: str | None, setting: bool | None, roles,
                       reward_setting: bool | None = None) -> frozenset[str]:
     """The roles of ``roles`` whose verl FSDP forward and training passes run padded, each micro-batch a

@@ -39,7 +39,10 @@ The rules (sources: each framework's trainer entry point, as the emitters' modul
   pipeline or expert parallelism; the Megatron one shards no parameters.
 * **OpenRLHF** (``openrlhf/cli/train_ppo_ray.py``): vLLM engines take a tensor-parallel size only;
   DeepSpeed trains without pipeline parallelism, every trained model with one
-  ``--ds.tensor_parallel_size``; the reference and reward forwards are data-parallel only; the critic
+  ``--ds.tensor_parallel_size``, which the reference and reward models (and DPO's reference) run at too (one
+  ``DeepspeedStrategy`` builds them: ``_ds_init_eval_model`` calls ``deepspeed.tp_model_init(tp_size=
+  ds_tensor_parallel_size)``, openrlhf/utils/deepspeed/deepspeed.py v0.7.4-v0.11.0, and ``train_ppo_ray.py`` gives
+  their groups ``duplicate_actors=ring_attn_size * ds_tensor_parallel_size``: :func:`forward_tp_refusals`); the critic
   computes values in its own group with its layout; actor groups share GPUs only as actor+reference,
   critic+reward, or everything (``--train.colocate_all``, from v0.5.8; the vLLM engines on GPUs of their
   own before); ``train_dpo`` holds the reference in the training processes. Per release (``policy.
@@ -614,7 +617,8 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
     tensor-parallel size only, DeepSpeed trains without pipeline parallelism (and before v0.7.4,
     :data:`OPENRLHF_DS_TENSOR_PARALLEL`, without tensor parallelism; from it, tensor parallelism only with ZeRO
     stage 2 at most, DeepSpeed's AutoTP assertion), the reference and reward
-    forwards run data-parallel only. Generation in verl
+    forwards without pipeline parallelism (their tensor parallelism is the trainer's, a rule between tasks:
+    :func:`forward_tp_refusals`). Generation in verl
     and NeMo RL: every strategy (vLLM's tensor, pipeline and expert parallelism). OpenRLHF's DeepSpeed models
     have no expert parallelism either (``openrlhf/utils/deepspeed/deepspeed.py`` ``DeepspeedStrategy``: ZeRO,
     ring attention and ``--ds.tensor_parallel_size`` only). DeepSpeed-Chat (a framework without other rules):
@@ -633,9 +637,9 @@ def strategy_refusal(ctx: Context, name: str, kind: str, strategy: Strategy, kv_
     if fw == "openrlhf":
         if kind == "generate" and (s.pp > 1 or s.ep > 1):
             return "OpenRLHF's vLLM engines take a tensor-parallel size only"
-        if name in (REFERENCE, REWARD) and (s.tp > 1 or s.pp > 1):
-            return ("OpenRLHF's inference models run data-parallel only (tensor parallelism only through "
-                    "--ds.tensor_parallel_size of the trained models)")
+        if name in (REFERENCE, REWARD) and s.pp > 1:
+            return ("OpenRLHF's reference and reward models run in DeepSpeed engines without pipeline parallelism "
+                    "(tensor parallelism only through --ds.tensor_parallel_size of the trained models)")
         if kind != "generate" and s.pp > 1:
             return "OpenRLHF trains with DeepSpeed ZeRO and no pipeline parallelism"
         if kind != "generate" and s.tp > 1 and ctx.release is not None and ctx.release < OPENRLHF_DS_TENSOR_PARALLEL:
@@ -1081,9 +1085,35 @@ def openrlhf_groups(ctx: Context, tasks: Mapping[str, Placed]) -> list[tuple[str
             if name in tasks and not (name == REWARD and not ctx.reward_model)]
 
 
+def openrlhf_tp_forwards(ctx: Context) -> tuple[str, ...]:
+    """The OpenRLHF forward vertices that run at the actor trainer's ``--ds.tensor_parallel_size``: the reference,
+    and the reward model where the step has one (a rule reward has no group). The critic's value forward is the
+    critic's own group (its strategy, a rule of its own)."""
+    return (REFERENCE, REWARD) if ctx.reward_model else (REFERENCE,)
+
+
+def forward_tp_refusals(ctx: Context, tasks: Mapping[str, Placed]) -> list[str]:
+    """OpenRLHF's reference and reward forwards at a tensor-parallel degree other than the actor trainer's, one line
+    each. OpenRLHF builds every DeepSpeed model of the step with one ``DeepspeedStrategy``: ``prepare`` of a model
+    without an optimizer goes to ``_ds_init_eval_model``, which shards it with ``deepspeed.tp_model_init(tp_size=
+    ds_tensor_parallel_size)`` (openrlhf/utils/deepspeed/deepspeed.py, line 282 at v0.7.4 and v0.8.0, 466 at
+    v0.11.0), and ``train_ppo_ray.py`` creates the reference and reward groups with ``duplicate_actors=
+    ring_attn_size * ds_tensor_parallel_size`` (the ``tp`` ranks of a group take the same data: ``dp = world / tp``),
+    ``train_dpo.py`` its reference through the same ``strategy.prepare``. So from the release that has
+    ``--ds_tensor_parallel_size`` (:data:`OPENRLHF_DS_TENSOR_PARALLEL`, v0.7.4; none named: the current code) they
+    run at the trainer's degree; before it everything runs at tp 1 (:func:`strategy_refusal`), the same rule."""
+    train = tasks[TRAIN]
+    return [f"{tasks[name].layout} and {train.layout}: OpenRLHF builds the reference and reward models with the "
+            f"trainer's DeepSpeed strategy, tensor-parallel at --ds.tensor_parallel_size {train.strategy.tp} "
+            f"(deepspeed.py _ds_init_eval_model: deepspeed.tp_model_init)"
+            for name in openrlhf_tp_forwards(ctx)
+            if name in tasks and tasks[name].strategy.tp != train.strategy.tp]
+
+
 def _openrlhf(ctx: Context, tasks: Mapping[str, Placed], staleness: Mapping[str, int]) -> list[str]:
     out = []
     train, ref = tasks[TRAIN], tasks.get(REFERENCE)
+    out += forward_tp_refusals(ctx, tasks)
     if ctx.algorithm == "dpo":
         if ref is not None and not _same(train, ref):
             out.append(f"{ref.layout} on other GPUs than actor.train: train_dpo holds the reference in the training "
@@ -1175,14 +1205,56 @@ def conform(instance, table, plan: Plan) -> Plan:
     if not ctx.ruled:
         return plan
     vertices = plan.by_vertex()
-    if TRAIN not in vertices or not refusals(ctx, placed_of(instance, plan), dict(plan.staleness)):
+    if TRAIN not in vertices:
+        return plan
+    if not refusals(ctx, placed_of(instance, plan), dict(plan.staleness)):
         return plan
     most = openrlhf_most_stale(ctx.release) if ctx.framework == "openrlhf" else verl_most_stale(ctx)
     staleness = {m: t if most is None else min(t, most) for m, t in plan.staleness}
     fix = _Fixer(instance, table, vertices, staleness)
     fix.run(ctx)
-    out = Plan.build(fix.vertices, staleness)
-    return out
+    return Plan.build(fix.vertices, staleness)
+
+
+def one_rollout_batch(instance, table, plan: Plan) -> Plan:
+    """``plan`` with every OpenRLHF forward vertex at the one micro-rollout batch OpenRLHF runs them at: the
+    searches' answer as :func:`~packplace.placement.api.solve_placement` returns it (not a move inside a search:
+    there it would pin every forward to the smallest, and a climb raising one forward's micro-batch, which raises the
+    batch where the others are larger, could never be taken).
+
+    OpenRLHF has one ``--micro_rollout_batch_size`` for every remote forward: from v0.5.0
+    ``RemoteExperienceMaker.make_experience`` calls the reference, reward and critic models once per
+    ``micro_rollout_batch_size`` Samples (``experience_maker.py``), from v0.8.0 ``async_run_method_batch("forward")``
+    per chunk (v0.11.0 ``split_rollout_samples`` by ``rollout.micro_batch_size``); before v0.5.0 the loop over
+    micro-rollout batches does the same. That batch is
+    :func:`~packplace.placement.model.framework.micro_rollout_batch_size` of the plan (the smallest forward
+    micro-batch, at most the sequences an actor rank holds), the value the emitter writes and the evaluator prices
+    a larger forward's time at (:meth:`~packplace.placement.evaluator.PlacementEvaluator.chunk_forward`). Each
+    forward planned at another micro-batch moves to its candidate at that batch (same strategy and block: the
+    same time as priced, its memory at the batch it runs); one the table has no candidate for stays (its memory,
+    charged at its planned micro-batch, covers the batch). ``plan`` itself for other frameworks, and where no
+    forward vertex sets the batch."""
+    from packplace.placement.evaluator import rollout_chunk_vertices  # the evaluator imports this module
+    from packplace.placement.model.framework import micro_rollout_batch_size
+
+    chunks = rollout_chunk_vertices(instance)
+    if chunks is None:
+        return plan
+    names = [v.name for v in instance.graph.vertices]
+    vertices = plan.by_vertex()
+    _, train, forwards = chunks
+    forward_names = [names[j] for j in forwards if names[j] in vertices]
+    if names[train] not in vertices or not forward_names:
+        return plan
+    batch = micro_rollout_batch_size(instance.workload.sequences, vertices[names[train]].strategy.dp,
+                                     (vertices[name].micro_batch for name in forward_names))
+    moved = False
+    for name in forward_names:
+        vp = vertices[name]
+        cand = None if vp.micro_batch == batch else table.lookup(name, vp.strategy, batch, vp.allocation.extent)
+        if cand is not None:
+            vertices[name], moved = cand.at(vp.allocation), True
+    return Plan.build(vertices, dict(plan.staleness)) if moved else plan
 
 
 class _Fixer:
@@ -1299,7 +1371,7 @@ class _Fixer:
 
     def _openrlhf(self, ctx: Context) -> None:
         if ctx.algorithm == "dpo":
-            self.follow(REFERENCE, TRAIN)
+            self.follow(REFERENCE, TRAIN, same_tp=True)
             return
         if GENERATE in self.vertices and any(self.staleness.values()):
             placed = placed_of(self.instance, Plan.build(self.vertices))
@@ -1311,6 +1383,7 @@ class _Fixer:
             if critic.strategy.tp != self.vertices[TRAIN].strategy.tp:
                 self._match_tp()
             self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
+        self._forwards_at_trainer_tp(ctx)
         placed = placed_of(self.instance, Plan.build(self.vertices))
         if not _openrlhf(ctx, placed, self.staleness):
             return
@@ -1319,11 +1392,11 @@ class _Fixer:
         if REFERENCE in self.vertices:  # actor+reference may share: share all or nothing
             a, b = self.span(REFERENCE), self.span(TRAIN)
             if a != b and not (a[1] <= b[0] or b[1] <= a[0]):
-                self.follow(REFERENCE, TRAIN)
+                self.follow(REFERENCE, TRAIN, same_tp=True)
         if REWARD in names and CRITIC_TRAIN in names:
             a, b = self.span(REWARD), self.span(CRITIC_TRAIN)
             if a != b and not (a[1] <= b[0] or b[1] <= a[0]):
-                self.follow(REWARD, CRITIC_TRAIN)
+                self.follow(REWARD, CRITIC_TRAIN, same_tp=True)
         partner = {REFERENCE: TRAIN, REWARD: CRITIC_TRAIN, CRITIC_TRAIN: REWARD}
         for name in names[1:]:
             others = [o for o in names if o != name and o != partner.get(name)
@@ -1336,7 +1409,7 @@ class _Fixer:
         placed = placed_of(self.instance, Plan.build(self.vertices))
         if _openrlhf(ctx, placed, self.staleness) and (ctx.release is None or ctx.release >= OPENRLHF_COLOCATE_ALL):
             for name in names[1:]:  # no free blocks: every group on the actor's GPUs
-                self.follow(name, TRAIN, same_tp=name == CRITIC_TRAIN)
+                self.follow(name, TRAIN, same_tp=name != GENERATE)
             self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
         self._openrlhf_sizes(ctx, names)
 
@@ -1364,7 +1437,7 @@ class _Fixer:
                 return False
             if name == TRAIN:
                 return not (divides and ctx.prompts and ctx.prompts % n)
-            return world(TRAIN) % n == 0 and (name != CRITIC_TRAIN or s.tp == tp)
+            return world(TRAIN) % n == 0 and (name == GENERATE or s.tp == tp)
 
         tp = self.vertices[TRAIN].strategy.tp
         for name in (TRAIN, CRITIC_TRAIN, REFERENCE, REWARD):
@@ -1379,7 +1452,7 @@ class _Fixer:
             avoid = [o for o in names if o != name and o not in mates]
             if self._resize(name, avoid, lambda c, name=name: fits(name, c.strategy)):
                 for mate in mates:
-                    self.follow(mate, name, same_tp=mate == CRITIC_TRAIN)
+                    self.follow(mate, name, same_tp=True)
         self.follow(CRITIC_INFER, CRITIC_TRAIN, same_strategy=True)
         if divides and GENERATE in names and release is not None and \
                 not engines_divide(release, world(TRAIN), self.vertices[GENERATE].strategy.dp):
@@ -1399,6 +1472,28 @@ class _Fixer:
                     self.vertices[name] = cand.at(alloc)
                     return True
         return False
+
+    def _forwards_at_trainer_tp(self, ctx: Context) -> None:
+        """The reference and reward forwards (:func:`openrlhf_tp_forwards`) at the actor trainer's tensor-parallel
+        degree (:func:`forward_tp_refusals`): on their own block where a memory-feasible candidate of that degree is
+        there (the fastest within the memory the current one takes, else the one taking least), else on the actor's
+        block (a reward model beside the critic: on the critic's, at the same degree)."""
+        tp = self.vertices[TRAIN].strategy.tp
+        for name in openrlhf_tp_forwards(ctx):
+            vp = self.vertices.get(name)
+            if vp is None or vp.strategy.tp == tp:
+                continue
+            cands = [c for c in self.table.feasible[name]
+                     if c.extent == tuple(vp.allocation.extent) and c.strategy.tp == tp]
+            if cands:
+                now = self.table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+                within = [c for c in cands if now is None or c.memory_bytes <= now.memory_bytes]
+                pick = within[0] if within else min(cands, key=lambda c: (c.memory_bytes, c.time))
+                self.vertices[name] = pick.at(vp.allocation)
+            elif name == REWARD and CRITIC_TRAIN in self.vertices and self.span(REWARD) == self.span(CRITIC_TRAIN):
+                self.follow(REWARD, CRITIC_TRAIN, same_tp=True)
+            else:
+                self.follow(name, TRAIN, same_tp=True)
 
     def _match_tp(self) -> None:
         """critic.train on its block with the actor trainer's tensor-parallel degree, else on the actor's block."""

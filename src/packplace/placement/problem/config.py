@@ -56,6 +56,7 @@ from packplace.placement.model.framework import (
     parse_version,
     profile,
     table_release,
+    trainer_recompute,
     version_defaults,
 )
 from packplace.placement.model.layout_rules import (
@@ -294,8 +295,11 @@ TRAINING_FIELDS: dict[str, Field] = {
                               "trainer's own (verl / NeMo RL FSDP zero3, Megatron zero1, under auto each strategy "
                               "its workers' own: zero3 on FSDP / DTensor, zero1 on Megatron; OpenRLHF zero2, "
                               "DeepSpeed-Chat none, else zero1)"),
-    "recompute": Field("enum", choices=RECOMPUTE, default="selective",
-                       meaning="activation recomputation (selective: the attention core; full: every layer)"),
+    "recompute": Field("enum", choices=RECOMPUTE, default=None,
+                       meaning="activation recomputation (selective: the attention core; full: every layer); unset: "
+                               "the trainer's own (verl's FSDP workers full from v0.2, model."
+                               "enable_gradient_checkpointing: true; selective elsewhere, verl under trainer_backend "
+                               "auto included; framework.trainer_recompute)"),
     "offload": Field("enum", choices=OFFLOAD, default="none",
                      meaning="training state kept in host memory, moved at host_bandwidth"),
     "fp32_grad_buffer": Field("bool", default=None,
@@ -1422,6 +1426,7 @@ def _training(section: dict[str, Any], models: tuple[str, ...], policy: Mapping[
                            extra=models, label=_label("training"), **_FORMATS)
     out = {}
     trainer = (policy["framework"], policy["trainer_backend"]) if policy is not None else ("none", "auto")
+    version = policy.get("framework_version") if policy is not None else None
     own_sharding = [o.get("sharding") for o in (section.get(m) for m in models) if isinstance(o, Mapping)]
     if trainer[0] in ("verl", "nemo-rl") and trainer[1] == "auto" and "zero3" in (common.get("sharding"),
                                                                                  *own_sharding):
@@ -1441,6 +1446,8 @@ def _training(section: dict[str, Any], models: tuple[str, ...], policy: Mapping[
         # unset under auto: each strategy takes its workers' layout (memory.backend_sharding), zero1 held here
         follows = merged.get("sharding") is None and trainer[0] in ("verl", "nemo-rl") and trainer[1] == "auto"
         merged["sharding"] = resolved_sharding(merged.get("sharding"), trainer[0], trainer[1], field)
+        if merged.get("recompute") is None:   # unset: the trainer's own (verl FSDP: gradient checkpointing)
+            merged["recompute"] = trainer_recompute(trainer[0], trainer[1], version)
         out[model] = TrainingOptions(**merged, sharding_follows_backend=follows)
     return out, balance
 
