@@ -581,8 +581,9 @@ class CostModel(metaclass=CountsGuarded):
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:
         """The GPU type's component table (:mod:`packplace.placement.model.components`) when it prices this
         model's passes: a dense model without LoRA adapters (the table's kernels are those of dense
-        layers; a mixture of experts and LoRA keep the efficiency knobs); else ``None``."""
-        if self.components is None or model.is_moe or lora_rank:
+        layers; a mixture of experts, multi-head latent attention and LoRA keep the efficiency knobs,
+        :attr:`~packplace.shape.TransformerShape.knob_priced`); else ``None``."""
+        if self.components is None or model.knob_priced or lora_rank:
             return None
         return self.components
 
@@ -1531,7 +1532,7 @@ class CostModel(metaclass=CountsGuarded):
         layer_share = stage_share(L, pp, "vllm")   # its layers' KV cache of every running sequence, once per iteration
         rate = tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff
         gemm_compute = 2.0 * model.gemm_params * imbalance * running / rate
-        attention_compute = 4.0 * L * model.attention_dim * context_sum * layer_share / rate
+        attention_compute = 4.0 * L * model.decode_attention_dim * context_sum * layer_share / rate
         experts = self._decode_expert_weights_read_unchecked(model, running, ep)
         dense = self._decode_weights_read_unchecked(model, running, ep) - experts
         weight_memory = 2.0 * dense * imbalance / tp / (hw.memory_bandwidth * hw.decode_bw_eff)

@@ -60,7 +60,9 @@ from packplace.placement.model.stages import ADAM_BYTES as ADAM_BYTES
 from packplace.placement.model.stages import SHARDING as SHARDING
 from packplace.placement.model.stages import (
     megatron_requires_sequence_parallel,
+    rank_stage_params,
     state_bytes_per_param,
+    tp_replicated_extra,
     trainer_defaults,
     trainer_fp32_params,
 )
@@ -301,14 +303,16 @@ def lora_params(model: ModelSpec, rank: int) -> tuple[int, int]:
     ``weight.requires_grad = False`` and keeps the bias trainable). ``rank = 0``: ``(0, 0)``.
 
     Raises:
-        ConfigError: a MoE model (LoRA on routed experts is not modelled), or a rank above the smallest
-            dimension of the adapted matrices (an adapter that large is no low-rank update: it has more
+        ConfigError: a MoE or multi-head latent attention model (LoRA on them is not modelled), or a rank above
+            the smallest dimension of the adapted matrices (an adapter that large is no low-rank update: it has more
             parameters than the matrix it adapts).
     """
     if rank == 0:
         return 0, 0
     if model.is_moe:
         raise ConfigError("lora_rank: LoRA of a MoE model (routed experts) is not modelled")
+    if model.is_mla:
+        raise ConfigError("lora_rank: LoRA of multi-head latent attention (kv_lora_rank) is not modelled")
     d, q, k, f = model.hidden_dim, model.attention_dim, model.kv_dim, model.ffn_dim
     if rank > min(d, q, k, f):
         raise ConfigError(f"lora_rank: must be at most {min(d, q, k, f):,}, the smallest dimension of the adapted "
@@ -484,7 +488,7 @@ def weight_bytes(model: ModelSpec, tp: int, pp: int, ep: int = 1, engine: str = 
     expert parallelism the routed experts count ``1/ep`` of that (:func:`stage_split`); ``engine``: whose layer
     split (:func:`stage_layers`)."""
     if ep == 1 or not model.is_moe:
-        return 2.0 * max(stage_params(model, pp, engine)) / tp
+        return 2.0 * max(rank_stage_params(model, pp, tp, engine))
     return 2.0 * max(d + e for d, e in stage_split(model, pp, tp, ep, engine))
 
 
@@ -638,13 +642,13 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
     tokens = cp.rank_tokens(micro_batch * seq_len if pass_tokens is None else pass_tokens, micro_batch, tp)
     logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
-    layers, params = stage_layers(model.layers, pp, engine), stage_params(model, pp, engine)
+    layers, rank_params = stage_layers(model.layers, pp, engine), rank_stage_params(model, pp, tp, engine)
     split = stage_split(model, pp, tp, ep, engine) if model.is_moe and ep > 1 else None
     scores = eager_score_bytes_per_token(model, seq_len, framework, False)
     stages: list[tuple[float, float]] = []
     inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
     for i in range(pp):
-        p, last = (params[i] / tp if split is None else split[i][0] + split[i][1]), i == pp - 1
+        p, last = (rank_params[i] if split is None else split[i][0] + split[i][1]), i == pp - 1
         if kind == "train":
             resident, transient = _train_stage_bytes(
                 model, options, framework, (i, pp, tp, dp, ep), p, split is not None, (tokens, logprob_tokens),
@@ -653,7 +657,7 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
                 offload_between_passes, zero3_fetch, fp32_grad_partitions)
         elif kind == "infer":
             # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
-            resident = weight_bytes * (params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else p)
+            resident = weight_bytes * (rank_params[i] / min(dp, weight_shard or dp) if sharded_weights else p)
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp, ep=ep, cp=cp.ring,
                                     kv_cache=framework == "none", logit_bytes=logit_bytes, score_bytes=scores,
                                     sequence_parallel=bool(options.sequence_parallel))
@@ -707,7 +711,8 @@ def _train_buffers(model: ModelSpec, options: TrainingOptions, framework: str, w
     TP split, ``fp32_partitions`` DeepSpeed's fp32 gradient accumulation."""
     i, pp, tp, dp = where
     if trainable is None:
-        trainable = trainable_stage_params(model, pp, options.lora_rank)[i] / tp
+        trainable = (trainable_stage_params(model, pp, options.lora_rank)[i] / tp
+                     + tp_replicated_extra(model, stage_layers(model.layers, pp)[i], tp))
     buffers = gradient_buffers(model, framework=framework, sharding=options.sharding, tp=tp,
                                dp=options.shard_ranks(dp), trainable=trainable, lora=bool(options.lora_rank),
                                offload=options.offload, megatron=megatron, tokens=tokens, last=i == pp - 1,
@@ -1070,7 +1075,7 @@ def engine_overhead_bytes(model: ModelSpec, n_layers: int, prompt_len: int, pref
     set of one layer over ``prefill_sequences`` prompts of ``prompt_len`` tokens
     (:func:`~packplace.placement.model.pass_memory.working_set_bytes_per_token`), the workspace and the
     allocator slack of a stage of ``n_layers`` layers (:mod:`packplace.placement.model.pass_memory`)."""
-    work = working_set_bytes_per_token(model) * prompt_len * prefill_sequences / tp
+    work = working_set_bytes_per_token(model, tp) * prompt_len * prefill_sequences / tp
     return work + workspace + weight_slack(model, n_layers, tp, ep)
 
 
@@ -1365,10 +1370,10 @@ def resident_bytes(model: ModelSpec, kind: str, dp: int, pp: int, tp: int,
         if kind != "train":
             return 2.0 * max(d + e for d, e in split)
         return max(expert_train_state_bytes(model, part, dp, tp, ep, options) for part in split)
-    per_layer_rank = model.block_params / model.layers / tp
+    per_layer_rank = model.block_params / model.layers / tp + tp_replicated_extra(model, 1, tp)
     if kind == "train" and options.lora_rank:
         return max(lora_train_state_bytes(model, pp, tp, dp, options))
-    worst = max(stage_params(model, pp)) / tp
+    worst = max(rank_stage_params(model, pp, tp))
     if kind != "train":
         return 2.0 * worst
     return train_state_bytes(worst, per_layer_rank, dp, options)
