@@ -60,6 +60,7 @@ from packplace.placement.model.stages import ADAM_BYTES as ADAM_BYTES
 from packplace.placement.model.stages import SHARDING as SHARDING
 from packplace.placement.model.stages import (
     megatron_requires_sequence_parallel,
+    rank_share,
     rank_stage_params,
     state_bytes_per_param,
     tp_replicated_extra,
@@ -642,13 +643,13 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
     tokens = cp.rank_tokens(micro_batch * seq_len if pass_tokens is None else pass_tokens, micro_batch, tp)
     logprob_tokens = None if logprob_tokens is None else cp.rank_tokens(logprob_tokens, micro_batch, tp)
     workspace = stack(framework).workspace_bytes if workspace_bytes is None else workspace_bytes
-    layers, rank_params = stage_layers(model.layers, pp, engine), rank_stage_params(model, pp, tp, engine)
+    layers, params = stage_layers(model.layers, pp, engine), stage_params(model, pp, engine)
     split = stage_split(model, pp, tp, ep, engine) if model.is_moe and ep > 1 else None
     scores = eager_score_bytes_per_token(model, seq_len, framework, False)
     stages: list[tuple[float, float]] = []
     inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
     for i in range(pp):
-        p, last = (rank_params[i] if split is None else split[i][0] + split[i][1]), i == pp - 1
+        p, last = (rank_share(model, params[i], layers[i], tp) if split is None else sum(split[i])), i == pp - 1
         if kind == "train":
             resident, transient = _train_stage_bytes(
                 model, options, framework, (i, pp, tp, dp, ep), p, split is not None, (tokens, logprob_tokens),
@@ -656,8 +657,8 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
                 (fused_kernels, fused_swiglu, router_dtype), seq_len, (bare_loop, micro_batches),
                 offload_between_passes, zero3_fetch, fp32_grad_partitions)
         elif kind == "infer":
-            # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
-            resident = weight_bytes * (rank_params[i] / min(dp, weight_shard or dp) if sharded_weights else p)
+            f = min(dp, weight_shard or dp) if sharded_weights else 0  # over tp·f ranks (ZeRO-3 experts: ep·dp/ep = dp)
+            resident = weight_bytes * (rank_share(model, params[i], layers[i], tp, f) if f else p)
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp, ep=ep, cp=cp.ring,
                                     kv_cache=framework == "none", logit_bytes=logit_bytes, score_bytes=scores,
                                     sequence_parallel=bool(options.sequence_parallel))

@@ -314,6 +314,12 @@ def tp_replicated_extra(model: ModelSpec, n_layers: float, tp: int) -> float:
     return n_layers * model.tp_replicated_layer_params * (1.0 - 1.0 / tp)
 
 
+def rank_share(model: ModelSpec, params: float, n_layers: float, tp: int, shard: int = 1) -> float:
+    """One GPU's share of a stage of ``params`` parameters and ``n_layers`` layers split over ``tp`` tensor-parallel
+    and ``shard`` ZeRO-3 / FSDP ranks: ``params/(tp·shard)`` plus :func:`tp_replicated_extra` over ``shard``."""
+    return params / (tp * shard) + tp_replicated_extra(model, n_layers, tp) / shard
+
+
 def rank_stage_params(model: ModelSpec, pp: int, tp: int, engine: str = "megatron") -> tuple[float, ...]:
     """Parameters of each pipeline stage on one tensor-parallel rank: :func:`stage_params` over ``tp`` plus
     :func:`tp_replicated_extra` of the stage's layers."""
