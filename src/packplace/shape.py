@@ -14,7 +14,10 @@ decoder-only language model that matters for parameter counts, FLOPs and KV-cach
   (DeepSeek's ``first_k_dense_replace``). Memory counts every expert, FLOPs only the active ones;
 * embeddings: ``tie_word_embeddings`` (one ``V × d`` matrix for input and output, Qwen2.5-0.5B,
   Llama-3.2-1B, OPT), learned position embeddings (OPT, GPT-2), an embedding projection (OPT-350M);
-* ``lm_head``: ``False`` for a critic / reward model whose output is a scalar value head.
+* ``lm_head``: ``False`` for a critic / reward model whose output is a scalar value head;
+* multi-head latent attention (DeepSeek-V2/V3, Moonlight, Kimi-K2: ``kv_lora_rank`` and its widths): its
+  projections, FLOPs, vLLM's latent KV cache and the weights tensor parallelism replicates
+  (docs/placement-model.md, "Multi-head latent attention").
 
 Parameter counts: :meth:`TransformerShape.params` (the per-layer formulas). Forward FLOPs per token
 (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1; Narayanan et al. 2021 for

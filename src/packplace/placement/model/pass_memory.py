@@ -874,7 +874,8 @@ def _slack(tensors: float, mean_bytes: float = float("inf")) -> float:
 
 
 def weight_slack(model: ModelSpec, n_layers: int, tp: int, ep: int = 1, bytes_per_param: float = 2.0) -> float:
-    """Allocator slack (:func:`_slack`) of a stage's weight tensors on one GPU: per layer Q, K, V, O and
+    """Allocator slack (:func:`_slack`) of a stage's weight tensors on one GPU: per layer Q, K, V, O (multi-head latent
+    attention: :attr:`~packplace.shape.TransformerShape.mla_modules`) and
     the MLP's matrices (a MoE layer: its routed experts as two grouped tensors, gate-up and down, as
     Megatron-Core's grouped GEMM and Hugging Face transformers 5 store them, plus shared experts), and
     the two vocabulary matrices."""
@@ -885,6 +886,8 @@ def weight_slack(model: ModelSpec, n_layers: int, tp: int, ep: int = 1, bytes_pe
         return _slack(count, bytes_per_param * params / tp)
 
     attention = slack(2, d * q) + slack(2, d * k)
+    if model.is_mla:   # its own attention tensors (seven, or five with a plain query projection)
+        attention = sum(slack(1, n) for n in model.mla_modules)
     dense = slack(mats, d * model.ffn_dim)
     moe = 0.0
     if model.is_moe:
