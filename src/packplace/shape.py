@@ -93,7 +93,6 @@ class TransformerShape:
             :mod:`packplace.placement.model.nemo_rl_releases`); read from a YAML mapping it also fills the
             fields the family fixes (:func:`family_traits`: a ``qwen3`` mapping gets ``qk_norm``) and
             refuses a given value that contradicts them.
-
         kv_lora_rank: Multi-head latent attention (MLA, DeepSeek-V2/V3, Kimi-K2, Moonlight; HF
             ``kv_lora_rank``): width of the compressed K/V latent; 0 (default) = ordinary attention. With MLA,
             ``head_dim`` is the query/key head width ``qk_nope_head_dim + qk_rope_head_dim``.
