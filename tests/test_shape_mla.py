@@ -188,3 +188,10 @@ def test_estimate_prices_deepseek_v3_generation_with_the_latent_cache():
     assert e.components == "knobs" and e.inputs["pass_kernels"] == "knobs"
     assert e.memory["weights"] == pytest.approx(2 * (v3.params / 8 + 61 * 15_140_864 * 7 / 8))
     assert e.memory["kv_cache"] == 8 * (2048 + 1) * 61 * 576 * 2   # every sequence's context + 1 token, tp-replicated
+
+
+def test_the_vllm_start_up_minimum_of_an_mla_engine_counts_blocks_of_64_tokens():
+    from packplace.placement.model.memory import one_sequence_kv_bytes
+    v3 = from_hf_config(DEEPSEEK_V3)
+    # V1: ⌈5000/64⌉ = 79 blocks plus the null block, 64 tokens of 70,272 bytes each (the latent, every TP rank)
+    assert one_sequence_kv_bytes(v3, tp=8, pp=1, max_model_len=5000, engine_generation="v1") == 80 * 64 * 70_272

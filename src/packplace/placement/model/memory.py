@@ -189,6 +189,11 @@ VLLM_PROFILE_TOKENS = {"v0": 2048, "v1": 8192}
 #: NeMo RL's or OpenRLHF's rollouts sets another. A block holds the K and V of ``block_size`` tokens on every layer
 #: of the worker's stage; vLLM sizes its cache in whole blocks (:func:`vllm_refuses_to_start`).
 VLLM_BLOCK_SIZE = 16
+#: A multi-head latent attention model's vLLM block: FlashMLA, vLLM's MLA decode kernel on Hopper and Blackwell, pages
+#: its cache in blocks of 64 tokens (deepseek-ai/FlashMLA README, "Paged kvcache with block size of 64"), and vLLM's
+#: CUDA platform forces ``block_size`` 64 where it selects it (``vllm/platforms/cuda.py``
+#: ``check_and_update_config``). Taken for every MLA engine: a larger block only raises the start-up minimum.
+VLLM_MLA_BLOCK_SIZE = 64
 #: ``max_num_batched_tokens`` of verl's vLLM rollout at every release the package knows (verl/trainer/config/
 #: ppo_trainer.yaml ``actor_rollout_ref.rollout.max_num_batched_tokens: 8192``, passed to ``vllm.LLM`` by the
 #: vLLM rollout with ``enable_chunked_prefill``).
@@ -1339,6 +1344,8 @@ def one_sequence_kv_bytes(model: ModelSpec, *, tp: int, pp: int, max_model_len: 
       block before comparing ("Reserve the null block BlockPool permanently holds back"); on a release whose
       check does not, this refuses one block (``B`` tokens) earlier than vLLM does: never a false start.
 
+    A multi-head latent attention model's blocks hold at least :data:`VLLM_MLA_BLOCK_SIZE` tokens.
+
     Raises:
         ValueError: ``max_model_len`` or ``block_size`` below 1, ``tp`` or ``pp`` below 1, or
             ``engine_generation`` not ``v0``/``v1``.
@@ -1348,6 +1355,7 @@ def one_sequence_kv_bytes(model: ModelSpec, *, tp: int, pp: int, max_model_len: 
                          f"{tp!r} and pp {pp!r} must be at least 1")
     if engine_generation not in ("v0", "v1"):
         raise ValueError(f"one_sequence_kv_bytes: engine_generation must be 'v0' or 'v1', got {engine_generation!r}")
+    block_size = max(block_size, VLLM_MLA_BLOCK_SIZE) if model.is_mla else block_size
     blocks = math.ceil(max_model_len / block_size)
     blocks = blocks * pp if engine_generation == "v0" else blocks + 1
     return blocks * block_size * stage_kv_bytes_per_token(model, tp, pp)
