@@ -195,3 +195,14 @@ def test_the_vllm_start_up_minimum_of_an_mla_engine_counts_blocks_of_64_tokens()
     v3 = from_hf_config(DEEPSEEK_V3)
     # V1: ⌈5000/64⌉ = 79 blocks plus the null block, 64 tokens of 70,272 bytes each (the latent, every TP rank)
     assert one_sequence_kv_bytes(v3, tp=8, pp=1, max_model_len=5000, engine_generation="v1") == 80 * 64 * 70_272
+
+
+def test_a_framework_release_whose_vllm_predates_mla_is_refused():
+    from packplace.placement.problem.config import build_instance
+    old = placement_config()
+    old["policy"]["framework_version"] = "0.2.0"   # verl v0.2: vllm 0.6.3, no MLA path (per-head K and V)
+    with pytest.raises(ConfigError, match=r"\[models.actor\] kv_lora_rank: .* vLLM 0.7.1 or later .* runs vLLM 0.6.3"):
+        build_instance(old)
+    new = placement_config()
+    new["policy"]["framework_version"] = "0.4.0"   # vllm 0.8.4
+    assert build_instance(new).models["actor"].is_mla

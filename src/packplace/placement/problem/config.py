@@ -1366,15 +1366,32 @@ def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> No
                       "model_type (e.g. llama, qwen2, qwen3, qwen3_moe), or trainer_backend: fsdp")
 
 
+#: The first vLLM release with multi-head latent attention (its v0.7.1 release notes: "MLA" for DeepSeek-V2/V3, the
+#: latent KV cache of ``vllm/attention/backends/mla``); an earlier one serves MLA models as multi-head attention.
+VLLM_MLA_SINCE = (0, 7, 1)
+
+
 def _check_mla_framework(policy: Mapping[str, Any], models: Mapping[str, ModelSpec]) -> None:
     """A multi-head latent attention model (``kv_lora_rank``) under DeepSpeed-Chat: its hybrid engine generates
     with DeepSpeed's inference containers (``deepspeed/module_inject/containers``), which have Q/K/V attention
     only; its workspace and weight copies (:mod:`~packplace.placement.model.deepspeed_inference`) are not those of
     MLA, so the plan would be priced wrong.
 
+    A framework release whose rollout engine runs a vLLM before :data:`VLLM_MLA_SINCE` is refused as well: such a
+    vLLM has no MLA path and caches per-head K and V (``get_head_size`` pads DeepSeek's 192-wide heads to 256), not
+    the latent this shape's cache is sized by.
+
     Raises:
         ConfigError: ``[models.<role>] kv_lora_rank: ...`` naming the role.
     """
+    release = engine_vllm_release(policy["framework"], policy.get("framework_version"))
+    mla = [role for role, model in models.items() if model.is_mla]
+    if mla and release is not None and release < VLLM_MLA_SINCE:
+        raise ConfigError(f"[models.{mla[0]}] kv_lora_rank: multi-head latent attention needs vLLM "
+                          f"{'.'.join(map(str, VLLM_MLA_SINCE))} or later for its latent cache; "
+                          f"policy.framework_version {policy.get('framework_version')!r} of {policy['framework']} "
+                          f"runs vLLM "
+                          f"{'.'.join(map(str, release))}, which caches per-head K and V (not modelled)")
     if policy["framework"] != "deepspeed-chat":
         return
     for role, model in models.items():
