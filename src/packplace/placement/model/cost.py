@@ -91,6 +91,7 @@ from packplace.placement.model.memory import (
     stage_layers,
     stage_share,
     stage_split,
+    tp_replicated_extra,
     trainable_stage_params,
     vllm_profile_tokens,
     vllm_refuses_to_start,
@@ -1451,7 +1452,9 @@ class CostModel(metaclass=CountsGuarded):
           small-``m`` GEMM penalty: at small batch the weight read is what bounds a decode step, and that
           is the memory term (the ``gemm_m_half`` saturation models the same effect for training GEMMs and
           would count it twice);
-        * memory: the weights ``2W/tp`` and the KV cache ``kv_bytes_per_token·Σctx`` — every
+        * memory: the weights ``2W/tp`` (plus the weights TP replicates whole on every GPU, multi-head latent
+          attention's down projections, :func:`~packplace.placement.model.stages.tp_replicated_extra`) and the KV
+          cache ``kv_bytes_per_token·Σctx`` — every
           iteration streams the weight shard (``W`` = :meth:`decode_weights_read`) and reads the KV cache
           of every running sequence (vLLM's PagedAttention reads exactly the live pages, Kwon et al. 2023);
           of a mixture of experts the touched routed experts (:meth:`decode_expert_weights_read`) stream
@@ -1535,7 +1538,8 @@ class CostModel(metaclass=CountsGuarded):
         attention_compute = 4.0 * L * model.decode_attention_dim * context_sum * layer_share / rate
         experts = self._decode_expert_weights_read_unchecked(model, running, ep)
         dense = self._decode_weights_read_unchecked(model, running, ep) - experts
-        weight_memory = 2.0 * dense * imbalance / tp / (hw.memory_bandwidth * hw.decode_bw_eff)
+        replicated = 2.0 * tp_replicated_extra(model, L, tp) * imbalance   # MLA's down projections, whole on each GPU
+        weight_memory = (2.0 * dense * imbalance / tp + replicated) / (hw.memory_bandwidth * hw.decode_bw_eff)
         kv_memory = context_sum * layer_share * model.kv_bytes_per_token(tp, 1) / (   # as decode_table's
             hw.memory_bandwidth * hw.decode_bw_eff * self.kv_read_fraction())
         if model.is_moe:

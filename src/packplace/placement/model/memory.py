@@ -63,7 +63,6 @@ from packplace.placement.model.stages import (
     rank_share,
     rank_stage_params,
     state_bytes_per_param,
-    tp_replicated_extra,
     trainer_defaults,
     trainer_fp32_params,
 )
@@ -74,6 +73,7 @@ from packplace.placement.model.stages import stage_layers as stage_layers
 from packplace.placement.model.stages import stage_params as stage_params
 from packplace.placement.model.stages import stage_share as stage_share
 from packplace.placement.model.stages import stage_split as stage_split
+from packplace.placement.model.stages import tp_replicated_extra as tp_replicated_extra
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.workload import Workload
 
