@@ -175,7 +175,7 @@ def test_hf_loader_errors(tmp_path):
         from_hf_config(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         from_hf_config(tmp_path / "missing.json")
-    with pytest.raises(ConfigError, match="kv_lora_rank: multi-head latent attention"):
+    with pytest.raises(ConfigError, match="qk_nope_head_dim: required .* multi-head latent attention"):
         from_hf_config({"num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2, "vocab_size": 8,
                         "kv_lora_rank": 512})
     with pytest.raises(ConfigError, match="num_hidden_layers: missing required field"):

@@ -14,7 +14,10 @@ decoder-only language model that matters for parameter counts, FLOPs and KV-cach
   (DeepSeek's ``first_k_dense_replace``). Memory counts every expert, FLOPs only the active ones;
 * embeddings: ``tie_word_embeddings`` (one ``V × d`` matrix for input and output, Qwen2.5-0.5B,
   Llama-3.2-1B, OPT), learned position embeddings (OPT, GPT-2), an embedding projection (OPT-350M);
-* ``lm_head``: ``False`` for a critic / reward model whose output is a scalar value head.
+* ``lm_head``: ``False`` for a critic / reward model whose output is a scalar value head;
+* multi-head latent attention (DeepSeek-V2/V3, Moonlight, Kimi-K2: ``kv_lora_rank`` and its widths): its
+  projections, FLOPs, vLLM's latent KV cache and the weights tensor parallelism replicates
+  (docs/placement-model.md, "Multi-head latent attention").
 
 Parameter counts: :meth:`TransformerShape.params` (the per-layer formulas). Forward FLOPs per token
 (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1; Narayanan et al. 2021 for
@@ -90,6 +93,14 @@ class TransformerShape:
             :mod:`packplace.placement.model.nemo_rl_releases`); read from a YAML mapping it also fills the
             fields the family fixes (:func:`family_traits`: a ``qwen3`` mapping gets ``qk_norm``) and
             refuses a given value that contradicts them.
+        kv_lora_rank: Multi-head latent attention (MLA, DeepSeek-V2/V3, Kimi-K2, Moonlight; HF
+            ``kv_lora_rank``): width of the compressed K/V latent; 0 (default) = ordinary attention. With MLA,
+            ``head_dim`` is the query/key head width ``qk_nope_head_dim + qk_rope_head_dim``.
+        q_lora_rank: MLA query latent width (HF ``q_lora_rank``); ``None`` = a plain ``d × heads·head_dim``
+            query projection (DeepSeek-V2-Lite, Moonlight... where the config gives null).
+        qk_rope_head_dim: MLA rotary part of each query/key head (HF ``qk_rope_head_dim``), shared by all heads
+            on the key side (one ``k_pe`` per token).
+        v_head_dim: MLA value head width (HF ``v_head_dim``).
 
     Raises:
         ConfigError: a non-positive size, an unknown kind, or heads that the KV heads do not divide.
@@ -116,6 +127,10 @@ class TransformerShape:
     embedding_dim: int | None = None
     lm_head: bool = True
     model_type: str | None = None
+    kv_lora_rank: int = 0
+    q_lora_rank: int | None = None
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     max_position_embeddings: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -151,6 +166,80 @@ class TransformerShape:
                 raise ConfigError(f"dense_layers: must be <= layers={self.layers}, got {self.dense_layers!r}")
         elif self.experts_per_token or self.shared_expert_ffn_dim:
             raise ConfigError("num_experts: experts_per_token / shared experts need num_experts >= 1")
+        self._check_mla()
+
+    def _check_mla(self) -> None:
+        """MLA fields: all or none (``kv_lora_rank`` decides), consistent with the attention fields.
+
+        Raises:
+            ConfigError: naming the field: a negative width, MLA widths without ``kv_lora_rank``, a
+                ``head_dim`` other than ``qk_nope_head_dim + qk_rope_head_dim``, KV heads other than the
+                query heads, or Q/K norms or biases (DeepSeek's MLA has neither).
+        """
+        for name in ("kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+            _check_int(name, getattr(self, name), 0)
+        if self.q_lora_rank is not None:
+            _check_int("q_lora_rank", self.q_lora_rank, 1)
+        if not self.kv_lora_rank:
+            for name in ("q_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, name):
+                    raise ConfigError(f"{name}: a multi-head latent attention width needs kv_lora_rank >= 1")
+            return
+        if self.num_heads is None:
+            raise ConfigError("num_attention_heads: required with kv_lora_rank (multi-head latent attention)")
+        if self.v_head_dim < 1:
+            raise ConfigError(f"v_head_dim: must be >= 1 with kv_lora_rank, got {self.v_head_dim!r}")
+        if not 1 <= self.qk_rope_head_dim < self.head_dim:
+            raise ConfigError(f"qk_rope_head_dim: must be in [1, head_dim={self.head_dim}) with kv_lora_rank "
+                              f"(head_dim = qk_nope_head_dim + qk_rope_head_dim), got {self.qk_rope_head_dim!r}")
+        if self.kv_heads != self.heads:
+            raise ConfigError(f"num_kv_heads: multi-head latent attention has one K/V head per query head "
+                              f"({self.heads}), got {self.kv_heads}")
+        if self.qk_norm or self.bias != "none":
+            raise ConfigError("kv_lora_rank: multi-head latent attention with qk_norm or linear biases is not "
+                              "modelled (DeepSeek's has neither)")
+
+    # -- multi-head latent attention ---------------------------------------------------------------
+    @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (``kv_lora_rank >= 1``)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_nope_head_dim(self) -> int:
+        """MLA: the non-rotary part of a query/key head, ``head_dim − qk_rope_head_dim``; 0 without MLA."""
+        return self.head_dim - self.qk_rope_head_dim if self.is_mla else 0
+
+    @property
+    def mla_latent_dim(self) -> int:
+        """MLA: one token's cached latent per layer, ``kv_lora_rank + qk_rope_head_dim`` elements (the
+        compressed K/V ``c_kv`` and the shared rotary key ``k_pe``); 0 without MLA."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.is_mla else 0
+
+    @property
+    def mla_modules(self) -> tuple[int, ...]:
+        """MLA: the element counts of one block's attention leaf modules in Hugging Face forward order
+        (``DeepseekV3Attention``: ``q_a_proj``, ``q_a_layernorm``, ``q_b_proj`` — or ``q_proj`` when
+        ``q_lora_rank`` is null —, ``kv_a_proj_with_mqa``, ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj``; no
+        biases); they add up to the attention's parameters. Empty without MLA."""
+        if not self.is_mla:
+            return ()
+        d, h, rq, r = self.hidden_dim, self.heads, self.q_lora_rank, self.kv_lora_rank
+        q = (d * rq, rq, rq * h * self.head_dim) if rq else (d * h * self.head_dim,)
+        return q + (d * self.mla_latent_dim, r, r * h * (self.qk_nope_head_dim + self.v_head_dim),
+                    h * self.v_head_dim * d)
+
+    @property
+    def tp_replicated_layer_params(self) -> int:
+        """Parameters of one block that tensor parallelism does not split: MLA's down projections
+        ``d·q_lora_rank`` (when not null) and ``d·(kv_lora_rank + qk_rope_head_dim)`` with their RMSNorms
+        (``q_lora_rank + kv_lora_rank``). Megatron-Core's ``MLASelfAttention`` builds
+        ``linear_q_down_proj`` / ``linear_kv_down_proj`` duplicated on every TP rank, vLLM's
+        ``DeepseekV2MLAAttention`` as ``ReplicatedLinear``. 0 without MLA."""
+        if not self.is_mla:
+            return 0
+        rq = self.q_lora_rank or 0
+        return self.hidden_dim * (rq + self.mla_latent_dim) + rq + self.kv_lora_rank
 
     # -- attention --------------------------------------------------------------------------------
     @property
@@ -165,13 +254,37 @@ class TransformerShape:
 
     @property
     def attention_dim(self) -> int:
-        """Width of the attention (Q and O projections, QKᵀ and AV): ``heads · head_dim``."""
-        return self.heads * self.head_dim
+        """Width of the attention (Q and O projections, QKᵀ and AV): ``heads · head_dim``. With MLA the
+        widest of the query/key (``heads·(nope + rope)``) and value (``heads·v_head_dim``) widths: the
+        width every activation and memory formula sizes Q, K, V and the attention output by, never under
+        any of them (Hugging Face's ``DeepseekV3Attention`` even pads V to the query/key width for
+        FlashAttention)."""
+        return self.heads * max(self.head_dim, self.v_head_dim)
 
     @property
     def kv_dim(self) -> int:
-        """Width of the K and V projections: ``kv_heads · head_dim``."""
-        return self.kv_heads * self.head_dim
+        """Width of the K and V projections: ``kv_heads · head_dim``; with MLA the up-projected (training,
+        prefill) K and V, :attr:`attention_dim` each."""
+        return self.attention_dim if self.is_mla else self.kv_heads * self.head_dim
+
+    @property
+    def attention_flop_dim(self) -> float:
+        """Width ``q`` of the attention FLOP terms (``2·L·n_ctx·q`` forward): ``heads · head_dim``; with MLA
+        the mean ``heads·(head_dim + v_head_dim)/2`` of QKᵀ (width ``nope + rope``) and PV (width ``v``),
+        computed in the multi-head form (training; vLLM's prefill path)."""
+        if self.is_mla:
+            return self.heads * (self.head_dim + self.v_head_dim) / 2.0
+        return float(self.heads * self.head_dim)
+
+    @property
+    def decode_attention_dim(self) -> float:
+        """Width ``q`` of the decode attention FLOPs (``4·L·ctx·q`` per generated token): ``heads · head_dim``;
+        with MLA vLLM's decode runs in the absorbed, multi-query form over the cached latent
+        (``vllm/v1/attention/backends/mla/common.py``): QKᵀ over ``kv_lora_rank + rope`` and PV over
+        ``kv_lora_rank`` per head, ``heads·(kv_lora_rank + rope/2)``."""
+        if self.is_mla:
+            return self.heads * (self.kv_lora_rank + self.qk_rope_head_dim / 2.0)
+        return float(self.heads * self.head_dim)
 
     @property
     def output_dim(self) -> int:
@@ -183,8 +296,29 @@ class TransformerShape:
         """True when the model has routed experts."""
         return self.num_experts > 0
 
+    @property
+    def knob_priced(self) -> bool:
+        """True when a component table's kernel inventories (dense layers with Q/K/V/O attention,
+        :mod:`packplace.placement.model.components`) do not describe the model: a mixture of experts or
+        multi-head latent attention, whose passes the efficiency-knob model prices."""
+        return self.is_moe or self.is_mla
+
     # -- parameters -------------------------------------------------------------------------------
+    def _mla_params(self, matrices_only: bool) -> int:
+        """MLA attention of one block (DeepSeek-V2 paper, arXiv 2405.04434, §2.1; HF ``DeepseekV3Attention``):
+        query ``d·r_q + r_q·H·(n+ρ)`` (``q_a_proj``, ``q_b_proj``; ``d·H·(n+ρ)`` when ``q_lora_rank`` is
+        null), key/value ``d·(r_kv+ρ) + r_kv·H·(n+v)`` (``kv_a_proj_with_mqa``, ``kv_b_proj``), output
+        ``H·v·d``, plus the ``r_q + r_kv`` latent RMSNorm weights unless ``matrices_only``."""
+        d, h, qk, r = self.hidden_dim, self.heads, self.head_dim, self.kv_lora_rank
+        rq = self.q_lora_rank
+        n = d * rq + rq * h * qk if rq else d * h * qk
+        n += d * self.mla_latent_dim + r * h * (self.qk_nope_head_dim + self.v_head_dim)
+        n += h * self.v_head_dim * d
+        return n if matrices_only else n + (rq or 0) + r
+
     def _attention_params(self, matrices_only: bool = False) -> int:
+        if self.is_mla:
+            return self._mla_params(matrices_only)
         d, q, k = self.hidden_dim, self.attention_dim, self.kv_dim
         n = 2 * d * q + 2 * d * k
         if matrices_only:
@@ -328,26 +462,43 @@ class TransformerShape:
 
     def forward_flops_per_token(self, context: float) -> float:
         """Forward FLOPs per token of a causal pass over sequences of ``context`` tokens:
-        ``2N + 2·L·n_ctx·q`` with ``q = heads·head_dim`` (Kaplan et al. 2020, Table 1)."""
-        return 2.0 * self.gemm_params + 2.0 * self.layers * context * self.attention_dim
+        ``2N + 2·L·n_ctx·q`` with ``q`` = :attr:`attention_flop_dim` (``heads·head_dim``; Kaplan et al. 2020,
+        Table 1)."""
+        return 2.0 * self.gemm_params + 2.0 * self.layers * context * self.attention_flop_dim
 
     def decode_flops_per_token(self, context: Any) -> Any:
         """FLOPs of generating one token that attends to ``context`` cached tokens (float or array):
-        ``2N + 4·L·ctx·q`` (QKᵀ and AV over the whole cache)."""
-        return 2.0 * self.gemm_params + 4.0 * self.layers * context * self.attention_dim
+        ``2N + 4·L·ctx·q`` (QKᵀ and AV over the whole cache), ``q`` = :attr:`decode_attention_dim`."""
+        return 2.0 * self.gemm_params + 4.0 * self.layers * context * self.decode_attention_dim
 
     def forward_flops(self, tokens: int) -> float:
         """Forward FLOPs of one document of ``tokens`` tokens with document-masked causal attention:
         ``s·2N + 2·L·s²·q`` (= ``s`` × :meth:`forward_flops_per_token` at ``n_ctx = s``)."""
         s = float(tokens)
-        return s * self.linear_flops_per_token() + 2.0 * self.layers * s * s * self.attention_dim
+        return s * self.linear_flops_per_token() + 2.0 * self.layers * s * s * self.attention_flop_dim
 
     def kv_bytes_per_token(self, tp: int = 1, pp: int = 1) -> float:
-        """bf16 KV-cache bytes of one token on one GPU: ``2 (K, V) · L/pp · kv_per_rank · head_dim · 2``,
-        with ``kv_per_rank = kv_heads / tp`` when tp divides the KV heads, else 1 (KV heads replicated
-        across tensor-parallel ranks). Qwen3-4B, tp = pp = 1: 147,456 bytes."""
+        """bf16 KV-cache bytes of one token on one GPU of an inference engine: ``2 (K, V) · L/pp ·
+        kv_per_rank · head_dim · 2``, with ``kv_per_rank = kv_heads / tp`` when tp divides the KV heads,
+        else 1 (KV heads replicated across tensor-parallel ranks). Qwen3-4B, tp = pp = 1: 147,456 bytes.
+
+        With MLA vLLM caches one latent per token per layer, ``kv_lora_rank + qk_rope_head_dim`` elements in
+        the model dtype (``ModelConfig.get_head_size`` returns that sum and ``get_num_kv_heads`` 1 for MLA;
+        the cache ``kv_c_and_k_pe_cache`` of ``vllm/v1/attention/backends/mla/common.py``), the same on every
+        tensor-parallel rank (not divided by ``tp``): ``L/pp · (r_kv + ρ) · 2``; DeepSeek-V3 70,272 bytes.
+        Training's up-projected K and V are :attr:`kv_dim` wide instead (:meth:`training_kv_bytes_per_token`)."""
+        if self.is_mla:
+            return (self.layers / pp) * self.mla_latent_dim * BF16_BYTES
         kv_per_rank = self.kv_heads / tp if self.kv_heads % tp == 0 else 1
         return 2 * (self.layers / pp) * kv_per_rank * self.head_dim * BF16_BYTES
+
+    def training_kv_bytes_per_token(self, tp: int = 1, pp: int = 1) -> float:
+        """bf16 bytes of one token's K and V as a training pass holds them (context-parallel rings, Ulysses):
+        :meth:`kv_bytes_per_token` for ordinary attention; with MLA the up-projected multi-head K and V,
+        ``2 · L/pp · kv_dim/tp · 2`` (the heads split over tensor parallelism)."""
+        if self.is_mla:
+            return 2 * (self.layers / pp) * self.kv_dim / tp * BF16_BYTES
+        return self.kv_bytes_per_token(tp, pp)
 
     def value_head(self) -> TransformerShape:
         """The same trunk with a scalar value head instead of the LM head (critic, reward model)."""
@@ -379,13 +530,18 @@ FIELD_ALIASES: dict[str, str] = {
     "position_embeddings": "position_embeddings", "embedding_dim": "embedding_dim",
     "model_type": "model_type",
     "max_position_embeddings": "max_position_embeddings",
+    "kv_lora_rank": "kv_lora_rank", "q_lora_rank": "q_lora_rank", "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
 }
+#: Keys a YAML model mapping may give besides :data:`FIELD_ALIASES`: counts turned into widths
+#: (``n_shared_experts``), the MLA query/key width split (``qk_nope_head_dim``), ``moe_layer_freq`` (must be 1).
+DERIVED_KEYS = ("n_shared_experts", "qk_nope_head_dim", "moe_layer_freq")
 #: ``model_type`` values a YAML model mapping may give: Hugging Face ``config.json`` ``model_type`` names
 #: (``transformers`` ``CONFIG_MAPPING`` keys) of the decoder-only families this shape describes. A
 #: ``config.json`` read with ``hf_config`` keeps its own value, whatever it is.
 MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
                "gemma3", "gemma3_text", "olmo2", "opt", "gpt2", "falcon", "gpt_neox", "gptj", "bloom", "phi",
-               "phi3", "starcoder2", "gpt_bigcode")
+               "phi3", "starcoder2", "gpt_bigcode", "deepseek_v2", "deepseek_v3", "kimi_k2")
 #: Keys a YAML model mapping must give (either name of each pair).
 REQUIRED_FIELDS = ("layers", "hidden_dim", "ffn_dim", "vocab_size")
 _BOOL_FIELDS = ("tie_word_embeddings", "qk_norm")
@@ -410,15 +566,15 @@ def shape_from_mapping(spec: Mapping[str, Any], where: str = "model.", *,
     """
     values: dict[str, Any] = {}
     given: dict[str, str] = {}
-    shared_count = None
+    derived: dict[str, Any] = {}
     for key, value in spec.items():
         if key in extra:
             continue
-        if key == "n_shared_experts":
-            shared_count = value
+        if key in DERIVED_KEYS:
+            derived[key] = value
             continue
         if key not in FIELD_ALIASES:
-            valid = ", ".join(sorted(set(FIELD_ALIASES) | {"n_shared_experts"} | set(extra)))
+            valid = ", ".join(sorted(set(FIELD_ALIASES) | set(DERIVED_KEYS) | set(extra)))
             raise ConfigError(f"{where}{key}: unknown field; valid: {valid}")
         name = FIELD_ALIASES[key]
         if name in given:
@@ -431,9 +587,10 @@ def shape_from_mapping(spec: Mapping[str, Any], where: str = "model.", *,
                   "vocab_size": "vocab_size"}[name]
             raise ConfigError(f"{where}{name}: missing required field"
                               + (f" (Hugging Face name {hf})" if hf != name else ""))
-    if shared_count is not None:
-        count = _coerce(shared_count, "n_shared_experts", "n_shared_experts", where)
+    if derived.get("n_shared_experts") is not None:
+        count = _coerce(derived["n_shared_experts"], "n_shared_experts", "n_shared_experts", where)
         values["shared_expert_ffn_dim"] = count * values.get("expert_ffn_dim", 0)
+    _mapping_mla(values, given, derived, where)
     _apply_family_traits(values, given, where)
     for name in ("num_heads", "num_kv_heads"):  # counts of heads: None (not given) or at least one
         if values.get(name) == 0:
@@ -447,6 +604,28 @@ def shape_from_mapping(spec: Mapping[str, Any], where: str = "model.", *,
         return TransformerShape(**values)
     except ConfigError as exc:
         raise ConfigError(f"{where}{exc}") from None
+
+
+def _mapping_mla(values: dict[str, Any], given: dict[str, str], derived: Mapping[str, Any], where: str) -> None:
+    """Multi-head latent attention fields of a YAML mapping, in place: with ``kv_lora_rank`` or an
+    :data:`MLA_TYPES` ``model_type``, every :data:`MLA_REQUIRED_KEYS` key is required and ``head_dim``
+    becomes ``qk_nope_head_dim + qk_rope_head_dim`` (a given ``head_dim`` must equal it).
+
+    Raises:
+        ConfigError: ``{where}{key}: ...`` naming the missing or contradicting key.
+    """
+    mla_keys = {"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim"} & set(values)
+    if not (values.get("kv_lora_rank") or values.get("model_type") in MLA_TYPES or mla_keys
+            or derived.get("qk_nope_head_dim") is not None):
+        if derived.get("moe_layer_freq") not in (None, 1):
+            raise ConfigError(f"{where}moe_layer_freq: only 1 is modelled, got {show(derived['moe_layer_freq'])}")
+        return
+    hf = {**values, **{k: _coerce(v, k, k, where) for k, v in derived.items() if k != "n_shared_experts"}}
+    mla = _mla_values(hf, str(values.get("model_type") or ""), where)
+    if "head_dim" in values and values["head_dim"] != mla["head_dim"]:
+        raise ConfigError(f"{where}{given['head_dim']}: {show(values['head_dim'])} contradicts qk_nope_head_dim + "
+                          f"qk_rope_head_dim = {mla['head_dim']} (multi-head latent attention; leave head_dim out)")
+    values.update(mla)
 
 
 def family_traits(model_type: str) -> dict[str, Any]:
@@ -506,7 +685,8 @@ def _coerce(value: Any, key: str, name: str, where: str) -> Any:
                           f"{', '.join(MODEL_TYPES)}")
     if name in _STR_FIELDS:
         return value
-    if value is None and name in ("num_heads", "num_kv_heads", "embedding_dim", "max_position_embeddings"):
+    if value is None and name in ("num_heads", "num_kv_heads", "embedding_dim", "max_position_embeddings",
+                                  "q_lora_rank"):
         return None
     value = plain_number(value)
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -545,8 +725,8 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
     ``enable_bias`` when present. A ``text_config`` sub-mapping (multimodal wrappers) is used when present.
 
     Raises:
-        ConfigError: unreadable file, invalid JSON, a missing size field, or multi-head latent attention
-            (``kv_lora_rank``, DeepSeek-V2/V3), which this shape does not model.
+        ConfigError: unreadable file, invalid JSON, a missing size field, or an incomplete multi-head latent
+            attention (``kv_lora_rank`` or an :data:`MLA_TYPES` family: :func:`_mla_values`).
     """
     where = "config.json"
     if isinstance(path_or_dict, Mapping):
@@ -568,8 +748,6 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
     if isinstance(cfg.get("text_config"), Mapping):
         cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
     cfg = _checked_hf_fields(cfg, where)
-    if cfg.get("kv_lora_rank"):
-        raise ConfigError(f"{where} kv_lora_rank: multi-head latent attention (DeepSeek-V2/V3) is not modelled")
     model_type = str(cfg.get("model_type", "")).lower()
 
     def first(*keys: str, default: Any = None) -> Any:
@@ -622,6 +800,8 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
             values["shared_expert_ffn_dim"] = cfg["shared_expert_intermediate_size"]
         dense = int(first("first_k_dense_replace", default=0) or 0) + len(cfg.get("mlp_only_layers") or ())
         values["dense_layers"] = min(dense, layers)
+    if cfg.get("kv_lora_rank") or model_type in MLA_TYPES:
+        values.update(_mla_values(cfg, model_type, f"{where} "))
     for key in ("layers", "hidden_dim", "ffn_dim", "vocab_size", "num_heads", "head_dim", "num_kv_heads",
                 "max_position_embeddings"):
         if isinstance(values[key], float) and values[key].is_integer():
@@ -632,13 +812,47 @@ def from_hf_config(path_or_dict: str | Path | Mapping[str, Any]) -> TransformerS
         raise ConfigError(f"{where} {exc}") from None
 
 
+#: Hugging Face ``model_type`` values of the multi-head latent attention families (DeepSeek-V2/V2-Lite,
+#: DeepSeek-V3/R1 and Moonlight, Kimi-K2): a model of one of them must give the MLA fields.
+MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")
+#: The MLA fields of a ``config.json`` / YAML mapping that :func:`_mla_values` requires.
+MLA_REQUIRED_KEYS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _mla_values(cfg: Mapping[str, Any], model_type: str, where: str = "") -> dict[str, Any]:
+    """The shape fields of a multi-head latent attention model from its Hugging Face names: ``kv_lora_rank``,
+    ``q_lora_rank`` (absent or null: a plain query projection), ``v_head_dim``, ``qk_rope_head_dim`` and
+    ``head_dim = qk_nope_head_dim + qk_rope_head_dim`` (a ``head_dim`` in a ``config.json``, which transformers
+    sets to the rotary width, is replaced). DeepSeek-V3's multi-token-prediction module
+    (``num_nextn_predict_layers``) is not counted: transformers and vLLM do not load it for plain decoding.
+
+    Raises:
+        ConfigError: ``{where}<key>: ...`` for a missing MLA width (every :data:`MLA_REQUIRED_KEYS`; transformers'
+            defaults are DeepSeek-V3's, which would silently price a V2 model as V3), or ``moe_layer_freq``
+            other than 1 (every layer past ``first_k_dense_replace`` a MoE layer, as in every released
+            DeepSeek-family checkpoint; the shape has no interleaving).
+    """
+    for key in MLA_REQUIRED_KEYS:
+        if not cfg.get(key):
+            raise ConfigError(f"{where}{key}: required (>= 1) for multi-head latent attention (model_type "
+                              f"{model_type or 'not given'}, kv_lora_rank {cfg.get('kv_lora_rank')!r})")
+    freq = cfg.get("moe_layer_freq", 1)
+    if freq not in (None, 1):
+        raise ConfigError(f"{where}moe_layer_freq: only 1 (every layer past first_k_dense_replace is a MoE layer) is "
+                          f"modelled, got {_kind(freq)}")
+    return {"kv_lora_rank": cfg["kv_lora_rank"], "q_lora_rank": cfg.get("q_lora_rank") or None,
+            "qk_rope_head_dim": cfg["qk_rope_head_dim"], "v_head_dim": cfg["v_head_dim"],
+            "head_dim": cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]}
+
+
 #: Integer fields of a ``config.json`` that :func:`from_hf_config` reads (each in ``[0, MAX_SHAPE_INTEGER]``).
 HF_INTEGER_KEYS = (
     "num_hidden_layers", "n_layer", "num_layers", "hidden_size", "n_embd", "d_model", "num_attention_heads",
     "n_head", "intermediate_size", "ffn_dim", "n_inner", "vocab_size", "head_dim", "num_key_value_heads",
     "num_kv_heads", "max_position_embeddings", "n_positions", "word_embed_proj_dim", "num_experts",
     "num_local_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
-    "shared_expert_intermediate_size", "first_k_dense_replace", "kv_lora_rank")
+    "shared_expert_intermediate_size", "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+    "qk_rope_head_dim", "v_head_dim", "moe_layer_freq")
 #: Boolean fields of a ``config.json`` that :func:`from_hf_config` reads.
 HF_BOOLEAN_KEYS = ("tie_word_embeddings", "new_decoder_architecture", "multi_query", "enable_bias", "bias",
                    "attention_bias")

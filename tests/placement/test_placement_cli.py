@@ -278,8 +278,8 @@ def test_a_moe_trainer_says_the_knobs_priced_it_as_estimate_does():
                  pp=s.pp, ep=s.ep)
     assert e.inputs["pass_kernels"] == entry["pass_kernels"]
     line = cli.trainer_line(inst, "actor.train", entry)
-    assert line.endswith("priced with the efficiency knobs (no component table for a mixture of experts, LoRA or "
-                         "this GPU)") and "Megatron-Core" not in line
+    assert line.endswith("priced with the efficiency knobs (no component table for a mixture of experts, "
+                         "multi-head latent attention, LoRA or this GPU)") and "Megatron-Core" not in line
 
 
 def test_zero_bound_gap_is_na_in_the_text_as_null_in_the_json():

@@ -193,7 +193,8 @@ def cost_from_shape(
 
     ``a = f·2N / flops``, ``b = f·2·L·q / flops`` (``f`` = 3 training, 1 inference: the balance cost model,
     :mod:`packplace.balance.workload`), ``B = passes · L · 2 · kv_heads · head_dim · 2`` bytes (bf16 K and
-    V), ``m = passes · L`` (passes: 3 training, 1 inference).
+    V; multi-head latent attention: its up-projected K and V, ``kv_dim``, the attention width
+    ``attention_flop_dim``), ``m = passes · L`` (passes: 3 training, 1 inference).
 
     Raises:
         ConfigError: ``mode`` not ``train``/``inference``, ``flops_per_s`` not a positive finite number.
@@ -205,10 +206,10 @@ def cost_from_shape(
         raise ConfigError(f"cost.flops_per_s: must be a positive number, got {show(flops_per_s)}")
     factor = TRAIN_FLOPS_FACTOR if mode == "train" else 1.0
     passes = TRAIN_RING_PASSES if mode == "train" else 1
-    kv_bytes_per_layer = 2 * shape.kv_heads * shape.head_dim * BF16_BYTES
+    kv_bytes_per_layer = 2 * shape.kv_dim * BF16_BYTES   # multi-head latent attention: up-projected K and V
     return CPCost(
         linear_s_per_token=factor * shape.linear_flops_per_token() / flops_per_s,
-        attention_s_per_token2=factor * 2.0 * shape.layers * shape.attention_dim / flops_per_s,
+        attention_s_per_token2=factor * 2.0 * shape.layers * shape.attention_flop_dim / flops_per_s,
         ring_bytes_per_token=float(passes * shape.layers * kv_bytes_per_layer),
         ring_messages=passes * shape.layers,
         alpha_intra_s=alpha_intra_s, beta_intra_s_per_byte=beta_intra_s_per_byte,

@@ -44,7 +44,7 @@ from packplace.placement.model.framework import (
     verl_padded_roles,
 )
 from packplace.placement.model.layout_rules import Context, config_refusals
-from packplace.placement.model.memory import DEFAULT_TRAINING
+from packplace.placement.model.memory import DEFAULT_TRAINING, lora_params
 from packplace.placement.model.sequence_packing import pad_multiple, padded_length
 from packplace.run import clock
 
@@ -101,6 +101,7 @@ def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
         current = instance.training.get(model, DEFAULT_TRAINING)
         try:
             options[model] = replace(current, **training, **given)
+            lora_params(instance.models[model], options[model].lora_rank)   # a MoE or MLA model takes no LoRA
         except (ConfigError, TypeError, ValueError):
             return None
     changed = any(options[m] != instance.training.get(m, DEFAULT_TRAINING) for m in options) or any(

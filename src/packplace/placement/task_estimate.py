@@ -659,7 +659,7 @@ def estimate(model: Any, gpu: str | None = "h200", task: str = "train", *, micro
                           micro_batches=mbs)
     inputs.update(_priced_marks(task, parts, framework, framework_version, micro_batch))
     engine = _pooled_engine(memory, inputs, gpu_memory_utilization, hw, cluster, shape)
-    priced = components is not None and not shape.is_moe
+    priced = components is not None and not shape.knob_priced
     return Estimate(time_s=sum(parts.values()), parts=parts, memory=memory, inputs=inputs,
                     components=components.gpu if priced else "knobs", capacity_bytes=float(hw.memory_per_gpu),
                     components_derivation=components.derivation if priced else "", engine=engine)
@@ -1530,9 +1530,9 @@ def _backend_inputs(backend: TrainerBackend, shape: ModelSpec, table: ComponentT
                     hw: Hardware) -> dict[str, Any]:
     """The entries of :attr:`Estimate.inputs` that say which trainer priced a train / infer pass:
     ``trainer_backend_resolved`` (:attr:`TrainerBackend.name`), ``pass_kernels`` (``megatron``, ``hf`` or
-    ``knobs``: a mixture of experts or a GPU type without a component table) and ``megatron_pass_factor``
-    (the factor on Megatron-Core's kernels, 1 on the others)."""
-    kernels = "knobs" if table is None or shape.is_moe else (
+    ``knobs``: a mixture of experts, multi-head latent attention or a GPU type without a component table) and
+    ``megatron_pass_factor`` (the factor on Megatron-Core's kernels, 1 on the others)."""
+    kernels = "knobs" if table is None or shape.knob_priced else (
         "megatron" if backend.place and backend.name == "megatron" else "hf")
     return {"trainer_backend_resolved": backend.name, "pass_kernels": kernels,
             "megatron_pass_factor": hw.megatron_pass_factor if kernels == "megatron" else 1.0}
@@ -1568,7 +1568,7 @@ def _time_parts(shape: ModelSpec, cluster: Cluster, hw: Hardware, table: Compone
                  TrainingOptions(sharding=sharding, recompute=recompute, fp32_grad_buffer=megatron.fp32_grad_buffer),
                  bare, framework_version, engine_generation)
     cost.components = table   # the knob model's passes (MoE) with the same table as the kernels below
-    if table is not None and shape.is_moe:
+    if table is not None and shape.knob_priced:
         table = None
     if task not in ("train", "infer", "prefill"):
         sampler = sampler_mark(cost, table)

@@ -414,7 +414,9 @@ def layer_forward(model: TransformerShape, tokens: float, seq_len: float, tp: in
     (causal, flash attention), on one of ``tp`` tensor-parallel ranks (column-parallel Q/K/V and gate/up,
     row-parallel O and down, Megatron-LM; norms and residuals on ``tokens/tp`` rows, sequence
     parallelism). ``autocast``: fp32 master weights under ``torch.autocast(bf16)`` (the residual stream
-    stays fp32, every linear casts its fp32 input to bf16)."""
+    stays fp32, every linear casts its fp32 input to bf16). Raises ``ValueError`` for multi-head latent
+    attention (:func:`_refuse_mla`)."""
+    _refuse_mla(model, "layer_forward")
     d, T = model.hidden_dim, float(tokens)
     q, kvw = model.attention_dim / tp, model.kv_dim / tp
     res = FP32 if autocast else BF16
@@ -558,9 +560,21 @@ def te_norm_backward(width: float, rows: float) -> list[tuple]:
     return [("ew", 3 * BF16 * width * rows), ("ew", 0.0)]
 
 
+def _refuse_mla(model: TransformerShape, caller: str) -> None:
+    """The kernel inventories here are those of Q/K/V/O attention.
+
+    Raises:
+        ValueError: ``kv_lora_rank: ...`` for a multi-head latent attention model (its passes are priced by
+            the efficiency-knob model, :attr:`~packplace.shape.TransformerShape.knob_priced`)."""
+    if model.is_mla:
+        raise ValueError(f"kv_lora_rank: {caller} counts the kernels of Q/K/V/O attention; multi-head latent "
+                         f"attention ({model.kv_lora_rank}) keeps the efficiency-knob model (CostModel.components_for)")
+
+
 def _megatron_dense(model: TransformerShape, kernels: str) -> None:
     if kernels not in KERNEL_SETS:
         raise ValueError(f"kernels: must be one of {', '.join(KERNEL_SETS)}, got {kernels!r}")
+    _refuse_mla(model, "a component table")
     if kernels == "megatron" and model.is_moe:
         raise ValueError("kernels: megatron is counted for dense layers; a mixture of experts keeps the "
                          "efficiency-knob model (CostModel.components_for)")
@@ -572,7 +586,9 @@ def megatron_layer_modules(model: TransformerShape, tokens: float, seq_len: floa
     ``[(module, kernels)]``. The four Transformer Engine linear modules are ``linear_qkv`` (its norm and
     the QKV GEMM), ``linear_proj``, ``linear_fc1`` (its norm and the gate/up GEMM) and ``linear_fc2``
     (:data:`TE_LINEAR_MODULES`); the rest are ``qkv_split`` (the query's copy), ``qk_norm``, ``rope``,
-    ``core_attention``, ``activation`` and the two residual adds ``self_attn_bda`` / ``mlp_bda``."""
+    ``core_attention``, ``activation`` and the two residual adds ``self_attn_bda`` / ``mlp_bda``. Raises
+    ``ValueError`` for multi-head latent attention (:func:`_refuse_mla`)."""
+    _refuse_mla(model, "megatron_layer_modules")
     d, T = model.hidden_dim, float(tokens)
     q, kvw = model.attention_dim / tp, model.kv_dim / tp
     rows = T / tp
@@ -684,7 +700,9 @@ def megatron_layer_backward(model: TransformerShape, tokens: float, seq_len: flo
     projection's GEMMs, the attention backward (:data:`ATTENTION_BACKWARD_FLOPS` × the forward FLOPs),
     RoPE's backward on the query and the key, the ``qk_norm`` backwards, the concatenation of the
     query, key and value gradients into the QKV output's (the split's backward), the QKV GEMMs and the
-    input norm's backward. A dense Llama layer: 19 kernels (the eager layer's backward: 77)."""
+    input norm's backward. A dense Llama layer: 19 kernels (the eager layer's backward: 77). Raises
+    ``ValueError`` for multi-head latent attention (:func:`_refuse_mla`)."""
+    _refuse_mla(model, "megatron_layer_backward")
     d, T = model.hidden_dim, float(tokens)
     q, kvw = model.attention_dim / tp, model.kv_dim / tp
     rows = T / tp
@@ -854,7 +872,9 @@ def decode_kernels(model: TransformerShape, batch: float, context: float, tp: in
     """The kernels of one layer of a captured decode step for ``batch`` sequences of ``context`` cached
     tokens (the layer of ``benchmarks/hardware/h200/measure.py``'s ``Decoder``: fused QKV GEMM, the
     query's copy out of it, SDPA over the ``(batch, kv_heads, context, head_dim)`` cache, O GEMM, residual
-    add, fused gate/up GEMM, activation, product, down GEMM, residual add), one of ``tp`` ranks."""
+    add, fused gate/up GEMM, activation, product, down GEMM, residual add), one of ``tp`` ranks. Raises
+    ``ValueError`` for multi-head latent attention (:func:`_refuse_mla`)."""
+    _refuse_mla(model, "decode_kernels")
     d, q, kvw = model.hidden_dim, model.attention_dim / tp, model.kv_dim / tp
     B = float(batch)
     f = (model.ffn_dim if not model.is_moe else

@@ -91,6 +91,7 @@ from packplace.placement.model.memory import (
     stage_layers,
     stage_share,
     stage_split,
+    tp_replicated_extra,
     trainable_stage_params,
     vllm_profile_tokens,
     vllm_refuses_to_start,
@@ -581,8 +582,9 @@ class CostModel(metaclass=CountsGuarded):
     def components_for(self, model: ModelSpec, lora_rank: int = 0) -> ComponentTable | None:
         """The GPU type's component table (:mod:`packplace.placement.model.components`) when it prices this
         model's passes: a dense model without LoRA adapters (the table's kernels are those of dense
-        layers; a mixture of experts and LoRA keep the efficiency knobs); else ``None``."""
-        if self.components is None or model.is_moe or lora_rank:
+        layers; a mixture of experts, multi-head latent attention and LoRA keep the efficiency knobs,
+        :attr:`~packplace.shape.TransformerShape.knob_priced`); else ``None``."""
+        if self.components is None or model.knob_priced or lora_rank:
             return None
         return self.components
 
@@ -1450,7 +1452,9 @@ class CostModel(metaclass=CountsGuarded):
           small-``m`` GEMM penalty: at small batch the weight read is what bounds a decode step, and that
           is the memory term (the ``gemm_m_half`` saturation models the same effect for training GEMMs and
           would count it twice);
-        * memory: the weights ``2W/tp`` and the KV cache ``kv_bytes_per_token·Σctx`` — every
+        * memory: the weights ``2W/tp`` (plus the weights TP replicates whole on every GPU, multi-head latent
+          attention's down projections, :func:`~packplace.placement.model.stages.tp_replicated_extra`) and the KV
+          cache ``kv_bytes_per_token·Σctx`` — every
           iteration streams the weight shard (``W`` = :meth:`decode_weights_read`) and reads the KV cache
           of every running sequence (vLLM's PagedAttention reads exactly the live pages, Kwon et al. 2023);
           of a mixture of experts the touched routed experts (:meth:`decode_expert_weights_read`) stream
@@ -1531,10 +1535,11 @@ class CostModel(metaclass=CountsGuarded):
         layer_share = stage_share(L, pp, "vllm")   # its layers' KV cache of every running sequence, once per iteration
         rate = tp * hw.flops_per_gpu * hw.gemm_peak_fraction * k_eff
         gemm_compute = 2.0 * model.gemm_params * imbalance * running / rate
-        attention_compute = 4.0 * L * model.attention_dim * context_sum * layer_share / rate
+        attention_compute = 4.0 * L * model.decode_attention_dim * context_sum * layer_share / rate
         experts = self._decode_expert_weights_read_unchecked(model, running, ep)
         dense = self._decode_weights_read_unchecked(model, running, ep) - experts
-        weight_memory = 2.0 * dense * imbalance / tp / (hw.memory_bandwidth * hw.decode_bw_eff)
+        replicated = 2.0 * tp_replicated_extra(model, L, tp) * imbalance   # MLA's down projections, whole on each GPU
+        weight_memory = (2.0 * dense * imbalance / tp + replicated) / (hw.memory_bandwidth * hw.decode_bw_eff)
         kv_memory = context_sum * layer_share * model.kv_bytes_per_token(tp, 1) / (   # as decode_table's
             hw.memory_bandwidth * hw.decode_bw_eff * self.kv_read_fraction())
         if model.is_moe:

@@ -193,8 +193,8 @@ class ContextParallelBalance:
         (those plans are dynamic plans too)."""
         if not setting.active:
             return 1.0
-        key = (model.gemm_params, model.layers, model.attention_dim, model.kv_heads, model.head_dim, dp, tp, setting,
-               mode)
+        key = (model.gemm_params, model.layers, model.attention_flop_dim, model.kv_dim, model.kv_heads, model.head_dim,
+               dp, tp, setting, mode)
         f = self._factors.get(key)
         if f is None:
             if len(self._factors) >= CP_CACHE_LIMIT:

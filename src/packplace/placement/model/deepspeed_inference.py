@@ -34,6 +34,7 @@ forward (``models/opt/modeling_opt.py``) keeps them in the model's dtype.
 
 from __future__ import annotations
 
+from packplace.errors import ConfigError
 from packplace.placement.model.counts import check_counts
 from packplace.placement.problem.models import ModelSpec
 
@@ -70,8 +71,12 @@ def inference_workspace_bytes(model: ModelSpec, *, tp: int, sequences: int, max_
             (:func:`~packplace.placement.model.counts.check_counts`), or ``tp`` not dividing the model's attention
             heads (DeepSpeed's inference containers assert ``num_attention_heads % mp_size == 0``:
             ``module_inject/containers/base.py`` ``create_ds_model_config``).
+        ConfigError: a multi-head latent attention model (``kv_lora_rank``).
     """
     check_counts("inference_workspace_bytes", tp=tp, sequences=sequences, max_out_tokens=max_out_tokens)
+    if model.is_mla:
+        raise ConfigError(f"kv_lora_rank: {model.kv_lora_rank} (multi-head latent attention): DeepSpeed's inference "
+                          "containers (the hybrid engine) have Q/K/V attention only; not modelled")
     tp, sequences, max_out_tokens = int(tp), int(sequences), int(max_out_tokens)
     if model.heads % tp:
         raise ValueError(f"inference_workspace_bytes: tp must divide the model's {model.heads} attention heads "

@@ -53,7 +53,8 @@ ZERO_ALIGNMENT = 2
 
 def parameter_tensors(model: ModelSpec) -> list[tuple[int, bool]]:
     """``(elements, no weight decay)`` of every trainable tensor of a dense ``model`` in module order (module
-    docstring); no weight decay for the biases alone (e468799f's ``["bias", "LayerNorm.weight"]``). Raises
+    docstring; multi-head latent attention's modules, :attr:`~packplace.shape.TransformerShape.mla_modules`, in place
+    of Q, K, V, O); no weight decay for the biases alone (e468799f's ``["bias", "LayerNorm.weight"]``). Raises
     ``ValueError`` for a mixture-of-experts model (its experts' tensors are not listed)."""
     if model.is_moe:
         raise ValueError(f"parameter_tensors: a mixture-of-experts model ({model.num_experts} experts) is not listed")
@@ -74,6 +75,8 @@ def parameter_tensors(model: ModelSpec) -> list[tuple[int, bool]]:
     for elements, width, bias in ((d * q, q, qkv_bias), (d * k, k, qkv_bias), (d * k, k, qkv_bias),
                                   (q * d, d, linear_bias)):   # Q, K, V, O
         block += [(elements, False)] + ([(width, True)] if bias else [])
+    if model.is_mla:   # multi-head latent attention's modules, no biases (their norms' names decay as Llama's)
+        block = [(n, False) for n in model.mla_modules]
     block += norm()
     mlp = [model.ffn_dim] * (2 if model.mlp == "gated" else 1)
     for width in mlp:

@@ -80,7 +80,8 @@ def leaf_modules(model: ModelSpec) -> list[Module]:
 
 def _module_groups(model: ModelSpec) -> tuple[list[Module], list[list[Module]], list[Module]]:
     """The element counts of each leaf module's parameters of ``model`` in Hugging Face forward order: the token
-    and learned position embeddings, ``project_in``; per layer the attention norm, Q, K, V, O (weight, bias), the
+    and learned position embeddings, ``project_in``; per layer the attention norm, Q, K, V, O (weight, bias; multi-head
+    latent attention: :attr:`~packplace.shape.TransformerShape.mla_modules`), the
     MLP norm and the MLP (gate, up, down; a MoE layer's router, each expert's, then the shared expert's); the
     final norm, ``project_out``, the head (a value model's ``v_head``; a tied LM head reuses the embedding and is
     left out); as ``(before the layers, each layer's, after the layers)``."""
@@ -103,6 +104,8 @@ def _module_groups(model: ModelSpec) -> tuple[list[Module], list[list[Module]], 
 
     attention = [norm, linear(d, q, qkv_bias), linear(d, kv, qkv_bias), linear(d, kv, qkv_bias),
                  linear(q, d, linear_bias), norm]
+    if model.is_mla:   # multi-head latent attention's own modules (no biases)
+        attention = [norm, *[(n,) for n in model.mla_modules], norm]
     layers: list[list[Module]] = []
     for layer in range(model.layers):
         block = list(attention)

@@ -259,7 +259,7 @@ class DataParallelBalance:
         computed property)."""
         key = self._shapes.get(id(model))
         if key is None or key[0] is not model:
-            key = self._shapes[id(model)] = (model, (model.gemm_params, model.layers, model.attention_dim))
+            key = self._shapes[id(model)] = (model, (model.gemm_params, model.layers, model.attention_flop_dim))
         return key[1]
 
     def costs(self, model: ModelSpec, draw: int = 0) -> np.ndarray:

@@ -60,6 +60,8 @@ from packplace.placement.model.stages import ADAM_BYTES as ADAM_BYTES
 from packplace.placement.model.stages import SHARDING as SHARDING
 from packplace.placement.model.stages import (
     megatron_requires_sequence_parallel,
+    rank_share,
+    rank_stage_params,
     state_bytes_per_param,
     trainer_defaults,
     trainer_fp32_params,
@@ -71,6 +73,7 @@ from packplace.placement.model.stages import stage_layers as stage_layers
 from packplace.placement.model.stages import stage_params as stage_params
 from packplace.placement.model.stages import stage_share as stage_share
 from packplace.placement.model.stages import stage_split as stage_split
+from packplace.placement.model.stages import tp_replicated_extra as tp_replicated_extra
 from packplace.placement.problem.models import ModelSpec
 from packplace.placement.problem.workload import Workload
 
@@ -186,6 +189,11 @@ VLLM_PROFILE_TOKENS = {"v0": 2048, "v1": 8192}
 #: NeMo RL's or OpenRLHF's rollouts sets another. A block holds the K and V of ``block_size`` tokens on every layer
 #: of the worker's stage; vLLM sizes its cache in whole blocks (:func:`vllm_refuses_to_start`).
 VLLM_BLOCK_SIZE = 16
+#: A multi-head latent attention model's vLLM block: FlashMLA, vLLM's MLA decode kernel on Hopper and Blackwell, pages
+#: its cache in blocks of 64 tokens (deepseek-ai/FlashMLA README, "Paged kvcache with block size of 64"), and vLLM's
+#: CUDA platform forces ``block_size`` 64 where it selects it (``vllm/platforms/cuda.py``
+#: ``check_and_update_config``). Taken for every MLA engine: a larger block only raises the start-up minimum.
+VLLM_MLA_BLOCK_SIZE = 64
 #: ``max_num_batched_tokens`` of verl's vLLM rollout at every release the package knows (verl/trainer/config/
 #: ppo_trainer.yaml ``actor_rollout_ref.rollout.max_num_batched_tokens: 8192``, passed to ``vllm.LLM`` by the
 #: vLLM rollout with ``enable_chunked_prefill``).
@@ -301,14 +309,16 @@ def lora_params(model: ModelSpec, rank: int) -> tuple[int, int]:
     ``weight.requires_grad = False`` and keeps the bias trainable). ``rank = 0``: ``(0, 0)``.
 
     Raises:
-        ConfigError: a MoE model (LoRA on routed experts is not modelled), or a rank above the smallest
-            dimension of the adapted matrices (an adapter that large is no low-rank update: it has more
+        ConfigError: a MoE or multi-head latent attention model (LoRA on them is not modelled), or a rank above
+            the smallest dimension of the adapted matrices (an adapter that large is no low-rank update: it has more
             parameters than the matrix it adapts).
     """
     if rank == 0:
         return 0, 0
     if model.is_moe:
         raise ConfigError("lora_rank: LoRA of a MoE model (routed experts) is not modelled")
+    if model.is_mla:
+        raise ConfigError("lora_rank: LoRA of multi-head latent attention (kv_lora_rank) is not modelled")
     d, q, k, f = model.hidden_dim, model.attention_dim, model.kv_dim, model.ffn_dim
     if rank > min(d, q, k, f):
         raise ConfigError(f"lora_rank: must be at most {min(d, q, k, f):,}, the smallest dimension of the adapted "
@@ -484,7 +494,7 @@ def weight_bytes(model: ModelSpec, tp: int, pp: int, ep: int = 1, engine: str = 
     expert parallelism the routed experts count ``1/ep`` of that (:func:`stage_split`); ``engine``: whose layer
     split (:func:`stage_layers`)."""
     if ep == 1 or not model.is_moe:
-        return 2.0 * max(stage_params(model, pp, engine)) / tp
+        return 2.0 * max(rank_stage_params(model, pp, tp, engine))
     return 2.0 * max(d + e for d, e in stage_split(model, pp, tp, ep, engine))
 
 
@@ -644,7 +654,7 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
     stages: list[tuple[float, float]] = []
     inflight = pp if cp.rank_cap_tokens is not None else micro_batches * cp.ring   # dynamic CP: the whole depth
     for i in range(pp):
-        p, last = (params[i] / tp if split is None else split[i][0] + split[i][1]), i == pp - 1
+        p, last = (rank_share(model, params[i], layers[i], tp) if split is None else sum(split[i])), i == pp - 1
         if kind == "train":
             resident, transient = _train_stage_bytes(
                 model, options, framework, (i, pp, tp, dp, ep), p, split is not None, (tokens, logprob_tokens),
@@ -652,8 +662,8 @@ def vertex_stage_memory(model: ModelSpec, kind: str, *, dp: int, pp: int, tp: in
                 (fused_kernels, fused_swiglu, router_dtype), seq_len, (bare_loop, micro_batches),
                 offload_between_passes, zero3_fetch, fp32_grad_partitions)
         elif kind == "infer":
-            # partitioned: the stage's weights over tp·f ranks (ZeRO-3: experts over ep·(dp/ep) = dp ranks with tp)
-            resident = weight_bytes * (params[i] / (tp * min(dp, weight_shard or dp)) if sharded_weights else p)
+            f = min(dp, weight_shard or dp) if sharded_weights else 0  # over tp·f ranks (ZeRO-3 experts: ep·dp/ep = dp)
+            resident = weight_bytes * (rank_share(model, params[i], layers[i], tp, f) if f else p)
             parts = infer_transient(model, tokens=tokens, n_layers=layers[i], last=last, tp=tp, ep=ep, cp=cp.ring,
                                     kv_cache=framework == "none", logit_bytes=logit_bytes, score_bytes=scores,
                                     sequence_parallel=bool(options.sequence_parallel))
@@ -707,7 +717,8 @@ def _train_buffers(model: ModelSpec, options: TrainingOptions, framework: str, w
     TP split, ``fp32_partitions`` DeepSpeed's fp32 gradient accumulation."""
     i, pp, tp, dp = where
     if trainable is None:
-        trainable = trainable_stage_params(model, pp, options.lora_rank)[i] / tp
+        trainable = (trainable_stage_params(model, pp, options.lora_rank)[i] / tp
+                     + tp_replicated_extra(model, stage_layers(model.layers, pp)[i], tp))
     buffers = gradient_buffers(model, framework=framework, sharding=options.sharding, tp=tp,
                                dp=options.shard_ranks(dp), trainable=trainable, lora=bool(options.lora_rank),
                                offload=options.offload, megatron=megatron, tokens=tokens, last=i == pp - 1,
@@ -1070,7 +1081,7 @@ def engine_overhead_bytes(model: ModelSpec, n_layers: int, prompt_len: int, pref
     set of one layer over ``prefill_sequences`` prompts of ``prompt_len`` tokens
     (:func:`~packplace.placement.model.pass_memory.working_set_bytes_per_token`), the workspace and the
     allocator slack of a stage of ``n_layers`` layers (:mod:`packplace.placement.model.pass_memory`)."""
-    work = working_set_bytes_per_token(model) * prompt_len * prefill_sequences / tp
+    work = working_set_bytes_per_token(model, tp) * prompt_len * prefill_sequences / tp
     return work + workspace + weight_slack(model, n_layers, tp, ep)
 
 
@@ -1333,6 +1344,8 @@ def one_sequence_kv_bytes(model: ModelSpec, *, tp: int, pp: int, max_model_len: 
       block before comparing ("Reserve the null block BlockPool permanently holds back"); on a release whose
       check does not, this refuses one block (``B`` tokens) earlier than vLLM does: never a false start.
 
+    A multi-head latent attention model's blocks hold at least :data:`VLLM_MLA_BLOCK_SIZE` tokens.
+
     Raises:
         ValueError: ``max_model_len`` or ``block_size`` below 1, ``tp`` or ``pp`` below 1, or
             ``engine_generation`` not ``v0``/``v1``.
@@ -1342,6 +1355,7 @@ def one_sequence_kv_bytes(model: ModelSpec, *, tp: int, pp: int, max_model_len: 
                          f"{tp!r} and pp {pp!r} must be at least 1")
     if engine_generation not in ("v0", "v1"):
         raise ValueError(f"one_sequence_kv_bytes: engine_generation must be 'v0' or 'v1', got {engine_generation!r}")
+    block_size = max(block_size, VLLM_MLA_BLOCK_SIZE) if model.is_mla else block_size
     blocks = math.ceil(max_model_len / block_size)
     blocks = blocks * pp if engine_generation == "v0" else blocks + 1
     return blocks * block_size * stage_kv_bytes_per_token(model, tp, pp)
@@ -1365,10 +1379,10 @@ def resident_bytes(model: ModelSpec, kind: str, dp: int, pp: int, tp: int,
         if kind != "train":
             return 2.0 * max(d + e for d, e in split)
         return max(expert_train_state_bytes(model, part, dp, tp, ep, options) for part in split)
-    per_layer_rank = model.block_params / model.layers / tp
+    per_layer_rank = model.block_params / model.layers / tp + tp_replicated_extra(model, 1, tp)
     if kind == "train" and options.lora_rank:
         return max(lora_train_state_bytes(model, pp, tp, dp, options))
-    worst = max(stage_params(model, pp)) / tp
+    worst = max(rank_stage_params(model, pp, tp))
     if kind != "train":
         return 2.0 * worst
     return train_state_bytes(worst, per_layer_rank, dp, options)

@@ -63,8 +63,8 @@ from packplace.placement.model.deepspeed_zero3 import Zero3Prefetch, zero3_kept_
 from packplace.placement.model.gradient_buffers import NO_BUFFERS, GradientBuffers, gradient_buffers
 from packplace.placement.model.stages import (
     SHARDING,
+    rank_stage_params,
     stage_layers,
-    stage_params,
     stage_split,
     state_bytes_per_param,
 )
@@ -349,8 +349,32 @@ def megatron_combine_bytes_per_token(model: ModelSpec, router_dtype: str = "bf16
     return float(model.experts_per_token) * model.hidden_dim * (expert_tp * (2.0 + cast + p) + p)
 
 
+def mla_extra_bytes_per_token(model: ModelSpec, tp: int = 1) -> float:
+    """Bytes per token one multi-head latent attention layer holds beyond the ``4q + 4k`` of its (up-projected)
+    Q, K, V and output, counted in :func:`saved_activation_bytes_per_token`, :func:`working_set_bytes_per_token` and
+    :func:`backward_working_bytes_per_token` alike (the largest of the three uses; memory never under-counted);
+    0 without MLA. From the tensors Hugging Face's ``DeepseekV3Attention.forward`` (transformers
+    ``models/deepseek_v3/modeling_deepseek_v3.py``) creates, with ``H`` heads, ``n``/``ρ``/``v`` the no-rope,
+    rotary and value head widths, ``r_q``/``r_kv`` the latent ranks:
+
+    * per head (split by tensor parallelism): ``kv_b_proj``'s output ``2·H·(n + v)``, ``o_proj``'s contiguous
+      input ``2·H·v`` and the rotary embedding of ``q_pe`` (its multiply inputs and ``rotate_half`` copies,
+      ``8·H·ρ``);
+    * latent (replicated on every tensor-parallel rank: Megatron-Core's duplicated ``linear_q_down_proj`` /
+      ``linear_kv_down_proj``, vLLM's ``ReplicatedLinear``): the two latent RMSNorms as :func:`_norm_bytes`'s
+      ``8`` bytes an element plus their bf16 inputs / outputs (``10·(r_q + r_kv)``), ``kv_a_proj_with_mqa``'s
+      output ``2·(r_kv + ρ)`` and the rotary embedding of the shared ``k_pe`` (``8·ρ``), counted ``tp`` times
+      so that a caller's division of the per-token figure by ``tp`` leaves it whole."""
+    if not model.is_mla:
+        return 0.0
+    h, rope, v = model.heads, model.qk_rope_head_dim, model.v_head_dim
+    head = 2.0 * h * (model.qk_nope_head_dim + v) + 2.0 * h * v + 8.0 * h * rope
+    latent = 10.0 * ((model.q_lora_rank or 0) + model.kv_lora_rank) + 2.0 * model.mla_latent_dim + 8.0 * rope
+    return head + latent * tp
+
+
 def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_kernels: bool = False,
-                                     fused_swiglu: bool = False, router_dtype: str = "bf16") -> float:
+                                     fused_swiglu: bool = False, router_dtype: str = "bf16", tp: int = 1) -> float:
     """Bytes autograd keeps per token for one layer's backward (``tp = 1``; flash / SDPA attention).
 
     ``autocast`` true: fp32 weights under ``torch.autocast(bf16)`` (the residual stream is fp32);
@@ -365,7 +389,9 @@ def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_ker
     * MLP: gated keeps gate, up, ``act(gate)`` and the product, ``8f``; plain keeps fc1's output and the
       activation, ``4f``; a MoE layer keeps that of its ``experts_per_token`` routed experts (and shared
       experts) per token, the dispatched and combined token copies (``4d`` per routed expert) and the
-      fp32 router probabilities (``4·num_experts``).
+      fp32 router probabilities (``4·num_experts``);
+    * multi-head latent attention: :func:`mla_extra_bytes_per_token` (``tp``: the caller's tensor-parallel
+      degree, by which it divides the figure).
 
     Llama-3.1-8B: ``49·d`` per token (bf16) and ``59·d`` (autocast), against Korthikanti et al. 2022's
     ``34·d`` for a GPT layer with a ``4d`` plain MLP.
@@ -400,7 +426,7 @@ def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_ker
     total = 2.0 * (4.0 * d + 4.0) if te else 2.0 * _norm_bytes(model, autocast)
     if autocast:
         total += 2.0 * d * (3 + (2 if gated else 1))
-    total += 4.0 * q + 4.0 * k + 4.0 * h
+    total += 4.0 * q + 4.0 * k + 4.0 * h + mla_extra_bytes_per_token(model, tp)
     if model.qk_norm and te:
         total += 2.0 * (q + k) + 4.0 * (h + k / max(1, q // h))
     elif model.qk_norm:
@@ -418,23 +444,24 @@ def saved_activation_bytes_per_token(model: ModelSpec, autocast: bool, fused_ker
     return total
 
 
-def working_set_bytes_per_token(model: ModelSpec) -> float:
+def working_set_bytes_per_token(model: ModelSpec, tp: int = 1) -> float:
     """Bytes per token of one layer's largest live set in a no-grad bf16 forward (nothing saved): the
     residual and the norm output (``4d``) plus the larger of the attention step (the norm's fp32 copies,
     Q, K, V and the output: ``8d + 4q + 4k``) and the MLP step (gated: ``act(gate)``, up and their
     product, ``6f``; plain: fc1's output and the activation, ``4f``; MoE: the routed experts' share
-    and the dispatched copies)."""
+    and the dispatched copies); multi-head latent attention adds :func:`mla_extra_bytes_per_token` to the
+    attention step (``tp``: the caller's tensor-parallel degree, by which it divides the figure)."""
     d, q, k = model.hidden_dim, model.attention_dim, model.kv_dim
     per = 6.0 if model.mlp == "gated" else 4.0
     width = model.ffn_dim
     if model.is_moe:
         width = max(width, model.experts_per_token * model.expert_ffn_dim + model.shared_expert_ffn_dim)
     mlp = per * width + (4.0 * d * model.experts_per_token if model.is_moe else 0.0)
-    return 4.0 * d + max(8.0 * d + 4.0 * q + 4.0 * k, mlp)
+    return 4.0 * d + max(8.0 * d + 4.0 * q + 4.0 * k + mla_extra_bytes_per_token(model, tp), mlp)
 
 
 def backward_working_bytes_per_token(model: ModelSpec, autocast: bool, fused_kernels: bool = False,
-                                     fused_swiglu: bool = False) -> float:
+                                     fused_swiglu: bool = False, tp: int = 1) -> float:
     """Bytes per token the backward of one layer holds beyond its saved activations (``tp = 1``): the gradients
     its largest step has live at once, the attention's or the MLP's (they run one after the other), plus the
     residual stream's gradient. With ``d`` hidden, ``q`` attention width, ``k`` key/value width, ``h`` heads,
@@ -460,10 +487,11 @@ def backward_working_bytes_per_token(model: ModelSpec, autocast: bool, fused_ker
     Llama-3.1-8B (``d`` 4,096, ``q`` 4,096, ``k`` 1,024, ``h`` 32, ``f`` 14,336, bf16): ``4d + max(12q + 4k + 4h,
     8f)`` = 16,384 + 114,688 = 131,072 bytes per token. Sources: PyTorch autograd (``torch/csrc/autograd/
     engine.cpp``: a node's inputs are released once it has run; ``derivatives.yaml``); flash-attn 2 and
-    Megatron-LM as above."""
+    Megatron-LM as above. Multi-head latent attention adds the gradients of :func:`mla_extra_bytes_per_token`'s
+    tensors to the attention step (``tp``: the caller's tensor-parallel degree, by which it divides the figure)."""
     d, q, k, h = model.hidden_dim, model.attention_dim, model.kv_dim, model.heads
     residual = 2.0 * (4.0 if autocast else 2.0) * d
-    attention = 12.0 * q + 4.0 * h + (4.0 * k if k < q else 0.0)
+    attention = 12.0 * q + 4.0 * h + (4.0 * k if k < q else 0.0) + mla_extra_bytes_per_token(model, tp)
     gated = model.mlp == "gated"
     per = (6.0 if fused_kernels and fused_swiglu and not autocast else 8.0) if gated else 4.0
     mlp = per * model.ffn_dim if model.dense_layers or not model.is_moe else 0.0
@@ -616,7 +644,8 @@ def ring_attention_bytes_per_token(model: ModelSpec, ring: int, tp: int, backwar
     split) that one layer's ring attention holds on top of the saved activations while it runs, over a CP
     group of ``ring`` GPUs (0 for ``ring = 1``). Transformer Engine's ``AttnFuncWithCPAndKVP2P`` (Megatron-Core's
     ``cp_comm_type: p2p``, transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py),
-    bf16, with ``kv`` = the bf16 K and V of a token on this GPU (``model.kv_bytes_per_token(tp)/layers``),
+    bf16, with ``kv`` = the bf16 K and V of a token on this GPU (``model.training_kv_bytes_per_token(tp)/layers``;
+    multi-head latent attention's up-projected K and V),
     ``o = 2·q/tp`` (the attention output) and ``l = 4·h/tp`` (the fp32 log-sum-exp per head):
 
     * forward: ``ring·(kv + o + l) + o``. The forward keeps every step's K/V in ``p2p_comm_buffers``
@@ -636,7 +665,7 @@ def ring_attention_bytes_per_token(model: ModelSpec, ring: int, tp: int, backwar
     _check_positive("tp", tp)
     if ring == 1:
         return 0.0
-    kv = model.kv_bytes_per_token(tp, 1) / model.layers
+    kv = model.training_kv_bytes_per_token(tp, 1) / model.layers
     out = 2.0 * model.attention_dim / tp
     if backward:
         return 5.0 * kv + 2.0 * out
@@ -670,7 +699,7 @@ def _stage(model: ModelSpec, pp: int, tp: int, ep: int,
     if model.is_moe and ep > 1:
         per = [dense + expert for dense, expert in stage_split(model, pp, tp, ep, engine)]
     else:
-        per = [p / tp for p in stage_params(model, pp, engine)]
+        per = list(rank_stage_params(model, pp, tp, engine))
     return per, stage_layers(model.layers, pp, engine)
 
 
@@ -845,7 +874,8 @@ def _slack(tensors: float, mean_bytes: float = float("inf")) -> float:
 
 
 def weight_slack(model: ModelSpec, n_layers: int, tp: int, ep: int = 1, bytes_per_param: float = 2.0) -> float:
-    """Allocator slack (:func:`_slack`) of a stage's weight tensors on one GPU: per layer Q, K, V, O and
+    """Allocator slack (:func:`_slack`) of a stage's weight tensors on one GPU: per layer Q, K, V, O (multi-head latent
+    attention: :attr:`~packplace.shape.TransformerShape.mla_modules`) and
     the MLP's matrices (a MoE layer: its routed experts as two grouped tensors, gate-up and down, as
     Megatron-Core's grouped GEMM and Hugging Face transformers 5 store them, plus shared experts), and
     the two vocabulary matrices."""
@@ -856,6 +886,8 @@ def weight_slack(model: ModelSpec, n_layers: int, tp: int, ep: int = 1, bytes_pe
         return _slack(count, bytes_per_param * params / tp)
 
     attention = slack(2, d * q) + slack(2, d * k)
+    if model.is_mla:   # its own attention tensors (seven, or five with a plain query projection)
+        attention = sum(slack(1, n) for n in model.mla_modules)
     dense = slack(mats, d * model.ffn_dim)
     moe = 0.0
     if model.is_moe:
@@ -1074,7 +1106,7 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     layer_gemm = (model.gemm_params - model.head_gemm_params) / model.layers / tp
     gemm = layer_gemm * n_layers + head
     t = tokens / tp
-    a_layer = saved_activation_bytes_per_token(model, autocast, fused_kernels, fused_swiglu, router_dtype) * t
+    a_layer = saved_activation_bytes_per_token(model, autocast, fused_kernels, fused_swiglu, router_dtype, tp) * t
     whole = 0.0 if sequence_parallel else tokens - t   # tokens each rank holds beyond its 1/tp share
     a_layer += unsplit_activation_bytes_per_token(model, autocast, fused_kernels, router_dtype) * whole
     if recompute == "selective":
@@ -1105,7 +1137,7 @@ def train_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     blas = BACKWARD_BLAS_WORKSPACE if full else 0.0
     combine = megatron_combine_bytes_per_token(model, router_dtype, expert_tp) * t if fused_kernels else 0.0
     combine += _slack(3, combine / 4.0) if combine else 0.0   # the cast, the stacked copy and the output
-    working = backward_working_bytes_per_token(model, autocast, fused_kernels, fused_swiglu) * t
+    working = backward_working_bytes_per_token(model, autocast, fused_kernels, fused_swiglu, tp) * t
     working += 2.0 * (4.0 if autocast else 2.0) * model.hidden_dim * whole   # the residual's gradients, whole
     working += _slack(BACKWARD_WORKING_TENSORS, working / BACKWARD_WORKING_TENSORS)
     if bare:
@@ -1383,10 +1415,11 @@ def infer_transient(model: ModelSpec, *, tokens: float, n_layers: int, last: boo
     ``tokens`` (added to the whole working set: the larger figure; Korthikanti et al. 2022, Table 2)."""
     t = tokens / tp
     whole = 0.0 if sequence_parallel else tokens - t
-    kv = model.kv_bytes_per_token(tp, 1) * n_layers / model.layers * tokens if kv_cache else 0.0
-    slack = weight_slack(model, n_layers, tp, ep) + _slack(2 * n_layers, model.kv_bytes_per_token(tp, 1) / model.layers
+    kv_token = model.training_kv_bytes_per_token(tp, 1) / model.layers   # a Hugging Face cache: the K and V tensors
+    kv = kv_token * n_layers * tokens if kv_cache else 0.0
+    slack = weight_slack(model, n_layers, tp, ep) + _slack(2 * n_layers, kv_token
                                                          * tokens / 2 if kv_cache else 0.0)
-    layer = (working_set_bytes_per_token(model) + score_bytes) * t + _ring_bytes(model, cp, tp, tokens, False)
+    layer = (working_set_bytes_per_token(model, tp) + score_bytes) * t + _ring_bytes(model, cp, tp, tokens, False)
     layer += 12.0 * model.hidden_dim * whole
     if last:
         hidden = 2.0 * model.hidden_dim * (t + whole)
@@ -1425,7 +1458,7 @@ def _engine_stage(model: ModelSpec, task: str, params: float, n_layers: int, las
     slack = weight_slack(model, n_layers, tp, ep)
     logits = logit_bytes_per_token(model, False) * batch / tp if last else 0.0
     if hybrid_engine and task == "generate":
-        act = working_set_bytes_per_token(model) * (batch + context) / tp
+        act = working_set_bytes_per_token(model, tp) * (batch + context) / tp
         whole = 2.0 * (model.embedding_params + model.head_params) * (1.0 - 1.0 / tp)
         if last:
             logits = max(logits, prefill_logit_bytes(model, sequences=batch, prompt_len=seq_len))
@@ -1433,12 +1466,12 @@ def _engine_stage(model: ModelSpec, task: str, params: float, n_layers: int, las
         return _assemble("decode", 2.0 * params + whole, 0.0, 0.0, act, logits, kv, ws + slack)
     if task == "prefill":
         kv = kv_token * batch * seq_len
-        act = working_set_bytes_per_token(model) * batch * seq_len / tp
+        act = working_set_bytes_per_token(model, tp) * batch * seq_len / tp
         return _assemble("prefill", 2.0 * params, 0.0, 0.0, act, logits, kv, ws + slack)
     kv = kv_token * batch * (context + 1)
-    act = working_set_bytes_per_token(model) * batch / tp
+    act = working_set_bytes_per_token(model, tp) * batch / tp
     if task == "generate":
-        act += working_set_bytes_per_token(model) * context / tp
+        act += working_set_bytes_per_token(model, tp) * context / tp
     return _assemble("decode", 2.0 * params, 0.0, 0.0, act, logits, kv, ws + slack)
 
 

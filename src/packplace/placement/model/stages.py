@@ -307,12 +307,33 @@ def stage_params(model: ModelSpec, pp: int, engine: str = "megatron") -> tuple[i
     return tuple(out)
 
 
+def tp_replicated_extra(model: ModelSpec, n_layers: float, tp: int) -> float:
+    """Parameters one GPU holds beyond its ``1/tp`` share of ``n_layers`` blocks: the blocks' weights that tensor
+    parallelism replicates instead of splitting (:attr:`~packplace.shape.TransformerShape.tp_replicated_layer_params`,
+    multi-head latent attention's down projections), ``n_layers·R·(1 − 1/tp)``; 0 without MLA or at ``tp = 1``."""
+    return n_layers * model.tp_replicated_layer_params * (1.0 - 1.0 / tp)
+
+
+def rank_share(model: ModelSpec, params: float, n_layers: float, tp: int, shard: int = 1) -> float:
+    """One GPU's share of a stage of ``params`` parameters and ``n_layers`` layers split over ``tp`` tensor-parallel
+    and ``shard`` ZeRO-3 / FSDP ranks: ``params/(tp·shard)`` plus :func:`tp_replicated_extra` over ``shard``."""
+    return params / (tp * shard) + tp_replicated_extra(model, n_layers, tp) / shard
+
+
+def rank_stage_params(model: ModelSpec, pp: int, tp: int, engine: str = "megatron") -> tuple[float, ...]:
+    """Parameters of each pipeline stage on one tensor-parallel rank: :func:`stage_params` over ``tp`` plus
+    :func:`tp_replicated_extra` of the stage's layers."""
+    return tuple(p / tp + tp_replicated_extra(model, n, tp)
+                 for p, n in zip(stage_params(model, pp, engine), stage_layers(model.layers, pp, engine)))
+
+
 def stage_split(model: ModelSpec, pp: int, tp: int, ep: int = 1,
                 engine: str = "megatron") -> tuple[tuple[float, float], ...]:
     """Per pipeline stage, the parameters one GPU holds as ``(dense, expert)``: ``dense`` the stage's
     non-expert weights over ``tp`` (attention, dense MLPs, router, shared experts, embedding / head),
     ``expert`` its routed experts (:attr:`~packplace.shape.TransformerShape.expert_params` times the
-    stage's share of the layers) over ``tp·ep``.
+    stage's share of the layers) over ``tp·ep``; ``dense`` adds the weights TP replicates
+    (:func:`tp_replicated_extra`).
 
     Expert parallelism as in Megatron-Core (docs.nvidia.com/megatron-core/developer-guide/latest/
     api-guide/moe.html, "Expert Parallelism": ``expert-model-parallel-size`` ranks, each holding
@@ -324,5 +345,5 @@ def stage_split(model: ModelSpec, pp: int, tp: int, ep: int = 1,
     out = []
     for p, n in zip(stage_params(model, pp, engine), stage_layers(model.layers, pp, engine)):
         expert = n * experts_per_layer
-        out.append(((p - expert) / tp, expert / (tp * ep)))
+        out.append(((p - expert) / tp + tp_replicated_extra(model, n, tp), expert / (tp * ep)))
     return tuple(out)

@@ -257,7 +257,7 @@ def recompute_stage_seconds(cost, model: ModelSpec, recompute: str, dp: int, pp:
         return (cost._stage_seconds(model, False, dp, pp, tp, tokens, s, extent, ep, lora_rank, True)
                 / cost.train_rate_fraction(model, pp, tp, ep, lora_rank))
     hw = cost.hw
-    attention = 2.0 * model.layers * s * model.attention_dim * tokens   # forward attention FLOPs
+    attention = 2.0 * model.layers * s * model.attention_flop_dim * tokens   # forward attention FLOPs
     return attention * stage_share(model.layers, pp) / (tp * hw.flops_per_gpu * hw.gemm_peak_fraction)
 
 

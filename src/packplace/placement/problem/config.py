@@ -1325,11 +1325,13 @@ def _check_training_models(training: Mapping[str, TrainingOptions], models: Mapp
     (:func:`lora_params`), and the Megatron-Core fields (``bias_activation_fusion``, ``moe_router_dtype``) where
     they can have no effect (:func:`~packplace.placement.model.layout_rules.megatron_field_refusal`: a trainer no
     strategy puts on Megatron-Core, a router dtype on a dense model), and ``fp32_params`` where no trainer reads it
-    (:func:`~packplace.placement.model.layout_rules.fp32_params_refusal`).
+    (:func:`~packplace.placement.model.layout_rules.fp32_params_refusal`); every model against the framework
+    (:func:`_check_mla_framework`).
 
     Raises:
         ConfigError: ``[training.<role>] field: value ...`` naming why.
     """
+    _check_mla_framework(policy, models)
     for role, options in training.items():
         try:
             lora_params(models[role], options.lora_rank)
@@ -1366,6 +1368,41 @@ def _check_release_model_type(policy: Mapping[str, Any], actor: ModelSpec) -> No
                       f"{policy['framework_version']!r}: that release's Megatron trainer runs the SwiGLU of the "
                       "Qwen models unfused, so the training time depends on the family; give the config.json "
                       "model_type (e.g. llama, qwen2, qwen3, qwen3_moe), or trainer_backend: fsdp")
+
+
+#: The first vLLM release with multi-head latent attention (its v0.7.1 release notes: "MLA" for DeepSeek-V2/V3, the
+#: latent KV cache of ``vllm/attention/backends/mla``); an earlier one serves MLA models as multi-head attention.
+VLLM_MLA_SINCE = (0, 7, 1)
+
+
+def _check_mla_framework(policy: Mapping[str, Any], models: Mapping[str, ModelSpec]) -> None:
+    """A multi-head latent attention model (``kv_lora_rank``) under DeepSpeed-Chat: its hybrid engine generates
+    with DeepSpeed's inference containers (``deepspeed/module_inject/containers``), which have Q/K/V attention
+    only; its workspace and weight copies (:mod:`~packplace.placement.model.deepspeed_inference`) are not those of
+    MLA, so the plan would be priced wrong.
+
+    A framework release whose rollout engine runs a vLLM before :data:`VLLM_MLA_SINCE` is refused as well: such a
+    vLLM has no MLA path and caches per-head K and V (``get_head_size`` pads DeepSeek's 192-wide heads to 256), not
+    the latent this shape's cache is sized by.
+
+    Raises:
+        ConfigError: ``[models.<role>] kv_lora_rank: ...`` naming the role.
+    """
+    release = engine_vllm_release(policy["framework"], policy.get("framework_version"))
+    mla = [role for role, model in models.items() if model.is_mla]
+    if mla and release is not None and release < VLLM_MLA_SINCE:
+        raise ConfigError(f"[models.{mla[0]}] kv_lora_rank: multi-head latent attention needs vLLM "
+                          f"{'.'.join(map(str, VLLM_MLA_SINCE))} or later for its latent cache; "
+                          f"policy.framework_version {policy.get('framework_version')!r} of {policy['framework']} "
+                          f"runs vLLM "
+                          f"{'.'.join(map(str, release))}, which caches per-head K and V (not modelled)")
+    if policy["framework"] != "deepspeed-chat":
+        return
+    for role, model in models.items():
+        if model.is_mla:
+            raise ConfigError(f"[models.{role}] kv_lora_rank: {model.kv_lora_rank} (multi-head latent attention) "
+                              "under policy.framework deepspeed-chat is not modelled: its hybrid engine's DeepSpeed "
+                              "inference containers have Q/K/V attention only; use verl, openrlhf or nemo-rl")
 
 
 def _is_rule(spec: Any) -> bool:

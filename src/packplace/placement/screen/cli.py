@@ -222,7 +222,8 @@ def format_table(instance, result) -> str:
 
 #: How the text names what priced a training vertex (:meth:`CostModel.pricing_kernels`).
 KERNEL_NAMES = {"megatron": "Megatron-Core kernels", "hf": "Hugging Face kernels",
-                "knobs": "the efficiency knobs (no component table for a mixture of experts, LoRA or this GPU)"}
+                "knobs": "the efficiency knobs (no component table for a mixture of experts, multi-head latent "
+                         "attention, LoRA or this GPU)"}
 
 
 def trainer_line(instance, name: str, trainer: dict[str, Any]) -> str:
