@@ -75,6 +75,13 @@ fastest one is returned. The family, in the order it is scored:
    shape, the first that lowers the step time staying, within :data:`CLIMB_EVALUATIONS` evaluator calls
    (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which can
    leave another vertex slower than memory needs).
+5b. **generation apart, the models' groups on two blocks** (:func:`group_layouts`): per three-block tiling of
+   item 3, generation on one block and every other vertex on either of the other two, independently, in a
+   pass of its own after items 2-5 (its own caps; so it never changes what they reach): each trained model
+   with the tasks beside it on a block of its own (OpenRLHF's actor with the reference, its critic with the
+   reward model), which items 3-5 never offer (they keep the training vertices together): OpenRLHF 0.6.4 PPO
+   on 4 A100s, generation on GPU 0, the critic's group on GPU 1 and the actor's on GPUs 2-3, 18.3769 ->
+   15.9921 s, ``cpsat``'s optimum (docs/performance.md, "Screened step-downs and sideways moves").
    The winner of items 2-5 then climbs back with trades (:func:`trade_climb`), as the colocated plan did.
 6. **memory first** (:func:`memory_first`), only where no colocated plan fits, after
    item 7 and where neither the deadline nor a stop has ended the run: the layouts of items 2-5 and the
@@ -139,7 +146,7 @@ from packplace.solvers.placement._fitting import fitting_choice
 from packplace.solvers.placement._tilings import contiguous_tilings, packed_sequences, partitions
 
 __all__ = ["CLIMBED", "MAX_EVALUATIONS", "MAX_LAYOUTS", "MEMORY_FIRST_CLIMBS", "MEMORY_FIRST_LAYOUTS", "LayoutSearch",
-           "apart_layouts", "assemble", "baseline_or_disjoint", "best_layout",
+           "apart_layouts", "assemble", "baseline_or_disjoint", "best_layout", "group_layouts", "sideways",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
            "idle_layouts", "iter_vertex_layouts", "memory_first", "screened_plan", "spread_layouts",
            "three_way_layouts", "vertex_layouts",
@@ -270,6 +277,31 @@ def spread_layouts(instance, table, idle: bool = False) -> list[Blocks]:
     return out
 
 
+def group_layouts(instance, table) -> list[Blocks]:
+    """The layouts of the module docstring's item 5b: per tiling of the cluster into three consecutive legal
+    blocks (:func:`~packplace.solvers.placement._tilings.contiguous_tilings`) and each of them for the
+    generation vertices, every other vertex on either of the two other blocks, independently (``3 · 2^k`` per
+    tiling for ``k`` vertices besides generation): each trained model's training with the tasks it shares GPUs
+    with on a block of its own, beside generation on a third. Each distinct ``{vertex: block}`` once, none whose
+    mirror image (:func:`mirror_image`) is already there. Empty without a vertex of each of the three roles or
+    where the cluster has no three-block tiling."""
+    roles = _roles(instance)
+    if roles is None:
+        return []
+    gens, others, trains = roles
+    rest = trains + others
+    whole = Allocation(ORIGIN, table.extents[-1])
+    out: list[Blocks] = []
+    seen: set[tuple] = set()
+    mirror = _mirror_of(instance)
+    for blocks3 in contiguous_tilings(table, whole, 3):
+        for gen_block in blocks3:
+            two = [block for block in blocks3 if block != gen_block]
+            for combo in itertools.product(two, repeat=len(rest)):
+                _add_layout({**dict.fromkeys(gens, gen_block), **dict(zip(rest, combo))}, seen, out, mirror)
+    return out
+
+
 def _roles(instance) -> tuple[list[str], list[str], list[str]] | None:
     """``(generation, other, training)`` vertex names in graph order; None unless each role has one."""
     vertices = instance.graph.vertices
@@ -390,6 +422,8 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
     if whole and out.plan is None and best_time == float("inf"):
         idle = idle_layouts(ev.instance, ev.table) + spread_layouts(ev.instance, ev.table, idle=True)
         _search_pass(ev, run, idle, len(first), out, screen=screen)
+    if whole:  # item 5b: its own caps, after the others, so that it never changes what they reach
+        _search_pass(ev, run, group_layouts(ev.instance, ev.table), 0, out, screen=screen)
     if out.plan is None:
         out.step_time = float("inf")
     out.apart = bool(apart) and out.plan is not None and out.plan is apart_plan
