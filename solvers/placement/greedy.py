@@ -657,7 +657,7 @@ def sideways(ev, plan: Plan, step_time: float, deadline: float | None = None,
              max_calls: int = TRADE_EVALUATIONS) -> tuple[Plan, float, int]:
     """The first improving strategy change of ``plan`` to a slower candidate: per vertex in plan order, each
     other strategy of its block's shape (its fastest memory-feasible candidate of that strategy, fastest
-    first) that is slower than its own, the plan conformed to the framework's rules
+    first) no faster than its own, the plan conformed to the framework's rules
     (:func:`~packplace.placement.model.layout_rules.conform`). A vertex's own time is not the step's: a
     follower takes its leader's strategy (NeMo RL's reference forward the policy's, the value forward the
     critic's), so a slower leader strategy can serve both faster; and the weight transfer between a trainer
@@ -821,7 +821,7 @@ def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: Layo
         if steps and t < float("inf"):  # stepped down: take back the step-downs memory did not need
             plan, t, calls = climb_back(ev, plan, t, run.deadline)
             out.evaluations += calls
-        if small_time < t:  # the screened plan is the layout's faster plan (the step-downs ended over memory)
+        if small_time < t:  # the screened plan is the faster (the step-downs ended slower or over memory)
             plan, t = small, small_time
         if t < out.step_time:
             out.plan, out.step_time = plan, t
