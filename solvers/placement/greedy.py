@@ -7,10 +7,16 @@ fastest one is returned. The family, in the order it is scored:
 
 1. **all colocated** (:func:`~packplace.solvers.placement._common.colocated_plan`): every block at GPU
    (0, 0, 0), all vertices on shared GPUs, run one after another in topological order; always scored first,
-   so greedy is never slower than it; where it needed memory step-downs it then climbs back with trades
-   (:func:`trade_climb`: :func:`climb_back`'s one-vertex moves, then :func:`trade`: one vertex faster, the others
-   stepped down to make room, within :data:`TRADE_EVALUATIONS` evaluator calls) before the deadline; a plan
-   the climb improved is labelled :data:`CLIMBED` (``info["layout"]``), its message saying what it is.
+   so greedy is never slower than it; it then climbs with trades (:func:`trade_climb`: :func:`climb_back`'s
+   one-vertex moves to faster candidates, then :func:`trade`: one vertex faster, the others stepped down to
+   make room, then :func:`sideways`: one vertex on a slower candidate of another strategy, which the
+   framework's rules or the weight transfer can make the faster step; within :data:`TRADE_EVALUATIONS`
+   evaluator calls) before the deadline; a plan the climb improved is labelled :data:`CLIMBED`
+   (``info["layout"]``), its message saying what it is. Sideways moves: NeMo RL's reference forward runs
+   with the policy's strategy, so the policy's fastest training strategy need not be the pair's; on 4 H200s
+   (DPO, Qwen2.5-1.5B) the colocated plan went 0.4690 -> 0.4030 s, ``cpsat``'s optimum; verl 0.7.0 GRPO
+   on 4 H200s: generation at the trainer's dp 2 tp 2 halves the weight transfer, 1.5319 -> 1.4816 s
+   (docs/performance.md, "Screened step-downs and sideways moves").
 2. **generation | training splits** (:func:`layouts`): for every two-block tiling ``(A, B)`` of the cluster
    in the candidate table's shapes and positions (:func:`tilings`: the aligned halves, and the unequal
    node or rack splits 2:1, 3:1 ... that the block machinery places at both ends, both orders), the
@@ -21,19 +27,27 @@ fastest one is returned. The family, in the order it is scored:
    cluster a layout and its mirror image score the same (not where the framework's rules between tasks move
    tasks to the first free block, :func:`_mirror_of`; the same for items 3-5). Every layout is first
    scored memory-blind (:meth:`~packplace.placement.evaluator.PlacementEvaluator.relaxed_step_time` of
-   its fastest candidates, at most :data:`MAX_LAYOUTS`), then stepped down in memory in that order while
-   its memory-blind time is below the best step time found (step-downs only move a vertex to a slower
+   its fastest candidates, at most :data:`MAX_LAYOUTS`); those below the best step time found are screened
+   in memory (:func:`screened_plan`: the layout's least-memory plan, else a plan the fallback search finds;
+   a layout with none is dropped), then stepped down in memory in the order of their screened plans' step
+   times while the memory-blind time is below the best found (step-downs only move a vertex to a slower
    candidate, so a layout whose fastest candidates are already slower is not tried), within
-   :data:`MAX_EVALUATIONS` evaluator calls.
+   :data:`MAX_EVALUATIONS` evaluator calls (the screens not counted); where the step-downs end slower or
+   over memory, the screened plan stands for the layout. Ranked by memory-blind time alone, the fastest
+   layouts put tasks beside an engine whose pool fills its GPUs, and the budget went to their step-downs (up
+   to :data:`LAYOUT_STEPS` each, then :data:`CLIMB_EVALUATIONS` climbs) before the optimum's layout: 5 of
+   the 89 instances of ``benchmarks/small_rl_plans.py`` were 3.1-6.1% above ``cpsat``'s optimum; 4 of them
+   now reach it, the fifth is 1.5% above (docs/performance.md, "Screened step-downs and sideways moves").
 2a. **the engine apart** (:func:`apart_layouts`), only where a vLLM engine stays awake
    (:func:`~packplace.placement.candidates.stays_awake`: it holds its weights and whole KV pool on its GPUs
    in every phase, so a task beside it fits only in what the pool leaves): per tiling ``(A, B)``, generation
    alone on ``A``, training on ``B`` and each inference vertex on ``B`` or on one part of a two-block tiling
-   of ``B`` (one GPU of a 2-GPU half), which no other item offers. Screened and stepped down like item 2 (a
-   layout only where its least-memory plan fits), in a pass of its own (its own caps) before items 2-3,
-   whose step-downs then start below its best: items 2-3 rank by memory-blind time, and their fastest
-   layouts put tasks beside the awake engine, each stepped down in vain, so on 4 A100s with three ~1B models
-   their :data:`MAX_EVALUATIONS` ran out before the engine-apart layout (5.9156 s where ``cpsat`` proves
+   of ``B`` (one GPU of a 2-GPU half), which no other item offers. Scored memory-blind like item 2, then
+   stepped down in memory-blind order, a layout only where its least-memory plan fits (one evaluator call,
+   counted), in a pass of its own (its own caps) before items 2-3, whose step-downs then start below its
+   best: items 2-3 had ranked by memory-blind time alone, and their fastest layouts put tasks beside the
+   awake engine, each stepped down in vain, so on 4 A100s with three ~1B models their
+   :data:`MAX_EVALUATIONS` ran out before the engine-apart layout (5.9156 s where ``cpsat`` proves
    5.5452 s; docs/performance.md, "The engine apart").
 3. **generation | inference | training splits** (:func:`three_way_layouts`): for every tiling of the cluster
    into three consecutive blocks of the table's shapes and positions, unequal ones included
@@ -61,9 +75,15 @@ fastest one is returned. The family, in the order it is scored:
    shape, the first that lowers the step time staying, within :data:`CLIMB_EVALUATIONS` evaluator calls
    (:func:`~packplace.solvers.placement._common.repair_memory` steps the largest footprint down first, which can
    leave another vertex slower than memory needs).
+5b. **generation apart, the models' groups on two blocks** (:func:`group_layouts`): per three-block tiling of
+   item 3, generation on one block and every other vertex on either of the other two, independently, in a
+   pass of its own after items 2-5 (its own caps; so it never changes what they reach): each trained model
+   with the tasks beside it on a block of its own (OpenRLHF's actor with the reference, its critic with the
+   reward model), which items 3-5 never offer (they keep the training vertices together): OpenRLHF 0.6.4 PPO
+   on 4 A100s, generation on GPU 0, the critic's group on GPU 1 and the actor's on GPUs 2-3, 18.3769 ->
+   15.9921 s, ``cpsat``'s optimum (docs/performance.md, "Screened step-downs and sideways moves").
    The winner of items 2-5 then climbs back with trades (:func:`trade_climb`), as the colocated plan did.
-6. **memory first** (:func:`memory_first`), only where neither the colocated plan nor items 2-5 fit (item 2a's
-   plan aside: where only it fits, this pass runs and must beat it), after
+6. **memory first** (:func:`memory_first`), only where no colocated plan fits, after
    item 7 and where neither the deadline nor a stop has ended the run: the layouts of items 2-5 and the
    per-vertex layouts (:func:`vertex_layouts`: per two-block tiling ``(A, B)`` every vertex on ``A``, ``B``
    or ``W`` independently, so that one trained model's training takes ``B`` while another's spans ``W``,
@@ -71,11 +91,15 @@ fastest one is returned. The family, in the order it is scored:
    block's shape (at most :data:`MEMORY_FIRST_LAYOUTS`), and where that plan does not fit, searched for one
    that does (:func:`screened_plan`); the :data:`MEMORY_FIRST_CLIMBS` that fit and are
    fastest memory-blind then step down from their fastest candidates or climb back from the least-memory
-   ones; the fastest is kept where it beats item 7's plan (``info["layout"]`` ``split``). Items 2-5 rank by
+   ones; the fastest is kept where it beats the best plan of items 2-5 and 7 (``info["layout"]``
+   ``split``). Items 2-5 rank by
    memory-blind time, and where the engine of a small PPO setup fills its GPU nearly every fast layout is
    over memory, so their :data:`MAX_EVALUATIONS` went to step-downs that could not fit: on two H100s with
    ~1.5B models no plan was found where ``cpsat`` proves one (docs/performance.md, "Memory-first layouts").
-   Never run where a plan of items 1-5 other than item 2a's fits.
+   Run wherever no colocated plan fits, whatever items 2-5 found: gated on their finding nothing, it was
+   skipped where a plan of items 2-5 fit slower than its own (FOUR_A100 in
+   tests/placement/test_placement_memory_first.py: with the screened step-downs items 2-5 find 5.5487 s, the
+   pass ``cpsat``'s optimum 5.4640 s).
 7. where no colocated plan fits: the best layout with one block per model, disjoint where the cluster
    allows (:func:`~packplace.solvers.placement._common.disjoint_plan`); where nothing fits, no plan
    (status ``unknown``) with the smallest per-vertex needs.
@@ -122,7 +146,7 @@ from packplace.solvers.placement._fitting import fitting_choice
 from packplace.solvers.placement._tilings import contiguous_tilings, packed_sequences, partitions
 
 __all__ = ["CLIMBED", "MAX_EVALUATIONS", "MAX_LAYOUTS", "MEMORY_FIRST_CLIMBS", "MEMORY_FIRST_LAYOUTS", "LayoutSearch",
-           "apart_layouts", "assemble", "baseline_or_disjoint", "best_layout",
+           "apart_layouts", "assemble", "baseline_or_disjoint", "best_layout", "group_layouts", "sideways",
            "colocated_plan", "disjoint_plan", "layouts", "no_plan_found", "repair_memory", "search", "solve",
            "idle_layouts", "iter_vertex_layouts", "memory_first", "screened_plan", "spread_layouts",
            "three_way_layouts", "vertex_layouts",
@@ -253,6 +277,31 @@ def spread_layouts(instance, table, idle: bool = False) -> list[Blocks]:
     return out
 
 
+def group_layouts(instance, table) -> list[Blocks]:
+    """The layouts of the module docstring's item 5b: per tiling of the cluster into three consecutive legal
+    blocks (:func:`~packplace.solvers.placement._tilings.contiguous_tilings`) and each of them for the
+    generation vertices, every other vertex on either of the two other blocks, independently (``3 · 2^k`` per
+    tiling for ``k`` vertices besides generation): each trained model's training with the tasks it shares GPUs
+    with on a block of its own, beside generation on a third. Each distinct ``{vertex: block}`` once, none whose
+    mirror image (:func:`mirror_image`) is already there. Empty without a vertex of each of the three roles or
+    where the cluster has no three-block tiling."""
+    roles = _roles(instance)
+    if roles is None:
+        return []
+    gens, others, trains = roles
+    rest = trains + others
+    whole = Allocation(ORIGIN, table.extents[-1])
+    out: list[Blocks] = []
+    seen: set[tuple] = set()
+    mirror = _mirror_of(instance)
+    for blocks3 in contiguous_tilings(table, whole, 3):
+        for gen_block in blocks3:
+            two = [block for block in blocks3 if block != gen_block]
+            for combo in itertools.product(two, repeat=len(rest)):
+                _add_layout({**dict.fromkeys(gens, gen_block), **dict(zip(rest, combo))}, seen, out, mirror)
+    return out
+
+
 def _roles(instance) -> tuple[list[str], list[str], list[str]] | None:
     """``(generation, other, training)`` vertex names in graph order; None unless each role has one."""
     vertices = instance.graph.vertices
@@ -366,12 +415,15 @@ def best_layout(ev, run: Run, best_time: float = float("inf")) -> LayoutSearch:
         apart_plan = out.plan
         scored = {tuple(sorted(blocks.items())) for blocks in apart}
         first = [blocks for blocks in first if tuple(sorted(blocks.items())) not in scored]
-    whole = _search_pass(ev, run, first, 0, out) and not out.cut
+    screen: dict = {}   # screened_plan's cache, shared by items 2-5
+    whole = _search_pass(ev, run, first, 0, out, screen=screen) and not out.cut
     if whole:  # item 5: its own caps, so that it never takes a layout of items 2-3 from their budget
-        whole = _search_pass(ev, run, spread_layouts(ev.instance, ev.table), 0, out) and not out.cut
+        whole = _search_pass(ev, run, spread_layouts(ev.instance, ev.table), 0, out, screen=screen) and not out.cut
     if whole and out.plan is None and best_time == float("inf"):
         idle = idle_layouts(ev.instance, ev.table) + spread_layouts(ev.instance, ev.table, idle=True)
-        _search_pass(ev, run, idle, len(first), out)
+        _search_pass(ev, run, idle, len(first), out, screen=screen)
+    if whole:  # item 5b: its own caps, after the others, so that it never changes what they reach
+        _search_pass(ev, run, group_layouts(ev.instance, ev.table), 0, out, screen=screen)
     if out.plan is None:
         out.step_time = float("inf")
     out.apart = bool(apart) and out.plan is not None and out.plan is apart_plan
@@ -566,13 +618,16 @@ def climb_back(ev, plan: Plan, step_time: float, deadline: float | None = None,
 def trade_climb(ev, plan: Plan, step_time: float, deadline: float | None = None,
                 max_calls: int = TRADE_EVALUATIONS, tally: dict[str, int] | None = None) -> tuple[Plan, float, int]:
     """:func:`climb_back` with trades: where no single move improves ``plan``, :func:`trade` makes one vertex
-    faster and steps the others down in memory to make room; an improving trade stays and the single moves
-    resume, until neither improves, within ``max_calls`` evaluator calls and ``deadline`` (a
+    faster and steps the others down in memory to make room, and where no trade improves it either,
+    :func:`sideways` moves one vertex to a slower candidate of another strategy; an improving trade or move
+    stays and the single moves resume, until none improves, within ``max_calls`` evaluator calls and
+    ``deadline`` (a
     :func:`packplace.run.clock` reading; None: none). A plan one move cannot improve may still improve by two
     or more vertices changing together: on two nodes of 5 GPUs the GRPO config's training takes a faster
     candidate once the reference forward takes a smaller one (docs/performance.md, "Small odd clusters").
     ``tally``, where given, counts what improved the plan: ``tally["climbs"]`` the single moves kept,
-    ``tally["trades"]`` the trades kept (the message says which happened, :func:`_improved`).
+    ``tally["trades"]`` the trades kept, ``tally["sideways"]`` (set only where one was kept) the
+    :func:`sideways` moves kept (the message says which happened, :func:`_improved`).
 
     Returns:
         ``(plan, step_time, evaluator calls)``, as :func:`climb_back`.
@@ -586,10 +641,51 @@ def trade_climb(ev, plan: Plan, step_time: float, deadline: float | None = None,
         calls += used
         traded, traded_time, used = trade(ev, plan, step_time, deadline, max_calls - calls)
         calls += used
-        if traded_time >= step_time:
+        if traded_time < step_time:
+            plan, step_time = traded, traded_time
+            tally["trades"] += 1
+            continue
+        moved, moved_time, used = sideways(ev, plan, step_time, deadline, max_calls - calls)
+        calls += used
+        if moved_time >= step_time:
             return plan, step_time, calls
-        plan, step_time = traded, traded_time
-        tally["trades"] += 1
+        plan, step_time = moved, moved_time
+        tally["sideways"] = tally.get("sideways", 0) + 1
+
+
+def sideways(ev, plan: Plan, step_time: float, deadline: float | None = None,
+             max_calls: int = TRADE_EVALUATIONS) -> tuple[Plan, float, int]:
+    """The first improving strategy change of ``plan`` to a slower candidate: per vertex in plan order, each
+    other strategy of its block's shape (its fastest memory-feasible candidate of that strategy, fastest
+    first) no faster than its own, the plan conformed to the framework's rules
+    (:func:`~packplace.placement.model.layout_rules.conform`). A vertex's own time is not the step's: a
+    follower takes its leader's strategy (NeMo RL's reference forward the policy's, the value forward the
+    critic's), so a slower leader strategy can serve both faster; and the weight transfer between a trainer
+    and its rollout engine depends on both strategies. :func:`climb_back` and :func:`trade` try faster
+    candidates only and miss both.
+
+    Returns:
+        ``(plan, step_time, evaluator calls)``: ``plan`` and ``step_time`` themselves when no move improves.
+    """
+    table = ev.table
+    calls = 0
+    for name, vp in plan.vertices:
+        current = table.lookup(name, vp.strategy, vp.micro_batch, vp.allocation.extent)
+        if current is None:
+            continue
+        tried = {vp.strategy}
+        for cand in table.feasible[name]:
+            if calls >= max_calls or passed(deadline):
+                return plan, step_time, calls
+            if cand.extent != current.extent or cand.strategy in tried or cand.time < current.time:
+                continue
+            tried.add(cand.strategy)
+            trial = conform(ev.instance, table, plan.replace(name, cand.at(vp.allocation)))
+            t = ev.step_time(trial)
+            calls += 1
+            if t < step_time:
+                return trial, t, calls
+    return plan, step_time, calls
 
 
 def _climb_singles(ev, plan: Plan, step_time: float, deadline: float | None,
@@ -664,12 +760,24 @@ def trade(ev, plan: Plan, step_time: float, deadline: float | None = None,
 
 
 def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: LayoutSearch,
-                 least: dict | None = None) -> bool:
+                 least: dict | None = None, screen: dict | None = None) -> bool:
     """One pass of :func:`best_layout` over ``family`` (its layouts numbered from ``first_index`` against
     :data:`MAX_LAYOUTS`), beating ``out.step_time`` and updating ``out`` in place; False when the run's
-    deadline or stop cut the screening (``out.cut`` says which). With ``least`` (a cache of
-    :func:`_least_choice`), a layout is stepped down only where its least-memory plan fits (one evaluator call;
-    item 2a: a layout none of whose plans fit would take up to :data:`LAYOUT_STEPS` step-downs to fail)."""
+    deadline or stop cut the screening (``out.cut`` says which). The layouts whose memory-blind time beats the
+    best are stepped down in memory (:func:`~packplace.solvers.placement._common.repair_memory`, within
+    :data:`MAX_EVALUATIONS` calls), in the order of:
+
+    * ``screen`` given (a cache of :func:`screened_plan`'s; items 2-5): the step time of each layout's screened
+      plan (:func:`screened_plan`: its least-memory plan, or a plan of it the fallback search finds; one evaluator
+      call, more where the least-memory plan does not fit), a layout with none dropped; those calls are not
+      counted against :data:`MAX_EVALUATIONS`. Ranked by memory-blind time, the fastest layouts put tasks beside
+      a vLLM engine whose pool fills its GPUs, and each of them spent up to :data:`LAYOUT_STEPS` step-downs and
+      :data:`CLIMB_EVALUATIONS` climbs to end slow or not fit, until the budget ran out before the layout of
+      ``cpsat``'s optimum (docs/performance.md, "Screened step-downs and sideways moves"). Where the
+      step-downs from the fastest candidates end slower than the screened plan or over memory, the screened
+      plan stands for the layout.
+    * else their memory-blind time; with ``least`` (a cache of :func:`_least_choice`; item 2a) a layout is
+      stepped down only where its least-memory plan fits (one evaluator call, counted)."""
     table = ev.table
     ranked = []
     stepped_before = out.evaluations - out.screened  # evaluator calls of earlier passes' step-downs
@@ -687,12 +795,19 @@ def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: Layo
         out.screened += 1
         out.evaluations += 1
         if relaxed < out.step_time:
-            ranked.append((relaxed, index, choice))
+            ranked.append((relaxed, index, choice, None, float("inf")))
     ranked.sort(key=lambda item: item[:2])
-    for relaxed, _, choice in ranked:
+    free = out.screened   # evaluator calls not counted against MAX_EVALUATIONS: the screens
+    if screen is not None:
+        ranked, calls = _screen_order(ev, run, ranked, out.step_time, screen)
+        out.evaluations += calls
+        free += calls
+    for relaxed, _, choice, small, small_time in ranked:
         if relaxed >= out.step_time:
+            if screen is not None:
+                continue
             break
-        if out.evaluations >= out.screened + stepped_before + MAX_EVALUATIONS or run.expired() or run.stopped:
+        if out.evaluations >= free + stepped_before + MAX_EVALUATIONS or run.expired() or run.stopped:
             out.cut = ("time limit" if run.expired() else "stopped" if run.stopped else "evaluation cap")
             break
         if least is not None:
@@ -706,10 +821,38 @@ def _search_pass(ev, run: Run, family: list[Blocks], first_index: int, out: Layo
         if steps and t < float("inf"):  # stepped down: take back the step-downs memory did not need
             plan, t, calls = climb_back(ev, plan, t, run.deadline)
             out.evaluations += calls
+        if small_time < t:  # the screened plan is the faster (the step-downs ended slower or over memory)
+            plan, t = small, small_time
         if t < out.step_time:
             out.plan, out.step_time = plan, t
             run.offer(plan, t)
     return True
+
+
+def _screen_order(ev, run: Run, ranked: list, best: float, screen: dict) -> tuple[list, int]:
+    """``ranked`` (``(memory-blind time, index, fastest choice, None, inf)``, in memory-blind order) cut at
+    ``best`` (seconds), each layout with its :func:`screened_plan` and that plan's step time in the last two
+    places, those without one dropped, ordered by that step time (then memory-blind time and index); stops at
+    the run's deadline or stop (the layouts screened so far). Returns ``(that list, evaluator calls)``."""
+    out, calls = [], 0
+    for relaxed, index, choice, _, _ in ranked:
+        if relaxed >= best or run.expired() or run.stopped:
+            break
+        blocks = {n: alloc for n, (_, alloc) in choice.items()}
+        small = assemble_for(ev, _least_choice(ev.table, blocks, screen))   # screened_plan's, with its time
+        small_time = ev.step_time(small)
+        calls += 1
+        if small_time == float("inf"):
+            fits, used, _ = fitting_choice(ev, blocks, run.deadline, cache=screen)
+            calls += used
+            if fits is None:
+                continue
+            small = assemble_for(ev, fits)
+            small_time = ev.step_time(small)
+            calls += 1
+        out.append((relaxed, index, choice, small, small_time))
+    out.sort(key=lambda item: (item[4], item[0], item[1]))
+    return out, calls
 
 
 def _climbed(before: Plan, after: Plan) -> str:
@@ -721,18 +864,25 @@ def _climbed(before: Plan, after: Plan) -> str:
 def _improved(before: Plan, after: Plan, tally: dict[str, int]) -> str:
     """What :func:`trade_climb` did to ``before``, for the message, from its ``tally``: ``2 vertices climbed
     back to faster candidates`` (single moves only), ``3 vertices traded to other candidates (1 trade: a
-    vertex on a faster candidate, others stepped down in memory to make room)`` (trades only), or both
-    counts (``3 vertices changed candidates (1 trade ...; 2 single climbs back to faster candidates)``)."""
+    vertex on a faster candidate, others stepped down in memory to make room)`` (trades only), ``1 vertex
+    changed strategy (1 move to a slower candidate of another strategy that shortens the step: ...)``
+    (:func:`sideways` moves only), or the counts of each kind that happened (``3 vertices changed candidates
+    (1 trade ...; 2 single climbs back to faster candidates)``)."""
     moved = _climbed(before, after)
-    trades, climbs = tally.get("trades", 0), tally.get("climbs", 0)
-    if not trades:
+    trades, climbs, side = tally.get("trades", 0), tally.get("climbs", 0), tally.get("sideways", 0)
+    if not trades and not side:
         return f"{moved} climbed back to faster candidates"
     traded = (f"{trades} trade{'s' if trades > 1 else ''}: a vertex on a faster candidate, others stepped down "
               f"in memory to make room")
-    if not climbs:
+    turned = (f"{side} move{'s' if side > 1 else ''} to a slower candidate of another strategy that shortens the "
+              f"step: the framework's rules move its followers with it, or the weight transfer shrinks")
+    if not climbs and not side:
         return f"{moved} traded to other candidates ({traded})"
-    return (f"{moved} changed candidates ({traded}; {climbs} single climb{'s' if climbs > 1 else ''} back "
-            f"to faster candidates)")
+    if not climbs and not trades:
+        return f"{moved} changed strategy ({turned})"
+    kinds = ([traded] if trades else []) + ([turned] if side else []) \
+        + ([f"{climbs} single climb{'s' if climbs > 1 else ''} back to faster candidates"] if climbs else [])
+    return f"{moved} changed candidates ({'; '.join(kinds)})"
 
 
 def _describe(plan: Plan, cluster) -> str:
@@ -852,9 +1002,9 @@ def search(instance, run: Run) -> Proposal:
             run.offer(plan, best_time)
         elif plan is not None:
             note = f"no colocated plan fits; {note}"
-        if (found.plan is None or found.apart) and run.expired():   # item 6 not run: the deadline cut it short
+        if run.expired():   # item 6 not run: the deadline cut it short
             cut_by_time = True
-        elif (found.plan is None or found.apart) and not run.stopped:   # item 6: memory first (beating item 2a)
+        elif not run.stopped:   # item 6: memory first, beating items 2-5 and 7
             first = LayoutSearch()
             first.step_time = best_time
             memory_first(ev, run, memory_first_family(instance, ev.table), first)

@@ -247,7 +247,10 @@ def test_the_pool_s_choices_start_at_the_least_memory_trainer_its_pool_fits_besi
 
 def test_the_default_solver_fits_256_gpus(work_clock):
     """The default solver (concurrent: greedy's colocated plan first) on the 256-GPU toy: the four on GPUs 0-255,
-    actor.train, the reference and the reward model at dp 8, pp 4, tp 8, the engine at dp 32, tp 8. The fullest phase
+    actor.train, the reference and the reward model at dp 8, pp 4, tp 8, the engine at dp 16, pp 2, tp 8 (greedy's
+    sideways move: at dp 32, pp 1, its fastest alone, the step was 1.4030 s; at pp 2 generation takes 1.1021 s
+    instead of 1.0353 s and the weight transfer from the trainer 0.1531 s instead of 0.3062 s, 1.3168 s; the
+    engine's pool is the same fraction of each GPU). The fullest phase
     is generation, by hand: the trainer's 2,130,444,032 B resident (all kept beside the engine: rollout_kept_bytes),
     the engine's pool 5,120,000,000 B, the reference's weights 567,559,168 B and the reward model's 783,616 B:
     7,818,786,816 B of 8e9; the evaluator's verdict is feasible."""
@@ -256,7 +259,7 @@ def test_the_default_solver_fits_256_gpus(work_clock):
     assert result.solver == "concurrent" and result.status == "feasible" and not result.hit_time_limit
     plan = result.solution
     layout = {name: (vp.strategy.dp, vp.strategy.pp, vp.strategy.tp) for name, vp in plan.vertices}
-    assert layout == {"actor.generate": (32, 1, 8), "actor.train": (8, 4, 8), "reference.infer": (8, 4, 8),
+    assert layout == {"actor.generate": (16, 2, 8), "actor.train": (8, 4, 8), "reference.infer": (8, 4, 8),
                       "reward.infer": (8, 4, 8)}
     assert {vp.allocation.gpu_range(inst.cluster) for _, vp in plan.vertices} == {(0, 256)}
     score = get_evaluator(inst).score(plan)

@@ -103,13 +103,14 @@ def test_the_same_short_cpsat_call_gives_the_same_answer(name, limit, cp_status,
 
 
 def test_a_cpsat_call_finds_a_plan_wherever_greedy_alone_does_and_says_its_hint_came_late(work_clock):
-    # OpenRLHF PPO on one node: no colocated plan fits, and greedy needs its one-block-per-model layouts before
-    # any plan does (4-5 s on the work clock: deadlines a count of evaluator calls). With no plan at the hint
-    # solvers' deadline (30% of the limit) greedy runs on until its first plan (`hint_late`), as greedy alone would:
-    # at 0.5 s neither finds one, and cpsat says its hints were cut; at 5 s greedy alone finds one (cut short), and
-    # cpsat returns one too (it had answered `unknown` when greedy stopped at the hints' deadline and CP-SAT, built
-    # without a hint, found none in the time left): too late to build the model, greedy's plan.
-    # At 12 s the model is built from that plan and CP-SAT proves the 754.6988 s optimum
+    # OpenRLHF PPO on one node: no colocated plan fits, and greedy needs about 2 s on the work clock (deadlines a
+    # count of evaluator calls) before any plan fits (4-5 s before its items 2-5 were screened in memory). With no
+    # plan at the hint solvers' deadline (30% of the limit) greedy runs on until its first plan (`hint_late`), as
+    # greedy alone would: at 0.5 s neither finds one, and cpsat says its hints were cut; at 5 s greedy alone finds
+    # one (cut short), and cpsat returns one too (it had answered `unknown` when greedy stopped at the hints'
+    # deadline and CP-SAT, built without a hint, found none in the time left).
+    # At 5 s and 12 s the model is built from that plan and CP-SAT proves
+    # the 754.6988 s optimum
     path = os.path.join(ROOT, "configs", "placement", "published", "ppo_openrlhf_llama2-7b_1x8xa800.yaml")
     for _ in range(2):
         result = packplace.place(load_config(path), solver="cpsat", time_limit_s=0.5, seed=0)
@@ -121,19 +122,25 @@ def test_a_cpsat_call_finds_a_plan_wherever_greedy_alone_does_and_says_its_hint_
     alone = packplace.place(inst, solver="greedy", time_limit_s=5.0, seed=0)
     assert alone.status == "feasible" and alone.hit_time_limit
     result = packplace.place(inst, solver="cpsat", time_limit_s=5.0, seed=0)
-    assert result.status == "feasible" and result.solution is not None and result.hit_time_limit, result.message
+    assert result.solution is not None, result.message
     assert result.info["hint_late"] and result.info["hint_solver"] == "greedy"
-    assert result.info["hints_skipped"] == ["concurrent", "anneal"] and result.info["cp_status"] == "NOT_BUILT"
+    assert result.info["hints_skipped"] == ["concurrent", "anneal"]
     assert "greedy found no plan within the hint solvers' 1.50 s (30% of time_limit_s=5); it kept the time left " \
            "until its first plan (on to the end where that came past the build's deadline)" in result.message
     assert result.objective == pytest.approx(ev.step_time(result.solution), rel=1e-12)
     assert result.bound <= result.objective <= result.info["hint_step_time_s"]
-    # greedy's first plan came past the build's deadline (50% of the limit): no model can be built, so greedy kept
-    # on to the end, as greedy alone does, and cpsat returns greedy alone's plan (it had returned anneal's plan from
-    # greedy's first plan, 1,215.07 s against greedy's 974.20 s at the time, when greedy stopped at its first plan)
-    assert result.objective == pytest.approx(alone.objective, rel=1e-12)
+    # greedy's first plan now comes before the build's deadline (50% of the limit; its items 2-5 screened in memory
+    # step down far fewer layouts, about 2 s of work): the model is built from it (755.2871 s) and CP-SAT proves
+    # the optimum greedy alone reaches by the end (before, greedy's first plan came past that deadline, no model
+    # was built and cpsat returned greedy alone's plan). CP-SAT runs on the wall clock: under load it may stop
+    # short of the proof, never of a plan
+    assert result.status in ("optimal", "feasible")
+    if result.status == "optimal":
+        assert result.info["cp_status"] == "OPTIMAL"
+        assert result.objective == pytest.approx(754.6988, abs=1e-4) == alone.objective
     longer = packplace.place(inst, solver="cpsat", time_limit_s=12.0, seed=0)
-    assert longer.info["hint_late"] and longer.info["hint_solver"] == "greedy"
+    # at 12 s greedy's first plan (about 2 s of work) comes within the hint solvers' 3.6 s: no late hint
+    assert not longer.info["hint_late"]
     # CP-SAT's search runs on the wall clock: under load it may stop short of the proof, never of a plan
     assert longer.status in ("optimal", "feasible") and longer.solution is not None, longer.message
     assert longer.objective == pytest.approx(ev.step_time(longer.solution), rel=1e-12)

@@ -25,6 +25,7 @@ from packplace.placement.problem.plan import Allocation, Plan, Strategy, VertexP
 from packplace.run import Run
 from packplace.solvers.placement import concurrent, greedy
 from packplace.solvers.placement._common import assemble_for, colocated_plan, disjoint_plan, repair_memory
+from packplace.solvers.placement._fitting import FALLBACK_EVALUATIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "placement", "*.yaml")))
@@ -243,18 +244,21 @@ def test_the_family_stops_at_the_deadline_and_when_the_run_is_stopped():
     assert stopped.stopped
     proposal = greedy.search(inst, stopped)
     assert proposal.solution == colocated and proposal.info["layouts_screened"] == 0
-    # two passes (items 2-3, then item 6), each within its evaluation cap plus one layout's step-downs and climb
+    # three passes (items 2-3, item 5, item 5b), each within its evaluation cap plus one layout's step-downs and
+    # climb; besides, each layout's memory-blind score and at most one memory screen (its least-memory plan, the
+    # fallback search's calls and its plan's score), which the cap does not count
     per_pass = greedy.MAX_EVALUATIONS + 1 + greedy.LAYOUT_STEPS + greedy.CLIMB_EVALUATIONS
+    screens = 3 + FALLBACK_EVALUATIONS
     # unlimited on GRPO 2x8, each stepped layout takes about 60 evaluator calls; with every layout's mirror image
-    # (which scores the same) left out, both passes (91 layouts: 38 of items 2-3, 53 spread) run to their end
-    # within the caps (with the mirror images, 167 layouts, items 2-3 had ended at the evaluation cap after 25
-    # step-downs and the spread pass had not run)
+    # (which scores the same) left out, the passes (115 layouts: 38 of items 2-3, 53 spread, 24 of item 5b) run to
+    # their end within the caps (with the mirror images, 167 layouts of items 2-5, items 2-3 had ended at the
+    # evaluation cap after 25 step-downs and the spread pass had not run)
     full = greedy.best_layout(ev, Run("placement", inst, time_limit_s=None, evaluator=ev),
                               ev.step_time(colocated))
     family = (len(greedy.layouts(inst, ev.table)) + len(greedy.three_way_layouts(inst, ev.table))
-              + len(greedy.spread_layouts(inst, ev.table)))
-    assert (family, full.cut) == (91, "") and 0 < full.stepped <= full.screened == family
-    assert full.evaluations <= full.screened + 2 * per_pass
+              + len(greedy.spread_layouts(inst, ev.table)) + len(greedy.group_layouts(inst, ev.table)))
+    assert (family, full.cut) == (115, "") and 0 < full.stepped <= full.screened == family
+    assert full.evaluations <= full.screened * screens + 3 * per_pass
     with pytest.MonkeyPatch.context() as patch:   # the same plan as with no cap at all
         patch.setattr(greedy, "MAX_EVALUATIONS", 10**9)
         uncapped = greedy.best_layout(ev, Run("placement", inst, time_limit_s=None, evaluator=ev),
@@ -268,7 +272,7 @@ def test_the_family_stops_at_the_deadline_and_when_the_run_is_stopped():
     family = (len(greedy.layouts(inst, ev.table)) + len(greedy.three_way_layouts(inst, ev.table))
               + len(greedy.spread_layouts(inst, ev.table)))
     assert full.cut == "" and 0 < full.stepped <= full.screened == family
-    assert full.evaluations <= full.screened + 2 * per_pass
+    assert full.evaluations <= full.screened * screens + 3 * per_pass
 
 
 def test_a_family_cut_by_the_deadline_sets_hit_time_limit_for_greedy_and_concurrent():
