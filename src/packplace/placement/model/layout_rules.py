@@ -71,7 +71,7 @@ from typing import Any
 
 from packplace.errors import ConfigError
 from packplace.placement.model.dp_balance import vertex_setting
-from packplace.placement.model.framework import Release, parse_version, table_release
+from packplace.placement.model.framework import Release, micro_rollout_batch_size, parse_version, table_release
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
 from packplace.placement.model.sequence_packing import packing_refusal
 from packplace.placement.model.stages import FP32_PARAMS_TRAINERS
@@ -1235,7 +1235,6 @@ def one_rollout_batch(instance, table, plan: Plan) -> Plan:
     charged at its planned micro-batch, covers the batch). ``plan`` itself for other frameworks, and where no
     forward vertex sets the batch."""
     from packplace.placement.evaluator import rollout_chunk_vertices  # the evaluator imports this module
-    from packplace.placement.model.framework import micro_rollout_batch_size
 
     chunks = rollout_chunk_vertices(instance)
     if chunks is None:
