@@ -147,9 +147,9 @@ def test_the_message_counts_the_block_verl_shares():
 
 def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
     """At gpu_memory_utilization 0.8, grown to 64x (16 to 512 GPUs): 16 is below actor.train's 32 (24 would be
-    pp 3 or 6 over 32 layers, which verl 0.3.0 does not run), 32 to 512 are
-    ruled out by a proof from the candidate tables (the engine and the trainer share a GPU), so the concurrent solver never runs (before, it ran on all five
-    sizes, about two minutes: docs/performance.md) and the message names the sizes and the first proof."""
+    pp 3 or 6 over 32 layers, which verl 0.3.0 does not run), 32 to 512 are ruled out by a proof from the
+    candidate tables (the engine and the trainer share a GPU), so the concurrent solver never runs (before, it ran
+    on all five sizes, about two minutes: docs/performance.md) and the message names the sizes and the first proof."""
     calls = []
     real = api.solve_placement
 
