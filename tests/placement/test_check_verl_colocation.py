@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from packplace.errors import InfeasibleError
-from packplace.placement import api
+from packplace.placement import api, whole_plan
 from packplace.placement.candidates import CandidateTable, gb, trainer_pool
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.model.layout_rules import Context, verl_trainer_pool
@@ -114,11 +114,12 @@ def test_the_rollout_fits_beside_no_trainer_candidate_up_to_128_gpus():
     head = ("no plan fits in memory: verl runs actor.generate, reference.infer and reward.infer on exactly "
             "actor.train's GPUs (one resource pool, the hybrid engine: verl/trainer/main_ppo.py; on the Megatron "
             "backend reference.infer and reward.infer at its layout: one Megatron-Core parallel state per worker "
-            "process); beside every memory-feasible candidate of actor.train (24 to ")
+            "process); beside every memory-feasible candidate of actor.train (")
+    # 32 GPUs alone on 32: verl 0.3.0 runs no pp that does not divide the 32 layers (no 24-GPU TP 8 x PP 3)
     assert colocation_shortfall(table) == (f"{head}32 GPUs) they need more than 8 GB on each GPU: at least 10.8 GB "
                                            f"beside actor.train (dp 1, pp 4, tp 8) on 32 GPUs")
     assert colocation_shortfall(get_table(_grown(0.64, 16))) == (
-        f"{head}128 GPUs) they need more than 8 GB on each GPU: at least 8.24 GB beside actor.train (dp 4, pp 4, "
+        f"{head}32 to 128 GPUs) they need more than 8 GB on each GPU: at least 8.24 GB beside actor.train (dp 4, pp 4, "
         f"tp 8) on 128 GPUs")
     assert colocation_shortfall(get_table(_grown(0.64, 32))) is None
 
@@ -133,19 +134,22 @@ def test_the_message_counts_the_block_verl_shares():
     assert text.endswith(
         "; verl runs actor.generate, reference.infer and reward.infer on exactly actor.train's GPUs (one resource "
         "pool, the hybrid engine: verl/trainer/main_ppo.py), so every task on its own GPUs is no plan it runs: they "
-        "share one block of at least 24 GPUs, the most any of them needs alone (actor.generate 8 GPUs at 5.12 GB, "
-        "reference.infer 4 GPUs at 4.27 GB, reward.infer 1 GPU at 0.0309 GB, actor.train 24 GPUs at 6.83 GB; their "
+        "share one block of at least 32 GPUs, the most any of them needs alone (actor.generate 8 GPUs at 5.12 GB, "
+        "reference.infer 4 GPUs at 4.27 GB, reward.infer 1 GPU at 0.0309 GB, actor.train 32 GPUs at 5.34 GB; their "
         "bytes together not checked)")
     # actor.train fits on no block of 8 GPUs: its figure is that of the grown cluster (32 GPUs, the first doubling
-    # where it fits), its least-memory candidate on 24 GPUs, as the others' are on their smallest block here
+    # where it fits), its least-memory candidate on 32 GPUs (its smallest block: 24 would be pp 3 or 6 over 32
+    # layers, which verl 0.3.0 does not run), as the others' are on their smallest block here
     grown = get_table(_grown(0.64, 4))
-    assert gb(min(c.memory_bytes for c in grown.feasible["actor.train"] if c.gpus == 24)) == "6.83"
+    assert min(c.gpus for c in grown.feasible["actor.train"]) == 32
+    assert gb(min(c.memory_bytes for c in grown.feasible["actor.train"] if c.gpus == 32)) == "5.34"
 
 
 def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
-    """At gpu_memory_utilization 0.8, grown to 64x (16 to 512 GPUs): 16 is below actor.train's 24, 32 to 512 are
-    ruled out by the pool beside the trainer, so the concurrent solver never runs (before, it ran on all five
-    sizes, about two minutes: docs/performance.md) and the message names the sizes and the first proof."""
+    """At gpu_memory_utilization 0.8, grown to 64x (16 to 512 GPUs): 16 is below actor.train's 32 (24 would be
+    pp 3 or 6 over 32 layers, which verl 0.3.0 does not run), 32 to 512 are ruled out by a proof from the
+    candidate tables (the engine and the trainer share a GPU), so the concurrent solver never runs (before, it ran
+    on all five sizes, about two minutes: docs/performance.md) and the message names the sizes and the first proof."""
     calls = []
     real = api.solve_placement
 
@@ -158,10 +162,12 @@ def test_sizes_ruled_out_from_the_table_run_no_solver(monkeypatch, unhurried):
         api.check_instance(build_instance(_verl_toy(0.8)), time_limit_s=unhurried)
     assert calls == []
     text = str(info.value)
-    assert ("no whole plan found on clusters up to 512 GPUs (16 GPUs: fewer than actor.train needs alone (24); ruled "
-            "out without a search on 32, 64, 128, 256 and 512 GPUs: no plan fits in memory: verl runs actor.generate, "
-            "reference.infer and reward.infer on exactly actor.train's GPUs") in text
-    assert "beside every memory-feasible candidate of actor.train (24 to 32 GPUs) they need more than 8 GB" in text
+    # with actor.train at 32 GPUs at least (verl 0.3.0 runs no pp 3 or 6 over 32 layers), the engine and the
+    # trainer share a GPU on every size, and that proof (whole_plan.shared_gpu_shortfall) comes first
+    assert ("no whole plan found on clusters up to 512 GPUs (16 GPUs: fewer than actor.train needs alone (32); ruled "
+            "out without a search on 32, 64, 128, 256 and 512 GPUs: no plan fits in memory: actor.generate (at least "
+            "8 GPUs) and actor.train (at least 32 GPUs) share a GPU in any plan on 32 GPUs, where they need at least "
+            "8.51 GB") in text
     assert "the concurrent solver found none" not in text
 
 
@@ -193,12 +199,12 @@ def test_the_user_s_own_cluster_is_refused_with_the_proof(monkeypatch, unhurried
         raise AssertionError("the whole-plan search ran")
 
     monkeypatch.setattr(api, "_search_whole_plan", searched)   # step 3 never runs: step 2 refuses
-    want = ("[hardware] memory_per_gpu: no plan fits in memory: verl runs actor.generate, reference.infer and "
-            "reward.infer on exactly actor.train's GPUs (one resource pool, the hybrid engine: "
-            "verl/trainer/main_ppo.py; on the Megatron backend reference.infer and reward.infer at its layout: one "
-            "Megatron-Core parallel state per worker process); beside every memory-feasible candidate of actor.train "
-            "(24 to 32 GPUs) they need more than 8 GB on each GPU: at least 10.8 GB beside actor.train (dp 1, pp 4, "
-            "tp 8) on 32 GPUs; fits with training: {lora_rank: 64} (LoRA: other trained weights): step 1.516 s "
+    # the engine and the trainer (32 GPUs at least: no pp 3 over 32 layers on verl 0.3.0) share a GPU on 32
+    # GPUs: that proof (whole_plan.shared_gpu_shortfall) refuses before the colocation one
+    want = ("[hardware] memory_per_gpu: no plan fits in memory: actor.generate (at least 8 GPUs) and actor.train (at "
+            "least 32 GPUs) share a GPU in any plan on 32 GPUs, where they need at least 8.45 GB (actor.generate 2.01 "
+            "+ 3.11 GB, 3.11 GB of it kept while others run, actor.train 5.11 + 0.227 GB resident + while running), "
+            "8 GB available; fits with training: {lora_rank: 64} (LoRA: other trained weights): step 1.516 s "
             "(step -2.4% over the same plan without it, memory aside)")
     with pytest.raises(InfeasibleError) as info:
         api.check_instance(_grown(0.64, 4), time_limit_s=unhurried)
@@ -281,8 +287,8 @@ def test_the_check_names_256_gpus(unhurried):
     assert (f"; the smallest cluster of this node and rack shape (doubled) on which the concurrent solver fits a "
             f"whole plan has 256 GPUs (step {step:.4g} s: actor.generate 256 GPUs, actor.train 256 GPUs, "
             f"reference.infer 256 GPUs, reward.infer 256 GPUs); on fewer GPUs: 16 GPUs: fewer than actor.train needs "
-            f"alone (24); ruled out without a search on 32, 64 and 128 GPUs: no plan fits in memory: verl runs "
-            f"actor.generate") in str(info.value)
+            f"alone (32); ruled out without a search on 32, 64 and 128 GPUs: no plan fits in memory: actor.generate "
+            f"(at least 8 GPUs) and actor.train (at least 32 GPUs) share a GPU") in str(info.value)
 
 
 #: verl 0.4.0 PPO with Qwen2.5-7B-shaped actor, critic and reward models on one node of 2 H100s: actor.train needs
@@ -338,25 +344,29 @@ def _one_layer_reward(nodes: int):
 
 
 def test_the_refusal_names_the_task_with_no_candidate_beside_the_trainer():
-    """On 32 GPUs actor.train fits on 24 GPUs (dp 1, pp 3, tp 8; dp 1, pp 6, tp 4) and on 32 (dp 1, pp 4, tp 8;
-    dp 1, pp 8, tp 4; dp 2, pp 2, tp 8; dp 2, pp 4, tp 4): 6 layouts, all on the Megatron backend (pp > 1). The
-    1-layer reward model runs at pp 1 only; on 24 GPUs tp <= 8 leaves dp 24/tp in {3, 6, 12, 24}, none of which
-    divides the 32 sequences (16 prompts x 2): no legal strategy; on 32 GPUs it has candidates, none at the
-    trainer's pp >= 2 (verl's Megatron reward forward runs at the trainer's layout)."""
+    """On 32 GPUs actor.train fits on 32 (dp 1, pp 4, tp 8; dp 1, pp 8, tp 4; dp 2, pp 2, tp 8; dp 2, pp 4, tp 4):
+    4 layouts, all on the Megatron backend (pp > 1); 24 GPUs (pp 3 or 6) would split 32 layers unevenly, which verl
+    0.3.0's Megatron models do not run. The 1-layer reward model runs at pp 1 only; on 32 GPUs it has candidates,
+    none at the trainer's pp >= 2 (verl's Megatron reward forward runs at the trainer's layout). On a 24-GPU block
+    (a trainer layout of a release that runs uneven stages) tp <= 8 leaves dp 24/tp in {3, 6, 12, 24}, none of
+    which divides the 32 sequences (16 prompts x 2): no legal strategy, with the rules it breaks."""
     inst = _one_layer_reward(4)
     table = get_table(inst)
     layouts = {(c.gpus, c.strategy.dp, c.strategy.pp, c.strategy.tp) for c in table.feasible["actor.train"]}
-    assert layouts == {(24, 1, 3, 8), (24, 1, 6, 4), (32, 1, 4, 8), (32, 1, 8, 4), (32, 2, 2, 8), (32, 2, 4, 4)}
+    assert layouts == {(32, 1, 4, 8), (32, 1, 8, 4), (32, 2, 2, 8), (32, 2, 4, 4)}
     assert colocation_shortfall(table) == (
         "no plan fits: verl runs actor.generate, reference.infer and reward.infer on exactly actor.train's GPUs (one "
         "resource pool, the hybrid engine: verl/trainer/main_ppo.py; on the Megatron backend reference.infer and "
         "reward.infer at its layout: one Megatron-Core parallel state per worker process); beside no "
-        "memory-feasible candidate of actor.train (24 to 32 GPUs) has each of them a memory-feasible candidate of "
-        "its GPUs and layout: reward.infer has none beside actor.train at any of its 6 layouts [on 24 GPUs: no "
-        "legal strategy (tp/pp/dp divisibility: tp <= 8 (divides 8 attention heads and 8 GPUs per node), pp <= 1 "
-        "(at most 1 layer), dp <= 8 (divides 32 sequences per step); no dp*pp*tp = 24); on 32 GPUs: none at "
+        "memory-feasible candidate of actor.train (32 GPUs) has each of them a memory-feasible candidate of "
+        "its GPUs and layout: reward.infer has none beside actor.train at any of its 4 layouts [on 32 GPUs: none at "
         "actor.train's layout on the Megatron backend, e.g. dp 1, pp 4, tp 8: pipeline degree 4 exceeds the "
         "1 layer]")
+    trainer = min(table.feasible["actor.train"], key=lambda c: c.memory_bytes)
+    on_24 = replace(trainer, gpus=24, extent=(1, 3, 8))
+    assert whole_plan._why_not_on(table, "reward.infer", [on_24]) == (
+        "no legal strategy (tp/pp/dp divisibility: tp <= 8 (divides 8 attention heads and 8 GPUs per node), pp <= 1 "
+        "(at most 1 layer), dp <= 8 (divides 32 sequences per step); no dp*pp*tp = 24)")
 
 
 def test_the_refusal_says_when_the_task_fits_in_memory_on_no_block_of_the_trainer_s_size():
