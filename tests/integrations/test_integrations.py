@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from verl_oracle import verl_micro_batches, verl_partitions
 
-from packplace.errors import ConfigError, InfeasibleError
+from packplace.balance import reference
+from packplace.errors import ConfigError, InfeasibleError, TimeLimitError
 from packplace.integrations import partition
 from packplace.integrations.hyper_parallel import PackplaceBalancingAlgorithm
 from packplace.integrations.partition import largest_part, snake_deal
@@ -155,6 +156,19 @@ def test_micro_batches_with_no_common_count_are_refused_with_the_reason():
     # A fourth sequence gives both ranks 2: two micro-batches each exist (no pair of 632 and 369 shares one).
     ranks = micro_batch_partitions([369, 632, 632, 10], 1000, 2)
     assert [len(r) for r in ranks] == [2, 2]
+
+
+def test_micro_batches_whose_count_is_not_decided_are_refused_as_not_proven(monkeypatch):
+    # With the exact check's model limit at 1 Boolean no count past the counting proof is decided: the balance
+    # problem's TimeLimitError names the undecided counts, and the drop-in says so in its own terms (not
+    # "proven", not the balance problem's local_batch_size / bins)
+    monkeypatch.setattr(reference, "EXACT_MAX_BOOLEANS", 1)
+    with pytest.raises(TimeLimitError) as info:
+        micro_batch_partitions([5, 6, 10, 5, 8], 10, 2)
+    assert str(info.value) == (
+        "seqlens: no number of micro-batches per rank in [2, 2] holds all 5 sequences on dp_size=2 ranks within the "
+        "cap max_token_len 10 (equal_size=True); not proven: the exact check could not decide 2 micro-batches per "
+        "rank (model over 1 Booleans or its work limit reached)")
 
 
 def test_micro_batches_on_a_skewed_batch_match_verl_on_the_cap_and_beat_it_on_the_heaviest_rank():

@@ -68,10 +68,13 @@ def positive_integer(value: Any, field: str) -> int:
 
 _OVERSIZED = re.compile(r"sample (?P<key>.+?): (?P<tokens>\d+) tokens exceed seq_len (?P<cap>\d+) "
                         r"\(oversized_policy=.*\)")
-#: the balance problem's "no common count" refusal; a proven one may name its counting reason ("; proven: ...")
+#: the balance problem's "no common count" refusal: proven (InfeasibleError; it may name its counting reason,
+#: "; proven: ...") or not (TimeLimitError, naming the counts the exact check could not decide and its limit)
 _AUTO = re.compile(r"local_batch_size: 'auto'(?: with [^:]*)?:? (?:found )?no bins per rank in \[(?P<low>\d+), "
                    r"(?P<high>\d+)\] (?:can hold|that pack) all (?P<n>\d+) samples on (?P<ranks>\d+) ranks under the "
-                   r"rules \((?P<rules>.*?)(?P<proven>; proven(?:: .*)?)?\)")
+                   r"rules \((?P<rules>.*?)(?P<proven>; proven(?:: .*)?)?\)"
+                   r"(?:; not proven: the exact check could not decide m = (?P<undecided>.*?) \((?P<limit>model over "
+                   r"[^)]*)\); .*)?")
 _FEW = re.compile(r"samples: (?P<n>\d+) samples cannot give each of data_parallel_size=(?P<ranks>\d+) ranks a "
                   r"non-empty bin.*")
 _SAMPLE = re.compile(r"sample (?P<key>\S+?): (?P<rest>.*)")
@@ -117,6 +120,9 @@ class BalanceTerms:
                      if value != "None"]
             extra = f" ({', '.join(shown)})" if shown else ""
             proof = "; proven" if found["proven"] else "; not proven: the search stopped"
+            if found["undecided"]:
+                proof = (f"; not proven: the exact check could not decide {found['undecided']} {self.count} "
+                         f"({found['limit']})")
             return (f"{self.sequences}: no number of {self.count} in [{found['low']}, {found['high']}] holds "
                     f"all {found['n']} sequences on {self.ranks} ranks within the cap {self.cap}{extra}{proof}")
         found = _FEW.fullmatch(message)
