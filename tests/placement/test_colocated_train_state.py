@@ -182,12 +182,21 @@ def test_cpsat_memory_rows_agree_with_the_evaluator_where_the_kept_state_decides
 def test_greedy_finds_the_plan_whose_engine_keeps_nothing_beside_the_trainer():
     # Qwen3-8B on 4 H100s at verl's 0.5: the fastest engine (TP 4) keeps 4.85 GB of NCCL buffers beside the
     # trainer's pass, which then overflows; the TP 1 engine (the same pool, nothing kept) fits beside the kept
-    # 12 x 8.19e9 / 4 = 24.6 GB shard, and memory_first's least-memory plan now takes it on the tie
-    inst = build_instance(_config(QWEN3_8B, gpus=4, gmu=None))
+    # 12 x 8.19e9 / 4 = 24.6 GB shard, and memory_first's least-memory plan now takes it on the tie. The pass's
+    # activations are selective recompute's, set here: verl's FSDP workers' own default is now full recompute
+    # (enable_gradient_checkpointing), whose smaller activations leave room for the TP 4 engine's buffers
+    config = _config(QWEN3_8B, gpus=4, gmu=None)
+    config["training"]["recompute"] = "selective"
+    inst = build_instance(config)
     result = api.solve_placement(inst, "greedy", seed=0, time_limit_s=60)
     assert result.solution is not None, result.message
     engine = result.solution["actor.generate"]
     assert engine.strategy.tp == 1
+    # under the default (full recompute) greedy keeps the faster TP 4 engine, and the plan scores feasible
+    default = build_instance(_config(QWEN3_8B, gpus=4, gmu=None))
+    plain = api.solve_placement(default, "greedy", seed=0, time_limit_s=60)
+    assert plain.solution is not None and plain.solution["actor.generate"].strategy.tp == 4
+    assert get_evaluator(default).score(plain.solution).feasible
     ev = get_evaluator(inst)
     assert ev.step_time(result.solution) == result.objective < float("inf")
     train = ev._resolve(result.solution)[ev.index["actor.train"]][0]

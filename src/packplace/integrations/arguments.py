@@ -68,9 +68,10 @@ def positive_integer(value: Any, field: str) -> int:
 
 _OVERSIZED = re.compile(r"sample (?P<key>.+?): (?P<tokens>\d+) tokens exceed seq_len (?P<cap>\d+) "
                         r"\(oversized_policy=.*\)")
+#: the balance problem's "no common count" refusal; a proven one may name its counting reason ("; proven: ...")
 _AUTO = re.compile(r"local_batch_size: 'auto'(?: with [^:]*)?:? (?:found )?no bins per rank in \[(?P<low>\d+), "
                    r"(?P<high>\d+)\] (?:can hold|that pack) all (?P<n>\d+) samples on (?P<ranks>\d+) ranks under the "
-                   r"rules \((?P<rules>.*?)(?P<proven>; proven)?\)")
+                   r"rules \((?P<rules>.*?)(?P<proven>; proven(?:: .*)?)?\)")
 _FEW = re.compile(r"samples: (?P<n>\d+) samples cannot give each of data_parallel_size=(?P<ranks>\d+) ranks a "
                   r"non-empty bin.*")
 _SAMPLE = re.compile(r"sample (?P<key>\S+?): (?P<rest>.*)")
