@@ -21,6 +21,7 @@ from packplace.placement.candidates import memory_budget
 from packplace.placement.evaluator import get_evaluator, get_table
 from packplace.placement.problem.config import build_instance, load_config
 from packplace.placement.problem.plan import Plan
+from packplace.result import optimality_level
 from packplace.run import run_for
 from packplace.solvers import available, get
 from packplace.solvers.placement import cpsat
@@ -392,14 +393,14 @@ def test_model_building_counts_against_the_time_limit_on_1024_gpus(work_clock):
                     for s in ("greedy", "concurrent"))
     assert ev.step_time(proposal.solution) >= unlimited * (1 - 1e-12)
     result = packplace.place(inst, "cpsat", time_limit_s=1)
-    # the model is not built, so the only bound is the evaluator's analytic one (at least actor.generate's fastest
-    # memory-feasible candidate: with staleness 1 the period is at least one vertex's time); where anneal's plan
-    # from the greedy hint reaches it, that proves the plan optimal (run.solve_with), as on this machine
-    fastest = min(c.time for c in get_table(inst).feasible["actor.generate"])
-    assert result.bound == ev.lower_bound() >= fastest
-    assert result.ok and result.hit_time_limit
-    assert result.status == ("optimal" if result.objective <= result.bound * (1 + 1e-6) else "feasible")
-    assert result.info["cp_status"] == "NOT_BUILT"
+    assert result.ok and result.hit_time_limit and result.info["cp_status"] == "NOT_BUILT"
+    # no CP-SAT search, so no CP-SAT proof: the only proof is the run's rule that a plan meeting the evaluator's
+    # analytic lower bound is optimal. With the table built, anneal from the hint in the time left reaches it here
+    # (21.7661 s: the period is actor.generate's own time, the bound), so the status is optimal by that bound alone;
+    # a plan above it stays feasible
+    bound = ev.lower_bound()
+    assert result.bound == pytest.approx(bound, rel=1e-12)
+    assert result.status == ("optimal" if result.objective <= optimality_level(bound) else "feasible")
 
 
 def test_progress_lines_on_stderr_for_long_runs_only(capsys):

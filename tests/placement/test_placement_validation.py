@@ -295,7 +295,7 @@ def test_calibrate_flags_a_knob_pressed_against_its_limit_and_refuses_no_knob(ca
     assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED, "--knobs", "gemm_peak_fraction"]) == 0
     captured = capsys.readouterr()
     # a batch-1 decode hardly depends on the GEMM rate: the fit runs to the A100's MAMF bound, 271.2 / 312
-    assert "gemm_peak_fraction ended at its physical upper bound 0.869231" in captured.err
+    assert "packplace calibrate: warning: gemm_peak_fraction ended at its physical upper bound 0.869231" in captured.err
     assert "stas00/ml-engineering MAMF table" in captured.err
     assert "the fit is exact" not in captured.out
 

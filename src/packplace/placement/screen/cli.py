@@ -652,7 +652,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for k in result["at_limit"]:
         lower, upper = result["bounds"][k]
         limit = result["limits"][k]
-        print(f"warning: {k} ended at its physical {limit['side']} bound {result['knobs'][k]:.6g} "
+        print(f"packplace calibrate: warning: {k} ended at its physical {limit['side']} bound "
+              f"{result['knobs'][k]:.6g} "
               f"(bounds {lower:.4g}..{upper:.4g}; {limit['side']} bound: {limit['source']}): the measurements ask "
               f"for a value outside them; check the measured times and the config before trusting the fit",
               file=sys.stderr)
