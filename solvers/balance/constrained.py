@@ -111,7 +111,7 @@ def construct_proposal(instance: BalanceInstance, solver: str, deadline: float |
 def _dead_end(instance: BalanceInstance, solver: str, why: str) -> Proposal:
     """The reference bins (``feasible``) after every construction dead-ended, else ``infeasible`` when
     counting or CP-SAT's feasibility model proved that no packing keeps the rules (``info["proof"]``:
-    "counted" or "proven"), else ``unknown``; ``hit_time_limit``
+    "counting", the label cpsat gives the same proof, or "proven"), else ``unknown``; ``hit_time_limit``
     when the deadline stopped a construction or that model (``why`` "construction_cut", "time_limit")."""
     counted = unreachable_counts(instance.packing_columns("tokens")) if why == "counted" else None
     proof = {"counted": f"proven by counting: {counted}",
@@ -127,7 +127,8 @@ def _dead_end(instance: BalanceInstance, solver: str, why: str) -> Proposal:
                                 f"returning the reference")
     proven = why in ("counted", "proven")
     return Proposal(None, INFEASIBLE if proven else UNKNOWN, hit_time_limit=hit,
-                    info={"proof": why} if proven else {}, message=(
+                    # the label cpsat gives the same counting proof ("proven": CP-SAT's feasibility model)
+                    info={"proof": "counting" if why == "counted" else why} if proven else {}, message=(
         f"{solver}: no assignment found that keeps equal_count={instance.equal_count}, "
         f"max_samples_per_bin={instance.max_samples_per_bin} and {len(instance.groups)} groups ({proof})"
     ))

@@ -101,3 +101,14 @@ def test_lns_and_cpsat_carry_their_starts_feasibility_proof(solver):
     assert (result.status, result.solution, result.info["proof"]) == ("infeasible", None, "proven")
     assert result.message.startswith("infeasible, proven by the start: repair: ")
     assert "CP-SAT's feasibility model proved that no packing keeps them" in result.message
+
+
+def test_every_backend_labels_the_counting_proof_alike():
+    """18 groups of 8 on 16 ranks at 3 bins a rank with equal_count: each rank must hold 9 samples, whole
+    groups give 8 or 16, so every backend proves it infeasible by counting, and says so with one label."""
+    groups = [tuple(range(p * 8, p * 8 + 8)) for p in range(18)]
+    inst = make_instance(tokens=[100 + i for i in range(144)], seq_len=100000, data_parallel_size=16,
+                         local_batch_size=3, equal_count=True, groups=groups)
+    for solver in ("lpt", "repair", "kk", "lns", "cpsat"):
+        result = packplace.balance(inst, solver=solver, time_limit_s=5)
+        assert (result.status, result.info.get("proof")) == ("infeasible", "counting"), solver
