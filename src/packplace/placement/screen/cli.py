@@ -615,6 +615,20 @@ def run_calibrate_components(args: argparse.Namespace) -> int:
     return 0
 
 
+def hardware_section_fitted(config: str, knobs: Mapping[str, float]) -> dict[str, Any]:
+    """The config's own ``hardware:`` mapping (its preset, racks, nodes_per_rack, gpus_per_node and any field it
+    sets, in its order) with each fitted knob (``knobs``: name -> value) set: a section that replaces the
+    config's whole and loads to the fitted hardware (a preset fills what neither sets).
+
+    Raises:
+        ConfigError: the config cannot be read (as :func:`~packplace.placement.problem.config.load_yaml`).
+    """
+    own = load_yaml(config).get("hardware")
+    section = dict(own) if isinstance(own, Mapping) else {}
+    section.update({k: float(v) for k, v in knobs.items()})
+    return section
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     """Print fitted knobs, the knobs kept fixed, residuals per task and the fitted hardware block
     (``--measurements``: :func:`run_calibrate_components`)."""
@@ -652,19 +666,21 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for k in result["at_limit"]:
         lower, upper = result["bounds"][k]
         limit = result["limits"][k]
-        print(f"warning: {k} ended at its physical {limit['side']} bound {result['knobs'][k]:.6g} "
+        print(f"packplace calibrate: warning: {k} ended at its physical {limit['side']} bound {result['knobs'][k]:.6g} "
               f"(bounds {lower:.4g}..{upper:.4g}; {limit['side']} bound: {limit['source']}): the measurements ask "
               f"for a value outside them; check the measured times and the config before trusting the fit",
               file=sys.stderr)
     if len(result["residuals"]) == len(knobs) and not result["at_limit"] and worst < 1e-6:
         print("as many measurements as knobs: the fit is exact and does not test the model")
-    print("hardware:")
     hw = result["hardware"]
-    for k in Hardware.__dataclass_fields__:
-        value = getattr(hw, k)
+    section_out = hardware_section_fitted(args.config, result["knobs"])
+    print("hardware section to replace your config's `hardware:` whole (its own fields, the fitted knobs set):")
+    print("hardware:")
+    for k, value in section_out.items():
         print(f"  {k}: {value:.6g}" if isinstance(value, float) else f"  {k}: {value}")
     args.json_document = {"knobs": result["knobs"], "fixed": result["fixed"], "residuals": result["residuals"],
                           "hardware": {k: getattr(hw, k) for k in Hardware.__dataclass_fields__},
+                          "hardware_section": section_out,
                           "at_limit": result["at_limit"], "limits": result["limits"],
                           "bounds": {k: list(v) for k, v in result["bounds"].items()}, "status": result["status"]}
     return 0
