@@ -157,7 +157,7 @@ def test_fixed_micro_batches_are_checked():
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"context_parallel": {"max": 2, "sizes": [3]}}, r"context_parallel.sizes: 3 does not divide the 4 ranks"),
-    ({"context_parallel": {"sizes": [1]}}, r"context_parallel.max: the largest CP size is required"),
+    ({"context_parallel": {"sizes": [1]}}, r"context_parallel.max: the run.s CP size \(D x max ranks\) is required"),
     ({"context_parallel": {"max": 0}}, r"context_parallel.max: must be an integer >= 1, got 0"),
     ({"context_parallel": {"max": 2, "maximum": 4}}, r"context_parallel.maximum: unknown key"),
     ({"context_parallel": {"max": 2, "max_tokens_per_rank": -1}}, r"max_tokens_per_rank: must be an integer >= 1"),
@@ -231,3 +231,20 @@ def test_static_packs_in_order_like_megatron():
     groups = [[g.keys for g in slot] for slot in result.solution.micro_batches]
     assert groups == [[("a", "b"), ("c",)], [("d",), ("e",)]]
     assert result.objective == pytest.approx(ContextParallelEvaluator(inst).score(result.solution).step_time)
+
+
+def test_a_listed_size_may_exceed_max_up_to_the_ranks_as_the_docs_example():
+    """docs/context-parallel.md's example: ``max`` 2 is the run's CP size (R = 2 x 2 = 4 ranks); size 4 is a group
+    over both data-parallel replicas (Megatron's dynamic CP groups span the DP x CP ranks). At 4 tokens a rank
+    the 8-token sequence needs all 4 ranks, so it runs alone; the other 12 tokens pack two size-2 groups:
+    keys (1, 5) 4 + 1 and (2, 3, 4) 3 + 2 + 2."""
+    from packplace.balance import make_instance as balance_instance
+    from packplace.balance import solve_balance
+    instance = balance_instance([8, 4, 3, 2, 2, 1], seq_len=4, data_parallel_size=2,
+                                context_parallel={"max": 2, "sizes": [1, 2, 4]})
+    result = solve_balance(instance)
+    slots = result.solution.micro_batches
+    assert [[(g.size, g.keys) for g in slot] for slot in slots] == [[(4, (0,))], [(2, (1, 5)), (2, (2, 3, 4))]]
+    assert result.bound == pytest.approx(24.5)
+    with pytest.raises(ConfigError, match=r"context_parallel.sizes: 8 does not divide the 4 ranks"):
+        balance_instance([8, 4], seq_len=4, data_parallel_size=2, context_parallel={"max": 2, "sizes": [1, 8]})
