@@ -51,9 +51,9 @@ def test_group_time_uses_the_node_link_only_for_sizes_dividing_the_node():
         group_time(inst, 2, [7])
 
 
-def _instance(**extra):
+def _instance(dp=2, **extra):
     section = {"max": 2, "max_tokens_per_rank": 2000, **extra}
-    return make_instance([1000, 2000, 4000, 500, 500], keys=["a", "b", "c", "d", "e"], dp=2,
+    return make_instance([1000, 2000, 4000, 500, 500], keys=["a", "b", "c", "d", "e"], dp=dp,
                          context_parallel=section, cost=COST.to_dict())
 
 
@@ -248,3 +248,14 @@ def test_a_listed_size_may_exceed_max_up_to_the_ranks_as_the_docs_example():
     assert result.bound == pytest.approx(24.5)
     with pytest.raises(ConfigError, match=r"context_parallel.sizes: 8 does not divide the 4 ranks"):
         balance_instance([8, 4], seq_len=4, data_parallel_size=2, context_parallel={"max": 2, "sizes": [1, 8]})
+
+
+def test_static_names_the_multiple_of_groups_it_cannot_reach():
+    # 16 ranks at CP 2 -> 8 groups per micro-batch; cap 2 x 2000 = 4000: packs [a b] [c] [d e], 3 packs; the next
+    # multiple of 8 is 8 packs and the 5 sequences make at most 5 (not "5 sequences cannot fill 8 groups")
+    inst = _instance(dp=8, sizes=[1, 2, 16])
+    result = solve_context_parallel(inst, "static")
+    assert not result.ok
+    assert ("static CP size 2: the pack count must be a multiple of the 8 groups of a micro-batch (16 ranks / 2); "
+            "the in-order fill makes 3 packs, the next multiple is 8, and the 5 sequences make at most 5 packs"
+            in result.message)
