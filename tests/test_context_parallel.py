@@ -283,3 +283,26 @@ def test_cpsat_answer_at_its_bound_did_not_hit_the_time_limit(monkeypatch):
     assert result.info["wall_clock_cut"] is True   # the plan may still depend on the load
     # the same instance by greedy: its own cut is reported (a heuristic proves nothing by stopping)
     assert solve_context_parallel(_instance(), "greedy", time_limit_s=30).hit_time_limit
+
+
+def test_the_docs_worked_example_is_the_tools_output(capsys):
+    """docs/context-parallel.md quotes ``packplace balance`` on the long-tail SFT config: its excerpt lines are
+    the command's own, and the summary figures it quotes (deterministic: greedy at seed 0) are the result's."""
+    import json
+    import os
+
+    from packplace.cli import main
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    config = os.path.join(root, "configs", "context_parallel", "sft_long_tail_llama8b_4x8xh200.yaml")
+    assert main(["balance", "--config", config]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    docs = open(os.path.join(root, "docs", "context-parallel.md")).read()
+    block = docs[docs.index("sft-long-tail-llama3.1-8b: 128 sequences"):]
+    excerpt = [line for line in block[:block.index("```")].splitlines() if line.strip() != "..."]
+    assert excerpt == [line.rstrip() for line in printed[:len(excerpt)]]
+    assert main(["balance", "--config", config, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    # the prose: 3 micro-batches, step time 1.588 s, bound 1.563 s, gap 1.59%, feasible
+    assert len(document["report"]["plan"]) == 3 and document["status"] == "feasible"
+    assert round(document["objective"], 3) == 1.588 and round(document["bound"], 3) == 1.563
+    assert "step time 1.588 s, bound 1.563 s, gap 1.59%" in " ".join(docs.split())
