@@ -51,9 +51,9 @@ def test_group_time_uses_the_node_link_only_for_sizes_dividing_the_node():
         group_time(inst, 2, [7])
 
 
-def _instance(**extra):
+def _instance(dp=2, **extra):
     section = {"max": 2, "max_tokens_per_rank": 2000, **extra}
-    return make_instance([1000, 2000, 4000, 500, 500], keys=["a", "b", "c", "d", "e"], dp=2,
+    return make_instance([1000, 2000, 4000, 500, 500], keys=["a", "b", "c", "d", "e"], dp=dp,
                          context_parallel=section, cost=COST.to_dict())
 
 
@@ -157,7 +157,7 @@ def test_fixed_micro_batches_are_checked():
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"context_parallel": {"max": 2, "sizes": [3]}}, r"context_parallel.sizes: 3 does not divide the 4 ranks"),
-    ({"context_parallel": {"sizes": [1]}}, r"context_parallel.max: the largest CP size is required"),
+    ({"context_parallel": {"sizes": [1]}}, r"context_parallel.max: the run.s CP size \(D x max ranks\) is required"),
     ({"context_parallel": {"max": 0}}, r"context_parallel.max: must be an integer >= 1, got 0"),
     ({"context_parallel": {"max": 2, "maximum": 4}}, r"context_parallel.maximum: unknown key"),
     ({"context_parallel": {"max": 2, "max_tokens_per_rank": -1}}, r"max_tokens_per_rank: must be an integer >= 1"),
@@ -231,3 +231,78 @@ def test_static_packs_in_order_like_megatron():
     groups = [[g.keys for g in slot] for slot in result.solution.micro_batches]
     assert groups == [[("a", "b"), ("c",)], [("d",), ("e",)]]
     assert result.objective == pytest.approx(ContextParallelEvaluator(inst).score(result.solution).step_time)
+
+
+def test_a_listed_size_may_exceed_max_up_to_the_ranks_as_the_docs_example():
+    """docs/context-parallel.md's example: ``max`` 2 is the run's CP size (R = 2 x 2 = 4 ranks); size 4 is a group
+    over both data-parallel replicas (Megatron's dynamic CP groups span the DP x CP ranks). At 4 tokens a rank
+    the 8-token sequence needs all 4 ranks, so it runs alone; the other 12 tokens pack two size-2 groups:
+    keys (1, 5) 4 + 1 and (2, 3, 4) 3 + 2 + 2."""
+    from packplace.balance import make_instance as balance_instance
+    from packplace.balance import solve_balance
+    instance = balance_instance([8, 4, 3, 2, 2, 1], seq_len=4, data_parallel_size=2,
+                                context_parallel={"max": 2, "sizes": [1, 2, 4]})
+    result = solve_balance(instance)
+    slots = result.solution.micro_batches
+    assert [[(g.size, g.keys) for g in slot] for slot in slots] == [[(4, (0,))], [(2, (1, 5)), (2, (2, 3, 4))]]
+    assert result.bound == pytest.approx(24.5)
+    with pytest.raises(ConfigError, match=r"context_parallel.sizes: 8 does not divide the 4 ranks"):
+        balance_instance([8, 4], seq_len=4, data_parallel_size=2, context_parallel={"max": 2, "sizes": [1, 8]})
+
+
+def test_static_names_the_multiple_of_groups_it_cannot_reach():
+    # 16 ranks at CP 2 -> 8 groups per micro-batch; cap 2 x 2000 = 4000: packs [a b] [c] [d e], 3 packs; the next
+    # multiple of 8 is 8 packs and the 5 sequences make at most 5 (not "5 sequences cannot fill 8 groups")
+    inst = _instance(dp=8, sizes=[1, 2, 16])
+    result = solve_context_parallel(inst, "static")
+    assert not result.ok
+    assert ("static CP size 2: the pack count must be a multiple of the 8 groups of a micro-batch (16 ranks / 2); "
+            "the in-order fill makes 3 packs, the next multiple is 8, and the 5 sequences make at most 5 packs"
+            in result.message)
+
+
+def test_cpsat_answer_at_its_bound_did_not_hit_the_time_limit(monkeypatch):
+    # a start heuristic the clock cut (every one reports hit_time_limit here) used to mark cpsat's proven
+    # answer 'optimal' and hit_time_limit together; at its bound no limit stopped the search short
+    import dataclasses
+
+    from packplace import registry
+    registry.available("context_parallel")
+    for name, spec in list(registry._REGISTRY["context_parallel"].items()):
+        if spec.exact:
+            continue
+
+        def cut(instance, run, _spec=spec, **options):
+            proposal = _spec.backend(instance, run, **options)
+            proposal.hit_time_limit = True
+            return proposal
+        monkeypatch.setitem(registry._REGISTRY["context_parallel"], name,
+                            dataclasses.replace(spec, function=cut, legacy=False))
+    result = solve_context_parallel(_instance(), "cpsat", time_limit_s=30)
+    assert result.status == "optimal" and not result.hit_time_limit
+    assert result.info["wall_clock_cut"] is True   # the plan may still depend on the load
+    # the same instance by greedy: its own cut is reported (a heuristic proves nothing by stopping)
+    assert solve_context_parallel(_instance(), "greedy", time_limit_s=30).hit_time_limit
+
+
+def test_the_docs_worked_example_is_the_tools_output(capsys):
+    """docs/context-parallel.md quotes ``packplace balance`` on the long-tail SFT config: its excerpt lines are
+    the command's own, and the summary figures it quotes (deterministic: greedy at seed 0) are the result's."""
+    import json
+    import os
+
+    from packplace.cli import main
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    config = os.path.join(root, "configs", "context_parallel", "sft_long_tail_llama8b_4x8xh200.yaml")
+    assert main(["balance", "--config", config]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    docs = open(os.path.join(root, "docs", "context-parallel.md")).read()
+    block = docs[docs.index("sft-long-tail-llama3.1-8b: 128 sequences"):]
+    excerpt = [line for line in block[:block.index("```")].splitlines() if line.strip() != "..."]
+    assert excerpt == [line.rstrip() for line in printed[:len(excerpt)]]
+    assert main(["balance", "--config", config, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    # the prose: 3 micro-batches, step time 1.588 s, bound 1.563 s, gap 1.59%, feasible
+    assert len(document["report"]["plan"]) == 3 and document["status"] == "feasible"
+    assert round(document["objective"], 3) == 1.588 and round(document["bound"], 3) == 1.563
+    assert "step time 1.588 s, bound 1.563 s, gap 1.59%" in " ".join(docs.split())

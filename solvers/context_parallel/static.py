@@ -50,6 +50,24 @@ def static_packs(instance: ContextParallelInstance, size: int) -> list[list[int]
     return packs
 
 
+def _too_few_message(instance: ContextParallelInstance, size: int) -> str:
+    """Why :func:`static_packs` found no packing at CP size ``size``: its packs must be a multiple of the
+    ``R / size`` groups of a micro-batch, and splitting packs (one sequence each at most) cannot reach the next
+    multiple."""
+    per_slot = instance.ranks // size
+    tokens = instance.tokens.tolist()
+    capacity = size * instance.max_tokens_per_rank if instance.max_tokens_per_rank is not None else max(tokens)
+    filled_packs, filled = 1, 0
+    for i, length in enumerate(tokens):   # the in-order fill of static_packs, counted
+        if i and filled + length > capacity:
+            filled_packs, filled = filled_packs + 1, 0
+        filled += length
+    needed = -(-filled_packs // per_slot) * per_slot
+    return (f"static CP size {size}: the pack count must be a multiple of the {per_slot} groups of a micro-batch "
+            f"({instance.ranks} ranks / {size}); the in-order fill makes {filled_packs} packs, the next multiple is "
+            f"{needed}, and the {instance.n} sequences make at most {instance.n} packs")
+
+
 @register("context_parallel", "static")
 def solve(instance: ContextParallelInstance, run: Any, *, size: int | None = None) -> Proposal:
     """One CP size for all sequences (``size``, default the smallest that holds the longest), packed in order."""
@@ -60,9 +78,9 @@ def solve(instance: ContextParallelInstance, run: Any, *, size: int | None = Non
     elif size not in instance.sizes:
         return Proposal(None, UNKNOWN, message=f"size {size} is not an allowed CP size {list(instance.sizes)}")
     packs = static_packs(instance, size)
-    if packs is None:
-        return Proposal(None, UNKNOWN, message=f"{instance.n} sequences cannot fill {instance.ranks // size} groups")
     per_slot = instance.ranks // size
+    if packs is None:
+        return Proposal(None, UNKNOWN, message=_too_few_message(instance, size))
     slots = [[(size, pack) for pack in packs[j:j + per_slot]] for j in range(0, len(packs), per_slot)]
     if instance.micro_batches is not None and len(slots) != instance.micro_batches:
         return Proposal(None, UNKNOWN, message=f"the static packing makes {len(slots)} slots, the instance fixes "

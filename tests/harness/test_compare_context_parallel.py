@@ -40,7 +40,14 @@ def test_compare_runs_every_backend_and_the_exact_path_proves_the_reference():
                 assert cell.gap_to_bound == pytest.approx((cell.objective - row.best_bound) / cell.objective,
                                                           abs=1e-9)
     assert report.summaries["cpsat"].optimal == 3
-    assert "context_parallel" in report.format_text()
+    text = report.format_text()
+    assert "context_parallel" in text
+    # every status word a cell can show is defined in the printed legend (unknown too), and rtol's value
+    assert "unknown: no feasible answer and no proof that none exists" in text
+    assert "infeasible: proven to have no answer" in text and "skipped: not run" in text
+    assert "ties within rtol 1e-06" in text
+    for row in report.rows:   # a cell at its bound (optimal) was not stopped short by a limit
+        assert not (row.cells["cpsat"].status == "optimal" and row.cells["cpsat"].hit_time_limit)
 
 
 def test_exact_backends_are_skipped_above_the_suites_size():

@@ -122,13 +122,15 @@ def test_table_memory_columns_are_own_footprint_and_gpu_peak(capsys):
 
 
 def test_out_file_is_the_json_document(tmp_path, capsys):
-    # --out writes the document --json prints, emit and all
+    # --out writes the document --json prints, emit and all (OpenRLHF: it has a DPO trainer, verl is refused)
     from packplace.cli import main  # the top-level entry point, as a user runs it
 
     out = tmp_path / "plan.json"
-    assert main(["place", "--config", DPO, "--solver", "greedy", "--emit", "verl", "--json", "--out", str(out)]) == 0
+    assert main(["place", "--config", DPO, "--solver", "greedy", "--emit", "openrlhf", "--json", "--out",
+                 str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert json.loads(out.read_text()) == printed and "emit" in printed["report"]
+    assert printed["params"]["policy"] == {"framework": "openrlhf"}
 
 
 @pytest.mark.parametrize("framework, backend, resolved", [
@@ -299,3 +301,24 @@ def test_zero_bound_gap_is_na_in_the_text_as_null_in_the_json():
     assert cli.result_json(inst, trivial)["gap"] is None
     unsolved = dataclasses.replace(result, solution=None, objective=float("inf"), status="unknown", message="")
     assert "   gap: -   " in cli.format_table(inst, unsolved).splitlines()[-1]
+
+
+def test_an_emitted_plan_file_records_the_framework_it_was_priced_with(tmp_path, capsys):
+    from packplace.cli import main
+    from packplace.result import SolveResult
+    grpo = os.path.join(ROOT, "configs", "placement", "grpo_qwen2.5-7b_2x8xh100.yaml")
+    out = tmp_path / "p.json"
+    assert main(["place", "--config", grpo, "--solver", "greedy", "--emit", "verl", "--out", str(out)]) == 0
+    result = SolveResult.from_json(out.read_text())
+    # the config sets no policy.framework: the plan was priced for verl, and the file says so where re-scoring reads
+    assert result.params["policy"] == {"framework": "verl"}
+    score = get_evaluator(load_config(grpo, policy=result.params["policy"])).score(result.solution)
+    assert score.step_time == pytest.approx(result.objective, rel=1e-9)
+    with pytest.raises(ConfigError, match=r"\[policy\] policy: must be a mapping"):
+        load_config(grpo, policy="verl")
+    # a DPO config planned for verl, which has no DPO trainer: refused before pricing (exit 2), nothing written
+    dpo = os.path.join(ROOT, "configs", "placement", "dpo_llama3.1-8b_1x8xh100.yaml")
+    refused = tmp_path / "dpo.json"
+    assert main(["place", "--config", dpo, "--solver", "greedy", "--emit", "verl", "--out", str(refused)]) == 2
+    assert "--emit verl: algorithm dpo: verl.trainer.main_ppo runs PPO-family" in capsys.readouterr().err
+    assert not refused.exists()

@@ -279,6 +279,22 @@ def test_calibrate_command_uses_the_files_knobs(capsys):
                  "decode_bw_eff,phase_overhead"]) == 2
 
 
+def test_calibrate_prints_a_hardware_section_that_replaces_the_configs(capsys, tmp_path):
+    assert main(["calibrate", "--config", QWEN, "--measured", QWEN_MEASURED]) == 0
+    out = capsys.readouterr().out
+    block = yaml.safe_load(out[out.index("\nhardware:\n") + 1:])["hardware"]
+    # the config's own field (its preset, which carries racks, nodes and GPUs per node) and the fitted knob
+    assert list(block) == ["preset", "decode_bw_eff"] and block["preset"] == "a100-80gb-sxm"
+    assert block["decode_bw_eff"] == pytest.approx(0.6670, abs=5e-4)
+    cfg = yaml.safe_load(open(QWEN).read())
+    cfg["hardware"] = block   # pasted as the whole section: it loads, with the fitted knob
+    pasted = tmp_path / "pasted.yaml"
+    pasted.write_text(yaml.safe_dump(cfg))
+    instance, _, _ = load_setup(str(pasted))
+    assert instance.hardware.decode_bw_eff == pytest.approx(block["decode_bw_eff"], rel=1e-5)
+    assert instance.hardware.memory_per_gpu == load_setup(QWEN)[0].hardware.memory_per_gpu
+
+
 def test_calibrate_flags_a_knob_pressed_against_its_limit_and_refuses_no_knob(capsys):
     instance, plan, _ = load_setup(QWEN)
     # 1 s for 2,048 decode steps of 15.2 GB: faster than the HBM allows, so decode_bw_eff hits its bound

@@ -132,7 +132,8 @@ def solve(
         deterministic_time: CP-SAT's ``max_deterministic_time`` (its work counter, about seconds of one
             unloaded core), and the heuristic start runs under the whole limit instead of
             :data:`START_SHARE` of it: the answer depends on the instance, the seed and this budget only, unless
-            the wall-clock limit cuts the start or the search (``info["wall_clock_cut"]``, ``hit_time_limit``;
+            the wall-clock limit cuts the start or the search (``info["wall_clock_cut"]``; ``hit_time_limit`` unless
+            the answer meets its bound, when no limit stopped the search short;
             such a plan depends on the machine's load). Without a time limit there is then no wall-clock
             limit at all (not :data:`DEFAULT_TIME_LIMIT_S`): the work bounds the call. None (default): the wall
             clock decides.
@@ -164,8 +165,9 @@ def solve(
     exact = _ExactSolve(instance, limited, max_booleans, deterministic_time, max_num_seqs)
     proposal = exact.solve(num_workers, cp_parameters, start)
     if exact.start_cut:   # a heuristic of the start was cut or skipped by the clock: the start depends on it
-        proposal.info["wall_clock_cut"] = True
-        proposal.hit_time_limit = True
+        proposal.info["wall_clock_cut"] = True   # the plan (not its objective) may depend on the machine's load
+        # hit_time_limit: the limit stopped the search short; not so for an answer at its bound (none better)
+        proposal.hit_time_limit = proposal.status != OPTIMAL and not proposal.info.get("at_bound", False)
     return proposal
 
 
@@ -444,6 +446,9 @@ class _ExactSolve:
             return Proposal(None, UNKNOWN, bound=bound, hit_time_limit=hit_limit, iterations=solver.NumBranches(),
                             message=f"CP-SAT ended {ended} without a plan and there is no start", log=log, info=info)
         proven = cp_status == cp_model.OPTIMAL and objective <= optimality_level(bound)
+        # an answer at its bound is optimal (the solve_with rule) however CP-SAT ended: no limit cut it short
+        info["at_bound"] = objective <= optimality_level(bound)
+        hit_limit = hit_limit and not info["at_bound"]
         message = cp_start_message(source, solver.StatusName(cp_status), ended, "plan")
         if cp_status == cp_model.OPTIMAL and not proven:
             note = "optimal for the tick-rounded model only"

@@ -119,7 +119,8 @@ CONTEXT_PARALLEL_TOP_FIELDS: dict[str, Field] = {
 #: The ``context_parallel`` section: its presence makes the config a dynamic-CP instance
 #: (:mod:`packplace.context_parallel`).
 CONTEXT_PARALLEL_FIELDS: dict[str, Field] = {
-    "max": Field("int", "ranks", 1, MAX_RANKS, meaning="C, the largest CP size: D x C ranks"),
+    "max": Field("int", "ranks", 1, MAX_RANKS,
+                 meaning="C, the run's CP size: D x C ranks (sizes may exceed it, up to D x C)"),
     "min": Field("int", "ranks", 1, MAX_RANKS, default=None,
                  meaning="smallest CP size (Megatron's min_dynamic_context_parallel_size); default 1, or the "
                          "smallest of sizes"),

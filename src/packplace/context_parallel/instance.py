@@ -36,7 +36,8 @@ class ContextParallelInstance:
         keys: Sequence ids, shape (n,), unique ints or strs.
         tokens: Token counts, int64 array of shape (n,), n >= 1, each in [1, 2^40].
         dp: ``D`` data-parallel groups.
-        max_cp: ``C``, the largest CP degree of the run; ``R = D · C`` ranks.
+        max_cp: ``C``, the run's CP size (Megatron's ``context_parallel_size``); ``R = D · C`` ranks. A
+            size of ``sizes`` may exceed it (up to ``R``): dynamic CP's groups span the DP×CP ranks.
         sizes: Allowed CP group sizes, ascending, each dividing ``R``.
         min_cp_size: The smallest allowed size (``sizes[0]``).
         max_tokens_per_rank: Token cap per rank (a group of size c holds at most ``c`` times it);
@@ -244,7 +245,7 @@ def make_instance(
     if unknown:
         raise ConfigError(f"context_parallel.{unknown[0]}: unknown key; valid: {', '.join(CONTEXT_PARALLEL_KEYS)}")
     if "max" not in context_parallel:
-        raise ConfigError("context_parallel.max: the largest CP size is required")
+        raise ConfigError("context_parallel.max: the run's CP size (D x max ranks) is required")
     max_cp = context_parallel["max"]
     _check_int("context_parallel.max", max_cp, 1)
     ranks = int(dp) * int(max_cp)

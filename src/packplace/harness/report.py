@@ -214,6 +214,9 @@ def _header(report) -> str:
 
 LEGEND = ("cells: objective (gap to the instance's best bound); * proven optimal; "
           "L stopped at the time limit or a work budget (CP-SAT's max_deterministic_time, a node cap); "
+          "unknown: no feasible answer and no proof that none exists (stopped first, or the solver gives up); "
+          "infeasible: proven to have no answer; error: the solver failed (message in report.json); "
+          "skipped: not run (suite size limit or solver list); "
           "gaps are (objective - bound) / objective; n/a: no bound above 0 proven (gap null in JSON, "
           "gap_missing no_bound); -: no feasible answer (per solver: on no instance; gap_missing unsolved); "
           "mean and worst gap over the instances with a bound; ties within rtol {rtol:g}")

@@ -511,14 +511,27 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path) -> PlacementInstance:
+def load_config(path: str | Path, *, policy: Mapping[str, Any] | None = None) -> PlacementInstance:
     """Load and validate a placement YAML config.
+
+    ``policy``: fields set in the config's ``[policy]`` before it is checked (``{"framework": "verl",
+    "trainer_backend": "megatron"}``): what a plan file written by ``place --out`` records under
+    ``params.policy`` (the framework and backend it was priced with, ``--emit`` / ``--trainer-backend``
+    included), so ``load_config(config, policy=SolveResult.from_json(text).params.get("policy"))`` re-scores
+    the plan as it was priced.
 
     Raises:
         ConfigError: ``config path: ...`` when ``path`` is not a file path (e.g. ``None``), else
-            ``[section] field ...`` for the first missing or invalid field.
+            ``[section] field ...`` for the first missing or invalid field; ``[policy] ...`` for a ``policy``
+            that is not a mapping.
     """
-    return build_instance(load_yaml(path), source=str(path))
+    raw = load_yaml(path)
+    if policy is not None:
+        if not isinstance(policy, Mapping):
+            raise ConfigError(f"[policy] policy: must be a mapping of [policy] fields, got {show(policy)}")
+        own = raw.get("policy")
+        raw["policy"] = {**(dict(own) if isinstance(own, Mapping) else {}), **policy}
+    return build_instance(raw, source=str(path))
 
 
 def _section(cfg: Mapping[str, Any], name: str, required: bool = True) -> dict[str, Any]:

@@ -61,7 +61,7 @@ from packplace.placement.emit import FRAMEWORKS, emit
 from packplace.placement.emit.verl_releases import EMITTER_KEYS_WARNING
 from packplace.placement.evaluator import get_evaluator
 from packplace.placement.model.framework import DEFAULT_FRAMEWORK
-from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, group_backend_name
+from packplace.placement.model.layout_rules import TRAINER_BACKENDS, Context, group_backend_name, unsupported
 from packplace.placement.model.memory import DEFAULT_TRAINING
 from packplace.placement.problem.config import build_instance, load_yaml
 from packplace.placement.problem.hardware import PRESETS, Hardware
@@ -334,7 +334,23 @@ def load_for_emit(path: str, emit_for: str | None, backend: str | None) -> tuple
     if backend:
         policy["trainer_backend"] = backend
     raw["policy"] = policy
-    return build_instance(raw, source=str(path)), note
+    instance = build_instance(raw, source=str(path))
+    cannot = unsupported(Context.of(instance)) if emit_for and note else None
+    if cannot:   # refused before pricing: a plan priced for a framework that cannot run the step is no plan for it
+        raise ConfigError(f"--emit {emit_for}: {cannot}; the config sets no policy.framework, and a plan priced for "
+                          f"{emit_for} would not run on it: plan without --emit, or set the policy.framework that "
+                          f"runs this algorithm")
+    return instance, note
+
+
+def planned_policy(instance, backend: str | None) -> dict[str, str]:
+    """The ``[policy]`` fields a plan was priced with that a re-score of its file needs: ``framework`` (the
+    config's, or the ``--emit`` target a config without one is planned for) and ``trainer_backend`` when
+    ``--trainer-backend`` set it (``backend``)."""
+    out = {"framework": instance.framework}
+    if backend:
+        out["trainer_backend"] = backend
+    return out
 
 
 def finish_reserve_s(args: argparse.Namespace) -> float:
@@ -374,6 +390,8 @@ def run(args: argparse.Namespace) -> int:
             said = (f"--time-limit {args.time_limit:g} counts from the command's start: the call got the "
                     f"{args.time_left:.3g} s left after start-up and loading the config, less the finish kept back")
             result.message = f"{result.message}; {said}" if result.message else said
+    # what the plan was priced with, where a re-score reads it (load_config(config, policy=params["policy"]))
+    result.params["policy"] = planned_policy(instance, getattr(args, "trainer_backend", None))
     print(format_table(instance, result))
     if planned_for:
         print(f"note: {planned_for}")
@@ -615,6 +633,20 @@ def run_calibrate_components(args: argparse.Namespace) -> int:
     return 0
 
 
+def hardware_section_fitted(config: str, knobs: Mapping[str, float]) -> dict[str, Any]:
+    """The config's own ``hardware:`` mapping (its preset, racks, nodes_per_rack, gpus_per_node and any field it
+    sets, in its order) with each fitted knob (``knobs``: name -> value) set: a section that replaces the
+    config's whole and loads to the fitted hardware (a preset fills what neither sets).
+
+    Raises:
+        ConfigError: the config cannot be read (as :func:`~packplace.placement.problem.config.load_yaml`).
+    """
+    own = load_yaml(config).get("hardware")
+    section = dict(own) if isinstance(own, Mapping) else {}
+    section.update({k: float(v) for k, v in knobs.items()})
+    return section
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
     """Print fitted knobs, the knobs kept fixed, residuals per task and the fitted hardware block
     (``--measurements``: :func:`run_calibrate_components`)."""
@@ -659,13 +691,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if len(result["residuals"]) == len(knobs) and not result["at_limit"] and worst < 1e-6:
         print("as many measurements as knobs: the fit is exact and does not test the model")
-    print("hardware:")
     hw = result["hardware"]
-    for k in Hardware.__dataclass_fields__:
-        value = getattr(hw, k)
+    section_out = hardware_section_fitted(args.config, result["knobs"])
+    print("hardware section to replace your config's `hardware:` whole (its own fields, the fitted knobs set):")
+    print("hardware:")
+    for k, value in section_out.items():
         print(f"  {k}: {value:.6g}" if isinstance(value, float) else f"  {k}: {value}")
     args.json_document = {"knobs": result["knobs"], "fixed": result["fixed"], "residuals": result["residuals"],
                           "hardware": {k: getattr(hw, k) for k in Hardware.__dataclass_fields__},
+                          "hardware_section": section_out,
                           "at_limit": result["at_limit"], "limits": result["limits"],
                           "bounds": {k: list(v) for k, v in result["bounds"].items()}, "status": result["status"]}
     return 0
