@@ -17,6 +17,7 @@ from packplace.placement.candidates import engine_sleeps
 from packplace.placement.model.framework import verl_padded_roles
 from packplace.placement.model.layout_rules import Context, Placed, refusals
 from packplace.placement.model.memory import DEFAULT_TRAINING, TrainingOptions
+from packplace.placement.model.stages import megatron_stage_layers
 from packplace.placement.problem.config import PlacementInstance
 from packplace.placement.problem.plan import Plan, Strategy, VertexPlan
 
@@ -287,3 +288,13 @@ def same_gpus(*tasks: Task | None) -> bool:
 def disjoint(a: Task, b: Task) -> bool:
     """``a`` and ``b`` share no GPU."""
     return not a.gpus & b.gpus
+
+
+def uneven_stage_note(task: Task, keys: Mapping[str, int]) -> str:
+    """The note an emitter adds where it writes Megatron-Core's uneven pipeline keys ``keys``
+    (:func:`~packplace.placement.model.stages.megatron_uneven_keys`) for ``task``: its layers, ``pp`` and the split
+    those keys make (:func:`~packplace.placement.model.stages.megatron_stage_layers`)."""
+    return (f"{task.name}: {task.layers} layers on pp {task.strategy.pp} as "
+            f"{megatron_stage_layers(task.layers, task.strategy.pp)} (Megatron-Core's uneven stages: the middle ones "
+            f"equal, the first and last set by {', '.join(keys)})")
+

@@ -36,6 +36,7 @@ from packplace.placement.emit.common import (
     Task,
     disjoint,
     same_gpus,
+    uneven_stage_note,
 )
 from packplace.placement.model.layout_rules import config_refusals, mixed_backends, trainer_backend, unsupported
 from packplace.placement.model.memory import (
@@ -46,7 +47,6 @@ from packplace.placement.model.memory import (
 )
 from packplace.placement.model.stages import (
     megatron_requires_sequence_parallel,
-    megatron_stage_layers,
     megatron_uneven_keys,
     resolved_sharding,
     trainer_defaults,
@@ -227,9 +227,7 @@ def _pipeline_split(out: EmittedPlan, prefix: str, task: Task) -> None:
     for key, value in keys.items():
         out.settings[f"{prefix}.megatron_cfg.{key}"] = value
     if keys:
-        out.notes.append(f"{task.name}: {task.layers} layers on pp {task.strategy.pp} as "
-                         f"{megatron_stage_layers(task.layers, task.strategy.pp)} (Megatron-Core's uneven stages: "
-                         f"the middle ones equal, the first and last set by {', '.join(keys)})")
+        out.notes.append(uneven_stage_note(task, keys))
 
 
 def _expert_layout(s: dict[str, Any], section: str, tp: int, ep: int, moe: bool) -> int:

@@ -44,6 +44,7 @@ from packplace.placement.emit.common import (
     Task,
     disjoint,
     same_gpus,
+    uneven_stage_note,
 )
 from packplace.placement.emit.verl_releases import (
     OVERRIDE_TRANSFORMER_CONFIG,
@@ -67,7 +68,7 @@ from packplace.placement.model.memory import (
     forced_sequence_parallel,
     resolved_training,
 )
-from packplace.placement.model.stages import megatron_stage_layers, megatron_uneven_keys, resolved_sharding
+from packplace.placement.model.stages import megatron_uneven_keys, resolved_sharding
 
 ENTRY = "python3 -m verl.trainer.main_ppo"
 #: What a DAPO plan leaves to the user: its loss and sampling settings are not placement.
@@ -227,9 +228,7 @@ def _pipeline_splits(out: EmittedPlan, view: PlanView) -> None:
         for key, value in keys.items():
             out.settings[f"{node}.{key}"] = value
         if keys:
-            out.notes.append(f"{task.name}: {task.layers} layers on pp {task.strategy.pp} as "
-                             f"{megatron_stage_layers(task.layers, task.strategy.pp)} (Megatron-Core's uneven "
-                             f"stages: the middle ones equal, the first and last set by {', '.join(keys)})")
+            out.notes.append(uneven_stage_note(task, keys))
 
 
 def _reference_policy(out: EmittedPlan, view: PlanView, megatron: bool) -> None:
