@@ -114,6 +114,14 @@ def _variant(instance, training: dict[str, Any], policy: dict[str, Any]):
     return variant
 
 
+def _padded_roles(instance) -> frozenset[str]:
+    """The roles whose verl FSDP passes run padded rows in ``instance``
+    (:func:`~packplace.placement.model.framework.verl_padded_roles` of its framework, release and keys)."""
+    return verl_padded_roles(instance.framework, getattr(instance, "framework_version", None),
+                             getattr(instance, "use_remove_padding", None), instance.models,
+                             getattr(instance, "reward_use_remove_padding", None))
+
+
 def unpadded(instance):
     """``instance`` with ``policy.use_remove_padding`` true, where its verl FSDP passes of the actor, the reference
     or the critic run padded rows (:func:`~packplace.placement.model.framework.verl_padded_roles`: the key false,
@@ -125,8 +133,7 @@ def unpadded(instance):
     version = getattr(instance, "framework_version", None)
     if version is not None and table_release(version) < VERL_REMOVE_PADDING_SINCE:
         return None
-    padded = verl_padded_roles(instance.framework, version, getattr(instance, "use_remove_padding", None),
-                               instance.models, getattr(instance, "reward_use_remove_padding", None))
+    padded = _padded_roles(instance)
     if not padded.intersection(VERL_REMOVE_PADDING_ROLES):
         return None
     return replace(instance, use_remove_padding=True, _cache={})
@@ -136,9 +143,7 @@ def unpad_label(instance) -> str:
     """The remove-padding hint's label: the setting, verl's keys it sets, and that the padded rows are the cause
     (the roles :func:`~packplace.placement.model.framework.verl_padded_roles` pads now; with the dynamic batch
     size, as many rows a micro-batch as the token budget admits)."""
-    version = getattr(instance, "framework_version", None)
-    padded = verl_padded_roles(instance.framework, version, getattr(instance, "use_remove_padding", None),
-                               instance.models, getattr(instance, "reward_use_remove_padding", None))
+    padded = _padded_roles(instance)
     roles = [r for r in VERL_REMOVE_PADDING_ROLES if r in padded]
     keys = "actor_rollout_ref.model.use_remove_padding" + (
         " and critic.model.use_remove_padding" if "critic" in instance.models else "")
